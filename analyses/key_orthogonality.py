@@ -1,0 +1,145 @@
+"""Key orthogonality: do the keys of the task's hypothesis tokens form a near-orthogonal frame?
+
+Definition. For layer l and head h, and a group of hypothesis tokens (for bijection the V value
+tokens, and separately the V key tokens), the key vector of token i is
+
+    k_i = LN_l(W_E[i]) @ W_K[l, h]
+
+(token embedding only, no position; LN_l is the layer's own pre-attention norm; the bias b_K is
+left out because a vector shared by every key adds the same score to every key and cannot change
+an attention pattern). The statistic is the mean of |cos(k_i, k_j)| over all ordered pairs i != j.
+Lower is more orthogonal. It is compared with (a) the same model config at its untrained
+initialisation (same seed as the run) and (b) i.i.d. Gaussian vectors of the same shape (n tokens
+x d_head), averaged over 200 draws; for those E|cos| is about sqrt(2 / (pi d_head)).
+"""
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+import torch
+
+import models
+
+from .base import AnalysisError, Result, require_attention
+
+DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+
+
+@torch.no_grad()
+def key_vectors(model, layer: int, token_ids: torch.Tensor) -> torch.Tensor:
+    """[n_heads, n_tokens, d_head] keys of the given tokens at ``layer`` (embedding -> LN -> W_K)."""
+    embedded = model.W_E[token_ids.to(model.W_E.device)]
+    normed = model.blocks[layer].ln1(embedded[None])[0]
+    return torch.einsum("nd,hde->hne", normed, model.blocks[layer].attn.W_K)
+
+
+def cosine_matrices(vectors: torch.Tensor) -> torch.Tensor:
+    """[..., n, n] cosine similarities between the rows of ``vectors`` [..., n, d]."""
+    unit = vectors / vectors.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+    return unit @ unit.transpose(-1, -2)
+
+
+def mean_abs_offdiagonal(cos: torch.Tensor) -> torch.Tensor:
+    """Mean |cos| over the off-diagonal entries of [..., n, n]."""
+    n = cos.shape[-1]
+    off = ~torch.eye(n, dtype=torch.bool, device=cos.device)
+    return cos.abs()[..., off].mean(-1)
+
+
+def offdiagonal_values(cos: torch.Tensor) -> torch.Tensor:
+    n = cos.shape[-1]
+    return cos[..., torch.triu(torch.ones(n, n, dtype=torch.bool, device=cos.device), 1)]
+
+
+def frame_scores(model, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-layer, per-head mean |off-diagonal cosine| [L, H], and the cosine matrices [L, H, n, n]."""
+    cos = torch.stack([cosine_matrices(key_vectors(model, l, token_ids)) for l in range(model.cfg.n_layers)])
+    return mean_abs_offdiagonal(cos), cos
+
+
+def random_baseline(n_tokens: int, d_head: int, draws: int = 200, seed: int = 0) -> tuple[float, float, torch.Tensor]:
+    """Mean and std of the statistic for i.i.d. Gaussian vectors, and their off-diagonal values."""
+    g = torch.Generator().manual_seed(seed)
+    cos = cosine_matrices(torch.randn(draws, n_tokens, d_head, generator=g))
+    scores = mean_abs_offdiagonal(cos)
+    return scores.mean().item(), scores.std().item(), offdiagonal_values(cos[:8]).flatten()
+
+
+def expected_abs_cos(d: int) -> float:
+    """E|cos| between two independent isotropic Gaussian vectors in d dimensions."""
+    return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
+
+
+def run(model, group: str = "values", layer: int = 0, head: int = 0) -> Result:
+    """Key-frame orthogonality of ``model`` per layer and head, against init and random vectors."""
+    require_attention(model, "key-orthogonality")
+    groups = model.task.hypothesis_tokens()
+    if not groups:
+        raise AnalysisError(f"task {model.task.name!r} defines no hypothesis tokens for key-orthogonality")
+    if group not in groups:
+        raise AnalysisError(f"unknown group {group!r}; this task has: {', '.join(groups)}")
+    n_layers, n_heads, d_head = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_head
+    if not 0 <= layer < n_layers or not 0 <= head < n_heads:
+        raise AnalysisError(f"layer {layer}, head {head} out of range: the model has {n_layers} layers "
+                            f"of {n_heads} heads")
+    init = models.build(model.arch, model.task, config=model.config.to_dict(), seed=getattr(model, "seed", 0))
+    init.to(next(model.parameters()).device)
+
+    metrics = {"groups": {}, "d_head": d_head, "shown": dict(group=group, layer=layer, head=head)}
+    for name, ids in groups.items():
+        trained, cos = frame_scores(model, ids)
+        untrained, cos_init = frame_scores(init, ids)
+        rand_mean, rand_std, rand_values = random_baseline(len(ids), d_head)
+        metrics["groups"][name] = dict(
+            n_tokens=len(ids),
+            trained=trained.tolist(), init=untrained.tolist(),
+            trained_layer_mean=trained.mean(1).tolist(), init_layer_mean=untrained.mean(1).tolist(),
+            random_mean=rand_mean, random_std=rand_std, random_expected=expected_abs_cos(d_head),
+            layer0_trained=trained[0].mean().item(), layer0_init=untrained[0].mean().item(),
+        )
+        if name == group:
+            shown = dict(cos=cos[layer, head], values=dict(trained=offdiagonal_values(cos[0]).flatten(),
+                         init=offdiagonal_values(cos_init[0]).flatten(), random=rand_values),
+                         trained=trained, untrained=untrained, random=rand_mean, ids=ids)
+    g = metrics["groups"][group]
+    metrics.update(layer0_trained=g["layer0_trained"], layer0_init=g["layer0_init"], random=g["random_mean"])
+    labels = model.task.token_names(shown["ids"])
+    return Result("key-orthogonality", DEFINITION, metrics, {
+        "cosine-heatmap": heatmap_figure(shown["cos"], labels, layer, head, group),
+        "per-head": per_head_figure(shown["trained"], shown["untrained"], shown["random"], group),
+        "distribution": distribution_figure(shown["values"], group),
+    })
+
+
+def heatmap_figure(cos: torch.Tensor, labels: list[str], layer: int, head: int, group: str) -> go.Figure:
+    score = mean_abs_offdiagonal(cos).item()
+    fig = go.Figure(go.Heatmap(z=cos.cpu().numpy(), x=labels, y=labels, zmin=-1, zmax=1, colorscale="RdBu_r",
+                               colorbar=dict(title="cos"),
+                               hovertemplate="%{y} · %{x}<br>cos %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=f"Key cosines of the {group} tokens, layer {layer} head {head} "
+                            f"(mean |off-diag| {score:.3f})",
+                      yaxis_autorange="reversed", template="plotly_white", width=640, height=600)
+    return fig
+
+
+def per_head_figure(trained: torch.Tensor, untrained: torch.Tensor, random: float, group: str) -> go.Figure:
+    names = [f"L{l}H{h}" for l in range(trained.shape[0]) for h in range(trained.shape[1])]
+    fig = go.Figure()
+    fig.add_bar(x=names, y=trained.flatten().tolist(), name="trained")
+    fig.add_bar(x=names, y=untrained.flatten().tolist(), name="untrained init")
+    fig.add_hline(y=random, line_dash="dash", annotation_text="random Gaussian", line_color="gray")
+    fig.update_layout(title=f"Mean |off-diagonal key cosine| of the {group} tokens per head (lower = more orthogonal)",
+                      barmode="group", yaxis_title="mean |cos|", template="plotly_white", width=760, height=440)
+    return fig
+
+
+def distribution_figure(values: dict, group: str) -> go.Figure:
+    fig = go.Figure()
+    for name, v in values.items():
+        fig.add_histogram(x=v.cpu().numpy(), name=name, histnorm="probability density", opacity=0.6,
+                          xbins=dict(start=-1, end=1, size=0.05))
+    fig.update_layout(title=f"Off-diagonal key cosines of the {group} tokens, layer 0 (all heads)",
+                      barmode="overlay", xaxis_title="cos", yaxis_title="density", template="plotly_white",
+                      width=720, height=420)
+    return fig

@@ -1,0 +1,20 @@
+"""interp: test whether sequence models do exact Bayesian inference, and see how inside.
+
+    import interp
+    model = interp.load("runs/bij")          # a run folder or one .safetensors checkpoint
+    model.task, model.answer_probs(tokens), model.run_with_cache(tokens)
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+
+def load(path, task: str | None = None, device: str | None = None):
+    """Load a run folder (its last checkpoint), a checkpoint file or a shipped model name as a hooked model."""
+    from .checkpoint import load as _load
+    from .pretrained import locate
+
+    return _load(locate(path), task=task, device=device)
+
+
+__all__ = ["load", "__version__"]

@@ -1,0 +1,213 @@
+"""The ``interp`` command line: train, run, list.
+
+User errors (bad names, paths, numbers) print one line to stderr and exit non-zero; only bugs
+print a traceback.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .errors import UserError
+
+
+def parse_assignments(pairs: tuple[str, ...], what: str) -> dict:
+    """``("V=10", "replacement=true")`` -> ``{"V": 10, "replacement": True}`` (values read as JSON when they parse)."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise UserError(f"{what} {pair!r} is not KEY=VALUE")
+        key, raw = pair.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key.strip()] = raw
+    return out
+
+
+def analysis_options(name: str, extra: list[str]) -> dict:
+    """Map ``--layer 1 --head 2`` style arguments onto the analysis's keyword options."""
+    import analyses
+
+    valid = analyses.options(name)
+    out, i = {}, 0
+    while i < len(extra):
+        arg = extra[i]
+        if not arg.startswith("--"):
+            raise UserError(f"unexpected argument {arg!r}")
+        key, _, raw = arg[2:].partition("=")
+        if not _:
+            if i + 1 >= len(extra):
+                raise UserError(f"option {arg} needs a value")
+            i, raw = i + 1, extra[i + 1]
+        key = key.replace("-", "_")
+        if key not in valid:
+            listed = ", ".join("--" + k.replace("_", "-") for k in valid) or "none"
+            raise UserError(f"unknown option --{key.replace('_', '-')} for {name}; its options: {listed}")
+        kind = type(valid[key])
+        try:
+            out[key] = kind(raw) if kind in (int, float, str) else json.loads(raw)
+        except ValueError:
+            raise UserError(f"--{key.replace('_', '-')} must be {kind.__name__}, got {raw!r}") from None
+        i += 1
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bayesian-wind-tunnels", prog_name="interp")
+def main():
+    """Test whether sequence models do exact Bayesian inference, and see how they do it inside."""
+
+
+@main.command()
+@click.option("--task", "task_name", default="bijection", show_default=True, help="wind tunnel (see `interp list`)")
+@click.option("--arch", default="transformer", show_default=True, help="architecture (see `interp list`)")
+@click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="run folder [runs/TASK-ARCH-PRESET]")
+@click.option("--steps", type=int, help="training steps (overrides the preset)")
+@click.option("--batch-size", type=int, help="sequences per step (overrides the preset)")
+@click.option("--lr", type=float, help="peak learning rate (overrides the preset)")
+@click.option("--seed", type=int, help="seed of the init and of every batch (default 0)")
+@click.option("--loss", type=click.Choice(["soft", "hard"]), help="soft: Bayes-posterior targets; hard: sampled answers")
+@click.option("--warmup", type=int, help="linear warm-up steps (overrides the preset)")
+@click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="task setting, e.g. -T V=10 -T L=9")
+@click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="model setting, e.g. -M d_model=128")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
+@click.option("--resume", is_flag=True, help="continue an interrupted run in --out exactly where it stopped")
+def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, task_options, model_options, device, resume):
+    """Train a model on a wind tunnel; writes run.json, metrics.jsonl and safetensors checkpoints."""
+    import dataclasses
+
+    import models
+    import tasks
+
+    from .train import PRESETS, Trainer
+
+    out = out or Path("runs") / f"{task_name}-{arch}-{preset}"
+    if resume:
+        trainer = Trainer(out, resume=True, device=device)
+    else:
+        if preset not in PRESETS:
+            raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+        overrides = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
+                                           warmup=warmup).items() if v is not None}
+        settings = dataclasses.replace(PRESETS[preset], **overrides)
+        task = tasks.make(task_name, **parse_assignments(task_options, "task option"))
+        model_config = models.model_config(arch, preset, **parse_assignments(model_options, "model option"))
+        trainer = Trainer(out, task.config(), arch, model_config, settings, device=device)
+    s = trainer.settings
+    click.echo(f"training {trainer.task!r} {trainer.model.arch} ({sum(p.numel() for p in trainer.model.parameters()):,} "
+               f"params) on {trainer.device}: {s.steps} steps, batch {s.batch_size}, lr {s.lr}, {s.loss} targets -> {out}",
+               err=True)
+    final = trainer.run()
+    click.echo(f"done: entropy MAE {final['entropy_mae_bits']:.4f} bits, KL {final['kl_bits']:.4f} bits, "
+               f"{trainer.elapsed / 60:.1f} min; checkpoints in {out / 'checkpoints'}")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("name")
+@click.option("--ckpt", required=True, help="run folder, .safetensors checkpoint, or shipped model name")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("figures"), show_default=True, help="output folder")
+@click.option("--format", "formats", default="pdf,html,json", show_default=True, help="any of pdf,html,json")
+@click.option("--device", default="cpu", show_default=True)
+@click.pass_context
+def run(ctx, name, ckpt, out, formats, device):
+    """Run analysis NAME on a checkpoint; writes OUT/RUN-NAME/NAME.{pdf,html,json}.
+
+    Options of the analysis itself follow as --option value (e.g. --layer 0 --head 2);
+    `interp list` shows them.
+    """
+    import analyses
+
+    from .export import parse_formats, write_result
+    from .pretrained import locate
+
+    chosen = parse_formats(formats)
+    if name not in analyses.NAMES:
+        raise UserError(f"unknown analysis {name!r}; valid analyses: {', '.join(analyses.NAMES)}")
+    options = analysis_options(name, ctx.args)
+    from .checkpoint import load, resolve
+
+    source = locate(ckpt)
+    model = load(source, device=device)
+    file = resolve(source)
+    run_name = run_label(Path(source), file)
+    result = analyses.run(name, model, **options)
+    context = dict(run=run_name, checkpoint=str(file), step=model.step, task=model.task.config(),
+                   arch=model.arch, options=options)
+    paths = write_result(result, out / run_name, chosen, context)
+    headline = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    click.echo("  ".join(f"{k}={v:.4g}" for k, v in list(headline.items())[:6]))
+    for path in paths:
+        click.echo(f"wrote {path}")
+
+
+def run_label(source: Path, file: Path) -> str:
+    """The run folder's name, with the step appended when one particular checkpoint was chosen."""
+    if source.is_dir():
+        return source.resolve().name
+    if file.parent.name == "checkpoints":
+        return f"{file.parent.parent.resolve().name}-{file.stem}"
+    return file.stem
+
+
+@main.command(name="list")
+def list_command():
+    """List tasks, architectures (with parameter counts), analyses and shipped models."""
+    import analyses
+    import models
+    import tasks
+
+    from .pretrained import shipped, summary
+    from .train import PRESETS
+
+    click.echo("tasks:")
+    for name in tasks.NAMES:
+        click.echo(f"  {name:<20} {tasks.make(name)!r}")
+    click.echo("architectures (parameters on the default bijection task):")
+    task = tasks.make("bijection")
+    for arch in models.ARCHS:
+        counts = ", ".join(f"{p}={models.n_params(models.build(arch, task, preset=p)):,}" for p in models.presets(arch))
+        click.echo(f"  {arch:<20} {counts}")
+    click.echo(f"training presets: {', '.join(PRESETS)}")
+    click.echo("analyses:")
+    for name in analyses.NAMES:
+        opts = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in analyses.options(name).items())
+        click.echo(f"  {name:<20} {opts}")
+    click.echo("shipped models:")
+    for name, path in shipped().items():
+        info = summary(path)
+        mae = f"{info['entropy_mae_bits']:.4f} bits" if info["entropy_mae_bits"] is not None else "n/a"
+        click.echo(f"  {name:<32} {info['task']}/{info['arch']}, {info['n_params']:,} params, MAE {mae}")
+
+
+def is_user_error(err: Exception) -> bool:
+    """UserError, or a task/analysis config error, checked without importing the heavy modules."""
+    kinds = [UserError]
+    for module, name in (("tasks.base", "ConfigError"), ("analyses.base", "AnalysisError")):
+        if module in sys.modules:
+            kinds.append(getattr(sys.modules[module], name))
+    return isinstance(err, tuple(kinds))
+
+
+def entry() -> None:
+    """Console-script entry point: turn user errors into one line and a non-zero exit."""
+    try:
+        main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("interp: aborted", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("interp: interrupted (a training run continues with --resume)", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        click.echo(f"interp: error: {err.format_message()}", err=True)
+        sys.exit(err.exit_code)
+    except Exception as err:
+        if not is_user_error(err):
+            raise
+        click.echo(f"interp: error: {err}", err=True)
+        sys.exit(1)

@@ -1,0 +1,114 @@
+"""Writing an analysis result: a vector PDF (one page per figure), an interactive HTML page, a JSON.
+
+PDFs go through kaleido, which drives a headless Chrome/Chromium; one kaleido server is kept open
+for the life of the process so that several figures cost one browser start. Everything is
+rendered in memory first and only then written, each file atomically, so a failure (no Chromium,
+a full disk) leaves earlier outputs as they were.
+"""
+from __future__ import annotations
+
+import html
+import io
+import json
+import math
+from pathlib import Path
+
+from .errors import UserError
+from .files import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+FORMATS = ("pdf", "html", "json")
+_kaleido_started = False
+
+
+def parse_formats(spec: str) -> tuple[str, ...]:
+    chosen = tuple(f.strip().lower() for f in spec.split(",") if f.strip())
+    bad = [f for f in chosen if f not in FORMATS]
+    if bad or not chosen:
+        raise UserError(f"unknown format {', '.join(bad) or repr(spec)}; choose from {', '.join(FORMATS)}")
+    return chosen
+
+
+def figure_pdf(fig) -> bytes:
+    global _kaleido_started
+    import warnings
+
+    import kaleido
+    import plotly.io as pio
+
+    try:
+        if not _kaleido_started:
+            kaleido.start_sync_server(silence_warnings=True)
+            _kaleido_started = True
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The kopts argument is ignored")
+            return pio.to_image(fig, format="pdf")
+    except Exception as err:  # kaleido raises several types when no browser is found
+        text = str(err).lower()
+        if "chrome" in text or "chromium" in text or "browser" in text:
+            raise UserError("PDF export needs Chrome or Chromium: install it (Debian: `apt-get install chromium`) "
+                            "or pass --format html,json") from None
+        raise
+
+
+def merged_pdf(figures: dict) -> bytes:
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    for fig in figures.values():
+        writer.append(io.BytesIO(figure_pdf(fig)))
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def page_html(title: str, definition: str, figures: dict, numbers: dict) -> str:
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+             "<style>body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;}"
+             "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}</style></head><body>",
+             f"<h1>{html.escape(title)}</h1><p>{html.escape(definition)}</p>"]
+    for i, (name, fig) in enumerate(figures.items()):
+        # The first figure carries plotly.js inline, so the page works offline.
+        parts.append(f"<h2>{html.escape(name)}</h2>")
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}"))
+    headline = {k: v for k, v in numbers.items() if not isinstance(v, (dict, list))}
+    parts.append(f"<h2>numbers</h2><pre>{html.escape(json.dumps(headline, indent=2))}</pre></body></html>")
+    return "".join(parts)
+
+
+def clean(obj):
+    """JSON-safe copy: NaN and inf become null (strict JSON has neither)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def write_result(result, out_dir: str | Path, formats=FORMATS, context: dict | None = None) -> list[Path]:
+    """Render ``result`` in the chosen formats and write ``<out_dir>/<name>.<fmt>``; return the paths."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"output path {out_dir} exists and is not a folder")
+    context = context or {}
+    rendered = {}
+    if "json" in formats:
+        rendered["json"] = json.dumps(clean(dict(analysis=result.name, **context, definition=result.definition,
+                                                 metrics=result.metrics)), indent=2) + "\n"
+    if "html" in formats:
+        rendered["html"] = page_html(f"{result.name}: {context.get('run', '')}", result.definition,
+                                     result.figures, result.metrics)
+    if "pdf" in formats:
+        rendered["pdf"] = merged_pdf(result.figures)
+    paths = []
+    for fmt in FORMATS:
+        if fmt in rendered:
+            data = rendered[fmt]
+            path = out_dir / f"{result.name}.{fmt}"
+            atomic_write_bytes(path, data if isinstance(data, bytes) else data.encode())
+            paths.append(path)
+    return paths
+
+
+__all__ = ["FORMATS", "parse_formats", "write_result", "atomic_write_json", "atomic_write_text"]

@@ -1,0 +1,97 @@
+"""The wind-tunnel transformer: a TransformerLens ``HookedTransformer`` built from a small config.
+
+No pretrained weights and no tokenizer: the vocabulary, context length and answer classes come
+from the task. Every activation has TransformerLens's usual hook names (``blocks.0.attn.hook_k``,
+``blocks.3.hook_resid_post``, ...), so ``run_with_cache`` and ``run_with_hooks`` work as usual.
+
+Presets
+- ``paper``: the reference model of the paper (d=192, 6 layers, 6 heads of 32, MLP 4d, GELU,
+  learned positions). TransformerLens has no tied unembedding and keeps biases, so it has about
+  2.70M parameters against the paper's 2,677,440.
+- ``cpu``: the small model that reaches the paper's calibration regime on a 2-core CPU in about
+  20 minutes (see benchmarks/cpu_preset.py and the README for the measured curve).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import torch
+from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from tasks import ConfigError, Task
+
+
+@dataclass
+class TransformerConfig:
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    d_mlp: int | None = None  # default 4 * d_model
+    act_fn: str = "gelu"
+    normalization: str = "LN"  # "LN" or "RMS" (pre-norm)
+    n_ctx: int | None = None  # default: the task's sequence length
+
+    @classmethod
+    def from_dict(cls, settings: dict) -> "TransformerConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ConfigError(f"unknown transformer setting(s) {', '.join(unknown)}; "
+                              f"valid: {', '.join(sorted(known))}")
+        config = cls(**settings)
+        for name in ("d_model", "n_layers", "n_heads"):
+            value = getattr(config, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"transformer: {name} must be a positive integer, got {value!r}")
+        if config.d_model % config.n_heads:
+            raise ConfigError(f"transformer: d_model={config.d_model} is not divisible by "
+                              f"n_heads={config.n_heads}")
+        if config.normalization not in ("LN", "RMS"):
+            raise ConfigError(f"transformer: normalization must be 'LN' or 'RMS', got {config.normalization!r}")
+        return config
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS = {
+    "paper": TransformerConfig(d_model=192, n_layers=6, n_heads=6),
+    "cpu": TransformerConfig(d_model=96, n_layers=2, n_heads=4),
+}
+
+
+class WindTunnelTransformer(HookedTransformer):
+    """A HookedTransformer that knows its task and reads beliefs off the answer classes."""
+
+    arch = "transformer"
+
+    def __init__(self, config: TransformerConfig, task: Task, seed: int = 0):
+        n_ctx = config.n_ctx or task.seq_len
+        if n_ctx < task.seq_len:
+            raise ConfigError(f"transformer: n_ctx={n_ctx} is shorter than the task's sequences "
+                              f"({task.seq_len} tokens)")
+        hooked = HookedTransformerConfig(
+            n_layers=config.n_layers, d_model=config.d_model, n_heads=config.n_heads,
+            d_head=config.d_model // config.n_heads, d_mlp=config.d_mlp or 4 * config.d_model,
+            n_ctx=n_ctx, d_vocab=task.vocab_size, d_vocab_out=task.vocab_size,
+            act_fn=config.act_fn, normalization_type=config.normalization,
+            positional_embedding_type="standard", default_prepend_bos=False, seed=seed,
+            device="cpu",
+        )
+        super().__init__(hooked, move_to_device=False)
+        self.config = config
+        self.task = task
+
+    def answer_logits(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+        """Logits over the task's C answer classes, [B, T, C]; kwargs go to ``forward``."""
+        return self.task.answer_logits(self(tokens, **kwargs))
+
+    def answer_probs(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+        """The model's predictive distribution over the task's answer classes, [B, T, C]."""
+        return self.answer_logits(tokens, **kwargs).softmax(-1)
+
+    def to(self, device_or_dtype, print_details: bool = False):
+        return super().to(device_or_dtype, print_details=print_details)
+
+    def has_attention(self) -> bool:
+        return True

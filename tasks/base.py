@@ -1,0 +1,83 @@
+"""The Task/Batch protocol every wind tunnel follows.
+
+A task samples batches of token sequences together with the exact Bayes predictive posterior at
+every query position. Nothing here knows about models: a model reads ``task.vocab_size`` and
+``task.seq_len`` to size itself and ``task.answer_logits`` to turn its output into beliefs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+import torch
+
+
+class ConfigError(ValueError):
+    """A task (or model) was asked for with settings that cannot work. The message says how to fix it."""
+
+
+@dataclass
+class Batch:
+    tokens: torch.Tensor  # LongTensor [B, T]
+    targets: torch.Tensor  # hard labels [B, T] (-100 = unsupervised) or soft targets [B, T, C]
+    query_mask: torch.Tensor  # BoolTensor [B, T]: positions where the model states a belief
+    posterior: torch.Tensor  # [B, T, C] exact Bayes predictive; defined where query_mask is set
+    bayes_entropy: torch.Tensor  # [B, T] bits; defined where query_mask is set
+    hypothesis: dict = field(default_factory=dict)  # the sampled latent truth
+
+    def to(self, device) -> "Batch":
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in moved.items():
+            if isinstance(value, torch.Tensor):
+                moved[name] = value.to(device)
+        moved["hypothesis"] = {k: v.to(device) if isinstance(v, torch.Tensor) else v
+                               for k, v in self.hypothesis.items()}
+        return Batch(**moved)
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+
+def entropy_bits(p: torch.Tensor) -> torch.Tensor:
+    """Shannon entropy in bits over the last axis, with 0 log 0 = 0."""
+    logp = torch.log2(p.clamp_min(1e-30))
+    return -(p * logp).where(p > 0, torch.zeros_like(p)).sum(-1)
+
+
+class Task:
+    """Base class of a wind tunnel. Subclasses set the class attributes and implement ``sample``."""
+
+    name: str = ""
+    vocab_size: int  # input token vocabulary
+    n_classes: int  # C: the answer classes the posterior ranges over
+    seq_len: int  # T of a sampled batch
+
+    def config(self) -> dict:
+        """Everything needed to rebuild this task with ``tasks.make(**config)``."""
+        raise NotImplementedError
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
+        raise NotImplementedError
+
+    def answer_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The model's logits restricted to the answer classes: [..., vocab_out] -> [..., C]."""
+        start = self.answer_token_offset
+        return logits[..., start:start + self.n_classes]
+
+    answer_token_offset: int = 0  # output token id of answer class 0
+
+    def token_names(self, tokens: torch.Tensor) -> list[str]:
+        """Human-readable names of a 1-D sequence of tokens (for hover text and labels)."""
+        return [str(int(t)) for t in tokens]
+
+    def hypothesis_tokens(self) -> dict[str, torch.Tensor]:
+        """Token ids whose embeddings span the task's hypothesis frame, by group name."""
+        return {}
+
+    @property
+    def max_entropy_bits(self) -> float:
+        return math.log2(self.n_classes)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")
+        return f"{type(self).__name__}({args})"

@@ -1,0 +1,97 @@
+"""Bijection elimination: a fresh random permutation pi of V values per sequence.
+
+Tokens ``[k1, v1+V, k2, v2+V, ..., kL]`` with keys 0..V-1 and values V..2V-1 (vocabulary 2V,
+length 2L-1). Every key position is a query whose label is the value that follows it, at the
+position *before* the answer (labelling the value token itself teaches copying). Having seen t-1
+distinct (key, value) pairs, the value of a new key is uniform over the V-t+1 values not yet
+revealed, so the Bayes entropy at the t-th key is log2(V-t+1): a staircase from log2 V down.
+
+Options
+- ``replacement=True``: keys are drawn with replacement; a repeated key has a delta posterior on
+  the value it was bound to (the sawtooth), a new key is uniform over the unrevealed values.
+- ``paired=True``: the sequence shows L complete pairs and then ends in one more query key drawn
+  uniformly from all V keys: ``[k1, v1+V, ..., kL, vL+V, q]`` (length 2L+1). The final query is a
+  delta if q was shown, otherwise uniform over the unrevealed values.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Batch, ConfigError, Task, entropy_bits
+
+
+class Bijection(Task):
+    name = "bijection"
+
+    def __init__(self, V: int = 20, L: int | None = None, replacement: bool = False,
+                 paired: bool = False):
+        L = V - 1 if L is None else L
+        for label, value in (("V", V), ("L", L)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"bijection: {label} must be an integer, got {value!r}")
+        if V < 2:
+            raise ConfigError(f"bijection: V must be at least 2, got V={V}")
+        if L < 1:
+            raise ConfigError(f"bijection: L must be at least 1, got L={L}")
+        if L > V and not replacement:
+            raise ConfigError(f"bijection: L={L} > V={V} needs keys drawn with replacement "
+                              f"(pass replacement=True) or L <= V")
+        self.V, self.L, self.replacement, self.paired = V, L, bool(replacement), bool(paired)
+        self.vocab_size = 2 * V
+        self.n_classes = V
+        self.answer_token_offset = V  # answers are read off the value tokens' output logits
+        self.seq_len = 2 * L + 1 if paired else 2 * L - 1
+
+    def config(self) -> dict:
+        return dict(name=self.name, V=self.V, L=self.L, replacement=self.replacement,
+                    paired=self.paired)
+
+    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
+        V, L, B = self.V, self.L, batch_size
+        # A uniform random permutation per row: argsort of i.i.d. uniform noise.
+        perm = torch.rand(B, V, generator=generator).argsort(dim=1)  # perm[b, key] = value
+        if self.replacement:
+            keys = torch.randint(0, V, (B, L), generator=generator)
+        else:
+            keys = torch.rand(B, V, generator=generator).argsort(dim=1)[:, :L]
+        n_keys = L
+        if self.paired:
+            query = torch.randint(0, V, (B, 1), generator=generator)
+            keys = torch.cat([keys, query], dim=1)
+            n_keys = L + 1
+        values = perm.gather(1, keys)  # [B, n_keys]
+
+        # Posterior at each key i given pairs 0..i-1.
+        onehot = torch.nn.functional.one_hot(values, V).float()  # [B, n, V]
+        revealed = (onehot.cumsum(1) - onehot).clamp(max=1)  # values shown strictly before i
+        same_key = keys[:, :, None] == keys[:, None, :]  # [B, i, j]
+        earlier = torch.ones(n_keys, n_keys, dtype=torch.bool).tril(-1)  # j < i
+        key_seen = (same_key & earlier).any(-1)  # [B, n]
+        unrevealed = 1.0 - revealed
+        uniform = unrevealed / unrevealed.sum(-1, keepdim=True)
+        key_posterior = torch.where(key_seen[..., None], onehot, uniform)
+
+        T = self.seq_len
+        tokens = torch.empty(B, T, dtype=torch.long)
+        key_pos = torch.arange(n_keys) * 2
+        tokens[:, key_pos] = keys
+        n_pairs = n_keys - 1 if not self.paired else L
+        tokens[:, key_pos[:n_pairs] + 1] = values[:, :n_pairs] + V
+
+        query_mask = torch.zeros(B, T, dtype=torch.bool)
+        query_mask[:, key_pos] = True
+        posterior = torch.full((B, T, V), 1.0 / V)  # placeholder where no belief is asked for
+        posterior[:, key_pos] = key_posterior
+        bayes_entropy = entropy_bits(posterior)
+        labels = torch.full((B, T), -100, dtype=torch.long)
+        labels[:, key_pos] = values
+        return Batch(tokens=tokens, targets=labels, query_mask=query_mask, posterior=posterior,
+                     bayes_entropy=bayes_entropy,
+                     hypothesis=dict(permutation=perm, keys=keys, values=values))
+
+    def token_names(self, tokens: torch.Tensor) -> list[str]:
+        V = self.V
+        return [f"k{int(t)}" if int(t) < V else f"v{int(t) - V}" for t in tokens]
+
+    def hypothesis_tokens(self) -> dict[str, torch.Tensor]:
+        return {"values": torch.arange(self.V, 2 * self.V), "keys": torch.arange(self.V)}
