@@ -88,6 +88,11 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
 
     out = out or Path("runs") / f"{task_name}-{arch}-{preset}"
     if resume:
+        given = [flag for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--lr", lr),
+                                          ("--seed", seed), ("--loss", loss), ("--warmup", warmup),
+                                          ("-T", task_options), ("-M", model_options)) if value]
+        if given:
+            raise UserError(f"--resume continues with the settings in {out / 'run.json'}; drop {', '.join(given)}")
         trainer = Trainer(out, resume=True, device=device)
     else:
         if preset not in PRESETS:
@@ -111,7 +116,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
 @click.argument("name")
 @click.option("--ckpt", required=True, help="run folder, .safetensors checkpoint, or shipped model name")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("figures"), show_default=True, help="output folder")
-@click.option("--format", "formats", default="pdf,html,json", show_default=True, help="any of pdf,html,json")
+@click.option("--format", "formats", default="pdf,html,json", show_default=True, help="any of pdf,html,json,png")
 @click.option("--device", default="cpu", show_default=True)
 @click.pass_context
 def run(ctx, name, ckpt, out, formats, device):

@@ -16,7 +16,8 @@ from pathlib import Path
 from .errors import UserError
 from .files import atomic_write_bytes, atomic_write_json, atomic_write_text
 
-FORMATS = ("pdf", "html", "json")
+FORMATS = ("pdf", "html", "json", "png")
+DEFAULT_FORMATS = ("pdf", "html", "json")  # png (one file per figure, for slides and READMEs) is opt-in
 _kaleido_started = False
 
 
@@ -29,6 +30,10 @@ def parse_formats(spec: str) -> tuple[str, ...]:
 
 
 def figure_pdf(fig) -> bytes:
+    return figure_image(fig, "pdf")
+
+
+def figure_image(fig, fmt: str) -> bytes:
     global _kaleido_started
     import warnings
 
@@ -41,7 +46,7 @@ def figure_pdf(fig) -> bytes:
             _kaleido_started = True
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The kopts argument is ignored")
-            return pio.to_image(fig, format="pdf")
+            return pio.to_image(fig, format=fmt, scale=2 if fmt == "png" else None)
     except Exception as err:  # kaleido raises several types when no browser is found
         text = str(err).lower()
         if "chrome" in text or "chromium" in text or "browser" in text:
@@ -86,7 +91,7 @@ def clean(obj):
     return obj
 
 
-def write_result(result, out_dir: str | Path, formats=FORMATS, context: dict | None = None) -> list[Path]:
+def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: dict | None = None) -> list[Path]:
     """Render ``result`` in the chosen formats and write ``<out_dir>/<name>.<fmt>``; return the paths."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -101,13 +106,14 @@ def write_result(result, out_dir: str | Path, formats=FORMATS, context: dict | N
                                      result.figures, result.metrics)
     if "pdf" in formats:
         rendered["pdf"] = merged_pdf(result.figures)
+    files = {f"{result.name}.{fmt}": data for fmt, data in rendered.items()}
+    if "png" in formats:
+        files.update({f"{result.name}-{name}.png": figure_image(fig, "png") for name, fig in result.figures.items()})
     paths = []
-    for fmt in FORMATS:
-        if fmt in rendered:
-            data = rendered[fmt]
-            path = out_dir / f"{result.name}.{fmt}"
-            atomic_write_bytes(path, data if isinstance(data, bytes) else data.encode())
-            paths.append(path)
+    for filename, data in files.items():
+        path = out_dir / filename
+        atomic_write_bytes(path, data if isinstance(data, bytes) else data.encode())
+        paths.append(path)
     return paths
 
 

@@ -136,6 +136,14 @@ def load_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor])
     opt.load_state_dict(full)
 
 
+def _step_of(line: str) -> float:
+    """The step of a metrics line; a line cut short by a crash counts as after any resume point."""
+    try:
+        return json.loads(line)["step"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        return math.inf
+
+
 class Trainer:
     """One training run in ``out``: build or restore, then step, evaluate and checkpoint."""
 
@@ -197,8 +205,7 @@ class Trainer:
         # Drop metric lines written after the resume point, so the log reads as one clean run.
         metrics = self.out / "metrics.jsonl"
         if metrics.exists():
-            kept = [line for line in metrics.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= self.step]
+            kept = [line for line in metrics.read_text().splitlines() if _step_of(line) <= self.step]
             atomic_write_bytes(metrics, ("\n".join(kept) + "\n" if kept else "").encode())
 
     def _save_resume(self) -> None:

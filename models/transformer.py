@@ -13,6 +13,7 @@ Presets
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -78,7 +79,9 @@ class WindTunnelTransformer(HookedTransformer):
             positional_embedding_type="standard", default_prepend_bos=False, seed=seed,
             device="cpu",
         )
-        super().__init__(hooked, move_to_device=False)
+        with warnings.catch_warnings():  # we use the 3.x HookedTransformer on purpose (see pyproject)
+            warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
+            super().__init__(hooked, move_to_device=False)
         self.config = config
         self.task = task
 

@@ -1,0 +1,91 @@
+"""Safetensors checkpoints: round trips, and refusal of everything that is not one."""
+import json
+import os
+import pickle
+
+import pytest
+import torch
+
+import interp
+from interp import checkpoint
+from interp.errors import UserError
+
+
+def test_round_trip_gives_the_same_model(small_model, tmp_path):
+    path = checkpoint.save(tmp_path / "m.safetensors", small_model, step=7, seed=0)
+    loaded = interp.load(path)
+    tokens = small_model.task.sample(4, generator=torch.Generator().manual_seed(0)).tokens
+    assert torch.equal(loaded.answer_probs(tokens), small_model.answer_probs(tokens))
+    assert loaded.task.config() == small_model.task.config() and loaded.step == 7
+    _, cache = loaded.run_with_cache(tokens)
+    assert cache["blocks.0.attn.hook_pattern"].shape == (4, 2, 13, 13)
+
+
+class Exploit:
+    """Unpickling this creates a file: the marker proves whether a pickle was ever loaded."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors", ".bin"])
+def test_pickles_are_refused_without_being_loaded(tmp_path, suffix):
+    marker = tmp_path / "pwned"
+    evil = tmp_path / f"model{suffix}"
+    evil.write_bytes(pickle.dumps(Exploit(marker)))
+    with pytest.raises(UserError, match="pickle"):
+        interp.load(evil)
+    assert not marker.exists()
+
+
+def test_torch_save_zip_is_refused(tmp_path, small_model):
+    path = tmp_path / "weights.safetensors"
+    torch.save(small_model.state_dict(), path)
+    with pytest.raises(UserError, match="pickle"):
+        interp.load(path)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "empty or truncated"),
+    (b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":", "corrupt or truncated"),
+    (b"hello world, not weights", "not a valid safetensors"),
+])
+def test_corrupt_files_are_refused(tmp_path, content, message):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match=message):
+        interp.load(path)
+
+
+def test_truncated_checkpoint_is_refused(tmp_path, small_model):
+    path = checkpoint.save(tmp_path / "m.safetensors", small_model, step=1, seed=0)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match="safetensors"):
+        interp.load(path)
+
+
+def test_missing_path_and_empty_folder(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        interp.load(tmp_path / "nope")
+    with pytest.raises(UserError, match="no checkpoints"):
+        interp.load(tmp_path)
+
+
+def test_wrong_task_is_refused(tmp_path, small_model):
+    path = checkpoint.save(tmp_path / "m.safetensors", small_model, step=1, seed=0)
+    with pytest.raises(UserError, match="'bijection' checkpoint, but this needs a 'hmm' one"):
+        interp.load(path, task="hmm")
+
+
+def test_shapes_that_disagree_with_the_config_are_refused(tmp_path, small_model):
+    from safetensors.torch import save_file
+    meta = checkpoint.describe(small_model, 0, 0)
+    meta["model"]["d_model"] = 64
+    tensors = {k: v.contiguous() for k, v in small_model.state_dict().items()}
+    save_file(tensors, tmp_path / "m.safetensors", metadata={"interp": json.dumps(meta)})
+    with pytest.raises(UserError, match="weights do not match the config"):
+        interp.load(tmp_path / "m.safetensors")

@@ -1,0 +1,101 @@
+"""The command line: bad input gets one line and a non-zero exit; good input works end to end."""
+import json
+import pickle
+
+import pytest
+from pypdf import PdfReader
+
+from tests.cli import run_cli
+
+TINY = ["-T", "V=6", "-T", "L=5", "-M", "d_model=16", "-M", "n_layers=2", "-M", "n_heads=2",
+        "--batch-size", "16", "--warmup", "5"]
+
+
+def assert_one_line_error(outcome, *fragments):
+    assert outcome.code != 0
+    lines = outcome.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("interp: error:"), outcome.err
+    assert "Traceback" not in outcome.err
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["train", "--task", "sudoku"], ["unknown task 'sudoku'", "valid tasks: bijection"]),
+    (["train", "--arch", "rnn9000"], ["unknown architecture 'rnn9000'", "transformer"]),
+    (["train", "--preset", "huge"], ["unknown preset 'huge'", "cpu, paper"]),
+    (["train", "-T", "V=1"], ["V must be at least 2"]),
+    (["train", "-T", "V=5", "-T", "L=9"], ["L=9 > V=5", "replacement"]),
+    (["train", "--steps", "0"], ["steps must be a positive integer"]),
+    (["train", "--lr", "nan"], ["lr must be a finite positive number"]),
+    (["train", "-T", "V"], ["is not KEY=VALUE"]),
+    (["train", "-M", "d_model=30", "-M", "n_heads=4"], ["not divisible"]),
+    (["run", "telepathy", "--ckpt", "x"], ["unknown analysis 'telepathy'", "calibration, key-orthogonality"]),
+    (["run", "calibration", "--ckpt", "does/not/exist"], ["checkpoint not found"]),
+    (["run", "calibration", "--ckpt", "x", "--format", "svg"], ["unknown format svg"]),
+    (["train", "--resume", "--out", "/nonexistent/run"], ["nothing to resume"]),
+])
+def test_bad_input_gets_one_line(capsys, tmp_path, args, fragments):
+    args = [a if a != "x" else str(tmp_path) for a in args]
+    if args[0] == "train" and "--out" not in args:
+        args += ["--out", str(tmp_path / "run")]
+    assert_one_line_error(run_cli(capsys, *args), *fragments)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_pickle_checkpoint_is_refused_on_the_command_line(capsys, tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Exploit:
+        def __reduce__(self):
+            import os
+            return (os.system, (f"touch {marker}",))
+
+    path = tmp_path / "model.pt"
+    path.write_bytes(pickle.dumps(Exploit()))
+    outcome = run_cli(capsys, "run", "calibration", "--ckpt", path, "--out", tmp_path / "figs")
+    assert_one_line_error(outcome, "pickle")
+    assert not marker.exists() and not (tmp_path / "figs").exists()
+
+
+def test_train_then_run_both_analyses_to_pdf(capsys, tmp_path):
+    run_dir = tmp_path / "tiny"
+    outcome = run_cli(capsys, "train", "--out", run_dir, "--steps", "120", *TINY)
+    assert outcome.code == 0, outcome.err
+    steps = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert steps == ["step-00000000.safetensors", "step-00000100.safetensors", "step-00000120.safetensors"]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "finished" and record["train"]["steps"] == 120
+    assert record["versions"]["torch"] and record["task"] == dict(name="bijection", V=6, L=5, replacement=False,
+                                                                   paired=False)
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "eval_entropy_mae_bits" in m] == [100, 120]
+    assert not (run_dir / "resume.safetensors").exists()
+
+    figures = tmp_path / "figs"
+    for name in ("calibration", "key-orthogonality"):
+        outcome = run_cli(capsys, "run", name, "--ckpt", run_dir, "--out", figures)
+        assert outcome.code == 0, outcome.err
+        pdf = figures / "tiny" / f"{name}.pdf"
+        assert pdf.read_bytes()[:5] == b"%PDF-" and len(PdfReader(pdf).pages) >= 2
+        assert "plotly" in (figures / "tiny" / f"{name}.html").read_text()
+        data = json.loads((figures / "tiny" / f"{name}.json").read_text())
+        assert data["analysis"] == name and data["step"] == 120 and data["definition"]
+    # One particular checkpoint gets its own folder; analysis options map onto the module's keywords.
+    ckpt = run_dir / "checkpoints" / "step-00000100.safetensors"
+    outcome = run_cli(capsys, "run", "key-orthogonality", "--ckpt", ckpt, "--out", figures, "--layer", "1",
+                      "--head", "1", "--format", "json")
+    assert outcome.code == 0, outcome.err
+    data = json.loads((figures / "tiny-step-00000100" / "key-orthogonality.json").read_text())
+    assert data["metrics"]["shown"] == dict(group="values", layer=1, head=1) and data["step"] == 100
+    assert_one_line_error(run_cli(capsys, "run", "key-orthogonality", "--ckpt", ckpt, "--colour", "red"),
+                          "unknown option --colour", "--layer")
+    # A second run into the same folder is refused instead of overwriting it.
+    assert_one_line_error(run_cli(capsys, "train", "--out", run_dir, *TINY), "already holds a run")
+
+
+def test_list_shows_everything(capsys):
+    outcome = run_cli(capsys, "list")
+    assert outcome.code == 0
+    for word in ("bijection", "transformer", "paper=", "cpu=", "calibration", "key-orthogonality"):
+        assert word in outcome.out
