@@ -24,11 +24,20 @@ def require_attention(model, analysis: str) -> None:
                             f"has no attention heads (try calibration instead)")
 
 
-def eval_batch(model, n: int, seed: int):
-    """A held-out batch of the model's task, on the model's device; same (n, seed), same batch."""
+# Training batches are seeded by seed * 1_000_003 + step; held-out batches live far above that.
+HELD_OUT_SEED_BASE = 1 << 40
+
+
+def held_out_batch(task, n: int, seed: int):
+    """A held-out batch of ``task``: same (n, seed), same batch, never one seen in training."""
     if n < 1:
         raise AnalysisError(f"need at least one sequence, got n={n}")
-    batch = model.task.sample(n, generator=torch.Generator().manual_seed(seed))
+    return task.sample(n, generator=torch.Generator().manual_seed(HELD_OUT_SEED_BASE + seed))
+
+
+def eval_batch(model, n: int, seed: int):
+    """A held-out batch of the model's task, on the model's device."""
+    batch = held_out_batch(model.task, n, seed)
     return batch.to(next(model.parameters()).device)
 
 

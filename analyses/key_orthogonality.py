@@ -117,7 +117,7 @@ def heatmap_figure(cos: torch.Tensor, labels: list[str], layer: int, head: int, 
     fig = go.Figure(go.Heatmap(z=cos.cpu().numpy(), x=labels, y=labels, zmin=-1, zmax=1, colorscale="RdBu_r",
                                colorbar=dict(title="cos"),
                                hovertemplate="%{y} · %{x}<br>cos %{z:.3f}<extra></extra>"))
-    fig.update_layout(title=f"Key cosines of the {group} tokens, layer {layer} head {head} "
+    fig.update_layout(title=f"Key cosines of the {group[:-1]} tokens, layer {layer} head {head} "
                             f"(mean |off-diag| {score:.3f})",
                       yaxis_autorange="reversed", template="plotly_white", width=640, height=600)
     return fig
@@ -129,7 +129,7 @@ def per_head_figure(trained: torch.Tensor, untrained: torch.Tensor, random: floa
     fig.add_bar(x=names, y=trained.flatten().tolist(), name="trained")
     fig.add_bar(x=names, y=untrained.flatten().tolist(), name="untrained init")
     fig.add_hline(y=random, line_dash="dash", annotation_text="random Gaussian", line_color="gray")
-    fig.update_layout(title=f"Mean |off-diagonal key cosine| of the {group} tokens per head (lower = more orthogonal)",
+    fig.update_layout(title=f"Mean |off-diagonal key cosine| of the {group[:-1]} tokens per head (lower = more orthogonal)",
                       barmode="group", yaxis_title="mean |cos|", template="plotly_white", width=760, height=440)
     return fig
 
@@ -139,7 +139,7 @@ def distribution_figure(values: dict, group: str) -> go.Figure:
     for name, v in values.items():
         fig.add_histogram(x=v.cpu().numpy(), name=name, histnorm="probability density", opacity=0.6,
                           xbins=dict(start=-1, end=1, size=0.05))
-    fig.update_layout(title=f"Off-diagonal key cosines of the {group} tokens, layer 0 (all heads)",
+    fig.update_layout(title=f"Off-diagonal key cosines of the {group[:-1]} tokens, layer 0 (all heads)",
                       barmode="overlay", xaxis_title="cos", yaxis_title="density", template="plotly_white",
                       width=720, height=420)
     return fig

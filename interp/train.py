@@ -24,17 +24,15 @@ import torch.nn.functional as F
 
 import models
 import tasks
+from analyses.base import held_out_batch
 
 from . import checkpoint
 from .errors import UserError
 from .files import atomic_write_bytes, atomic_write_json
 
-EVAL_SEED_OFFSET = 1 << 40  # held-out batches never share a seed with training batches
-
-
 @dataclass
 class TrainSettings:
-    steps: int = 7000
+    steps: int = 6000
     batch_size: int = 128
     lr: float = 3e-3
     warmup: int = 300
@@ -180,8 +178,7 @@ class Trainer:
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay},
                                       {"params": no_decay, "weight_decay": 0.0}], lr=s.lr, betas=s.betas)
         self.step, self.elapsed = 0, 0.0
-        self.eval_batch = self.task.sample(s.eval_size, generator=torch.Generator().manual_seed(
-            EVAL_SEED_OFFSET + s.seed)).to(self.device)
+        self.eval_batch = held_out_batch(self.task, s.eval_size, s.seed).to(self.device)
         if resume:
             self._restore()
         else:

@@ -1,0 +1,46 @@
+"""Wall time of `interp run ANALYSIS --ckpt CKPT` as a user sees it (fresh process, PDF included).
+
+    python benchmarks/run_time.py                       # key-orthogonality on the shipped model, 3 runs
+    python benchmarks/run_time.py --analysis calibration --repeat 5
+
+Prints each run, the median, and its ratio to the 20 s target. Also prints how long the imports
+alone take, since transformer-lens's import is most of a cold start.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TARGET_S = 20.0
+
+
+def timed(cmd: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--analysis", default="key-orthogonality")
+    parser.add_argument("--ckpt", default="models/pretrained/bijection-transformer-cpu")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    imports = timed([sys.executable, "-c", "import interp.checkpoint, analyses, plotly, kaleido"])
+    print(f"imports alone: {imports:.1f} s")
+    times = []
+    with tempfile.TemporaryDirectory() as out:
+        for i in range(args.repeat):
+            times.append(timed([sys.executable, "-m", "interp", "run", args.analysis, "--ckpt", args.ckpt, "--out", out]))
+            print(f"run {i + 1}: {times[-1]:.1f} s")
+    median = statistics.median(times)
+    print(f"median {median:.1f} s for `interp run {args.analysis}` (pdf, html, json); "
+          f"{median / TARGET_S:.2f} of the {TARGET_S:.0f} s target")
+
+
+if __name__ == "__main__":
+    main()
