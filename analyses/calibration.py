@@ -8,55 +8,72 @@ Definitions (all in bits, over the task's C answer classes only, at query positi
 - accuracy: the model's arg-max equals the sampled answer. bayes_accuracy is the same for a
   predictor that knows the Bayes posterior (the mean of its largest probability), the ceiling.
 - infeasible_mass: the model's probability on answers the Bayes posterior rules out (p_c = 0).
+- Continuous tasks (a Gaussian predictive): differential entropies in bits, KL between the two
+  Gaussians in bits, and mean_sq_error of the model's mean against the Bayes mean instead of accuracy.
 """
 from __future__ import annotations
+
+import math
 
 import plotly.graph_objects as go
 import torch
 
 from tasks import entropy_bits
+from tasks.regression import gaussian_entropy_bits
 
 from .base import Result, answer_probs, eval_batch
 
 DEFINITION = __doc__.split("Definitions", 1)[1].strip(" (:\n")
 
 
-def measure(model, batch) -> dict:
-    """Calibration numbers of ``model`` on ``batch``, plus per-query-position curves."""
+def discrete_terms(model, batch) -> dict[str, torch.Tensor]:
+    """Per-position model entropy, KL(Bayes||model), correctness and ruled-out mass, [B, T] each."""
     q = answer_probs(model, batch.tokens)
     p = batch.posterior.float()
-    mask = batch.query_mask
-    h_model, h_bayes = entropy_bits(q), batch.bayes_entropy.float()
     log_ratio = torch.log2(p.clamp_min(1e-30)) - torch.log2(q.clamp_min(1e-30))
-    kl = (p * log_ratio).where(p > 0, torch.zeros_like(p)).sum(-1)
     labels = batch.targets if batch.targets.dim() == 2 else p.argmax(-1)
-    correct = (q.argmax(-1) == labels).float()
-    infeasible = (q * (p == 0)).sum(-1)
-    err = (h_model - h_bayes).abs()
+    return dict(model_entropy=entropy_bits(q), kl=(p * log_ratio).where(p > 0, torch.zeros_like(p)).sum(-1),
+                accuracy=(q.argmax(-1) == labels).float(), bayes_accuracy=p.max(-1).values,
+                infeasible_mass=(q * (p == 0)).sum(-1))
 
-    def over_queries(x):
-        return x[mask].mean().item()
 
+@torch.no_grad()
+def gaussian_terms(model, batch) -> dict[str, torch.Tensor]:
+    """The same for a Gaussian predictive: differential entropies, KL between Gaussians, and the
+    squared error of the model's mean against the Bayes mean (there is no accuracy)."""
+    mean, var = (torch.cat(parts) for parts in zip(*(model.predictive(batch.tokens[i:i + 1024])
+                                                     for i in range(0, len(batch), 1024))))
+    m_b, v_b = batch.posterior_mean.float(), batch.posterior_var.float()
+    kl_nats = 0.5 * (torch.log(var / v_b) + (v_b + (m_b - mean) ** 2) / var - 1)
+    return dict(model_entropy=gaussian_entropy_bits(var), kl=kl_nats / math.log(2),
+                mean_sq_error=(mean - m_b) ** 2)
+
+
+def measure(model, batch) -> dict:
+    """Calibration numbers of ``model`` on ``batch``, plus per-query-position curves."""
+    terms = gaussian_terms(model, batch) if model.task.continuous else discrete_terms(model, batch)
+    mask = batch.query_mask
+    h_bayes = batch.bayes_entropy.float()
+    terms["abs_error"] = (terms["model_entropy"] - h_bayes).abs()
+    terms["signed_error"] = terms["model_entropy"] - h_bayes
     columns = mask.any(0).nonzero().flatten()
 
     def per_position(x):
         m = mask[:, columns].float()
         return ((x[:, columns] * m).sum(0) / m.sum(0)).tolist()
 
-    return dict(
-        entropy_mae_bits=over_queries(err),
-        kl_bits=over_queries(kl),
-        accuracy=over_queries(correct),
-        bayes_accuracy=over_queries(p.max(-1).values),
-        infeasible_mass=over_queries(infeasible),
-        n_sequences=len(batch), n_queries=int(mask.sum()),
-        per_position=dict(
-            position=columns.tolist(),
-            model_entropy_bits=per_position(h_model), bayes_entropy_bits=per_position(h_bayes),
-            abs_error_bits=per_position(err), signed_error_bits=per_position(h_model - h_bayes),
-            kl_bits=per_position(kl), infeasible_mass=per_position(infeasible),
-        ),
+    numbers = dict(entropy_mae_bits=terms["abs_error"][mask].mean().item(), kl_bits=terms["kl"][mask].mean().item())
+    for name in ("accuracy", "bayes_accuracy", "infeasible_mass", "mean_sq_error"):
+        if name in terms:
+            numbers[name] = terms[name][mask].mean().item()
+    numbers.update(n_sequences=len(batch), n_queries=int(mask.sum()))
+    numbers["per_position"] = dict(
+        position=columns.tolist(), model_entropy_bits=per_position(terms["model_entropy"]),
+        bayes_entropy_bits=per_position(h_bayes), abs_error_bits=per_position(terms["abs_error"]),
+        signed_error_bits=per_position(terms["signed_error"]), kl_bits=per_position(terms["kl"]),
+        **({"infeasible_mass": per_position(terms["infeasible_mass"])} if "infeasible_mass" in terms else {}),
     )
+    return numbers
 
 
 def staircase_figure(curves: dict, title: str) -> go.Figure:

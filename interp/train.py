@@ -88,8 +88,17 @@ def lr_at(step: int, s: TrainSettings) -> float:
 
 
 def loss_fn(model, batch, kind: str) -> torch.Tensor:
-    logits = model.answer_logits(batch.tokens).float()
     mask = batch.query_mask
+    if model.task.continuous:
+        # Gaussian NLL (up to a constant). Soft: its expectation under the Bayes predictive, which
+        # replaces the sampled (y - mean)^2 by var_Bayes + (mean_Bayes - mean)^2.
+        mean, var = model.predictive(batch.tokens)
+        if kind == "soft":
+            sq = batch.posterior_var + (batch.posterior_mean - mean) ** 2
+        else:
+            sq = (batch.targets - mean) ** 2
+        return 0.5 * (var.log() + sq / var)[mask].mean()
+    logits = model.answer_logits(batch.tokens).float()
     if kind == "soft":
         return -(batch.posterior * logits.log_softmax(-1)).sum(-1)[mask].mean()
     return F.cross_entropy(logits[mask], batch.targets[mask])

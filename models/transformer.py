@@ -61,6 +61,18 @@ PRESETS = {
 }
 
 
+class InputProjection(torch.nn.Module):
+    """The token embedding's stand-in for continuous tasks: a linear map of the input features."""
+
+    def __init__(self, input_dim: int, d_model: int):
+        super().__init__()
+        self.W_in = torch.nn.Parameter(torch.randn(input_dim, d_model) / input_dim ** 0.5)
+        self.b_in = torch.nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.W_in + self.b_in
+
+
 class WindTunnelTransformer(HookedTransformer):
     """A HookedTransformer that knows its task and reads beliefs off the answer classes."""
 
@@ -71,10 +83,13 @@ class WindTunnelTransformer(HookedTransformer):
         if n_ctx < task.seq_len:
             raise ConfigError(f"transformer: n_ctx={n_ctx} is shorter than the task's sequences "
                               f"({task.seq_len} tokens)")
+        # A continuous task has no vocabulary: a 1-row placeholder embedding is swapped for an input
+        # projection below, and the unembedding has two outputs, the Gaussian's mean and log-variance.
+        d_vocab, d_vocab_out = (1, 2) if task.continuous else (task.vocab_size, task.vocab_size)
         hooked = HookedTransformerConfig(
             n_layers=config.n_layers, d_model=config.d_model, n_heads=config.n_heads,
             d_head=config.d_model // config.n_heads, d_mlp=config.d_mlp or 4 * config.d_model,
-            n_ctx=n_ctx, d_vocab=task.vocab_size, d_vocab_out=task.vocab_size,
+            n_ctx=n_ctx, d_vocab=d_vocab, d_vocab_out=d_vocab_out,
             act_fn=config.act_fn, normalization_type=config.normalization,
             positional_embedding_type="standard", default_prepend_bos=False, seed=seed,
             device="cpu",
@@ -84,10 +99,35 @@ class WindTunnelTransformer(HookedTransformer):
             super().__init__(hooked, move_to_device=False)
         self.config = config
         self.task = task
+        if task.continuous:
+            self.embed = InputProjection(task.input_dim, config.d_model)
+            self.setup()  # re-index the hook points after swapping a module
+
+    def input_to_embed(self, input, *args, **kwargs):
+        """Refuse sequences longer than the position table, and project continuous inputs."""
+        if self.task.continuous and input.dim() == 2:
+            input = input[None]
+        length = input.shape[1] if input.dim() >= 2 else input.shape[0]
+        if length > self.cfg.n_ctx:
+            raise ConfigError(f"a sequence of {length} positions is longer than this model's context "
+                              f"(n_ctx={self.cfg.n_ctx}); learned positions exist only up to n_ctx. Train "
+                              f"with -M n_ctx={length} to size them (rows past the training length stay untrained)")
+        if not self.task.continuous:
+            return super().input_to_embed(input, *args, **kwargs)
+        embed = self.hook_embed(self.embed(input.to(self.embed.W_in.dtype)))
+        positions = self.hook_pos_embed(self.pos_embed(input[..., 0]))
+        return embed + positions, None, None, None
 
     def answer_logits(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
         """Logits over the task's C answer classes, [B, T, C]; kwargs go to ``forward``."""
+        if self.task.continuous:
+            raise TypeError(f"{self.task.name} is a continuous task: use model.predictive(inputs)")
         return self.task.answer_logits(self(tokens, **kwargs))
+
+    def predictive(self, inputs: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Continuous tasks: the model's Gaussian predictive (mean, variance), each [B, T]."""
+        out = self(inputs, **kwargs)
+        return out[..., 0], out[..., 1].clamp(-30, 30).exp()
 
     def answer_probs(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
         """The model's predictive distribution over the task's answer classes, [B, T, C]."""

@@ -9,8 +9,10 @@ import inspect
 
 from .base import Batch, ConfigError, Task, entropy_bits
 from .bijection import Bijection
+from .recall import Recall
+from .regression import Regression
 
-REGISTRY: dict[str, type[Task]] = {"bijection": Bijection}
+REGISTRY: dict[str, type[Task]] = {"bijection": Bijection, "recall": Recall, "regression": Regression}
 NAMES = tuple(REGISTRY)
 
 

@@ -18,12 +18,15 @@ class ConfigError(ValueError):
 
 @dataclass
 class Batch:
-    tokens: torch.Tensor  # LongTensor [B, T]
-    targets: torch.Tensor  # hard labels [B, T] (-100 = unsupervised) or soft targets [B, T, C]
+    tokens: torch.Tensor  # LongTensor [B, T]; FloatTensor [B, T, F] for continuous tasks
+    targets: torch.Tensor  # hard labels [B, T] (-100 = unsupervised; float targets for continuous tasks)
     query_mask: torch.Tensor  # BoolTensor [B, T]: positions where the model states a belief
-    posterior: torch.Tensor  # [B, T, C] exact Bayes predictive; defined where query_mask is set
-    bayes_entropy: torch.Tensor  # [B, T] bits; defined where query_mask is set
+    bayes_entropy: torch.Tensor  # [B, T] bits (differential entropy for continuous tasks)
+    posterior: torch.Tensor | None = None  # [B, T, C] exact Bayes predictive over the answer classes
+    posterior_mean: torch.Tensor | None = None  # [B, T] continuous tasks: Gaussian predictive mean
+    posterior_var: torch.Tensor | None = None  # [B, T] ... and variance
     hypothesis: dict = field(default_factory=dict)  # the sampled latent truth
+    # Every per-position field is defined where query_mask is set; elsewhere it holds placeholders.
 
     def to(self, device) -> "Batch":
         moved = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -51,6 +54,11 @@ class Task:
     vocab_size: int  # input token vocabulary
     n_classes: int  # C: the answer classes the posterior ranges over
     seq_len: int  # T of a sampled batch
+    length_setting: str | None = None  # the setting that sets the sequence length (length generalisation)
+    # Continuous tasks feed float vectors [B, T, input_dim] instead of tokens and are answered with
+    # a Gaussian (mean, variance) instead of C classes.
+    continuous: bool = False
+    input_dim: int | None = None
 
     def config(self) -> dict:
         """Everything needed to rebuild this task with ``tasks.make(**config)``."""
@@ -77,6 +85,17 @@ class Task:
     @property
     def max_entropy_bits(self) -> float:
         return math.log2(self.n_classes)
+
+    def with_length(self, n: int) -> "Task":
+        """The same task with its length setting changed to ``n`` (for length generalisation)."""
+        if self.length_setting is None:
+            raise ConfigError(f"task {self.name!r} has no length setting to vary")
+        from . import make
+
+        config = self.config()
+        config.pop("name")
+        config[self.length_setting] = n
+        return make(self.name, **config)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")

@@ -22,6 +22,7 @@ from .base import Batch, ConfigError, Task, entropy_bits
 
 class Bijection(Task):
     name = "bijection"
+    length_setting = "L"
 
     def __init__(self, V: int = 20, L: int | None = None, replacement: bool = False,
                  paired: bool = False):

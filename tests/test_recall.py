@@ -1,0 +1,168 @@
+"""The associative recall wind tunnel against brute-force enumeration of the generative process."""
+import itertools
+import math
+
+import pytest
+import torch
+
+from tasks.base import ConfigError
+from tasks.recall import Recall
+
+
+def brute_force_posterior(n_keys, n_values, tokens, query_index):
+    """P(answer to query `query_index` = v | everything before it), read off the raw tokens alone.
+
+    Enumerates every hidden world: each injective table from the bound keys to values, and each
+    tuple of answers to queries 0..query_index, weighting by the generative process (a bound key
+    answers its table value; an unbound key answers a uniform draw from all values). Which keys
+    are bound and which are asked does not depend on the values, so those factors cancel.
+    """
+    sep = n_keys + n_values
+    split = tokens.index(sep)
+    shown_keys = tokens[0:split:2]
+    shown_values = [v - n_keys for v in tokens[1:split:2]]
+    query_keys = tokens[split + 1::2]
+    shown_answers = [a - n_keys for a in tokens[split + 2::2]]
+
+    counts = [0.0] * n_values
+    for table_values in itertools.permutations(range(n_values), len(shown_keys)):
+        table = dict(zip(shown_keys, table_values))
+        if list(table_values) != shown_values:
+            continue
+        for answers in itertools.product(range(n_values), repeat=query_index + 1):
+            if list(answers[:query_index]) != shown_answers[:query_index]:
+                continue
+            weight = 1.0
+            for q, a in zip(query_keys, answers):
+                weight *= float(table[q] == a) if q in table else 1.0 / n_values
+            counts[answers[query_index]] += weight
+    total = sum(counts)
+    return torch.tensor([c / total for c in counts])
+
+
+@pytest.mark.parametrize("settings", [
+    dict(N=2, n_keys=3, n_values=3, queries=3, p_unbound=0.5),
+    dict(N=2, n_keys=4, n_values=3, queries=4, p_unbound=0.6),
+    dict(N=3, n_keys=3, n_values=4, queries=3),
+    dict(N=1, n_keys=2, n_values=2, queries=4, p_unbound=0.7),
+])
+def test_posterior_equals_enumeration(settings):
+    task = Recall(**settings)
+    batch = task.sample(16, generator=torch.Generator().manual_seed(1))
+    positions = batch.query_mask[0].nonzero().flatten()
+    assert len(positions) == task.queries and batch.query_mask.sum(1).eq(task.queries).all()
+    for b in range(len(batch)):
+        tokens = batch.tokens[b].tolist()
+        for i, pos in enumerate(positions.tolist()):
+            expected = brute_force_posterior(task.n_keys, task.n_values, tokens, i)
+            torch.testing.assert_close(batch.posterior[b, pos], expected, atol=1e-6, rtol=0)
+
+
+def test_repeated_unbound_key_stays_uniform():
+    task = Recall(N=2, n_keys=3, n_values=3, queries=4, p_unbound=0.5)
+    batch = task.sample(64, generator=torch.Generator().manual_seed(0))
+    h = batch.hypothesis
+    positions = batch.query_mask[0].nonzero().flatten()
+    # n_keys - N = 1, so any two unbound queries in a row share the same key
+    repeat = ~h["bound"][:, 1:] & (~h["bound"][:, :-1]).cumsum(1).gt(0)
+    assert repeat.any()
+    later = batch.posterior[:, positions[1:]][repeat]
+    torch.testing.assert_close(later, torch.full_like(later, 1 / 3))
+
+
+def test_tokens_follow_the_layout():
+    N, K, V, M = 5, 9, 7, 6
+    task = Recall(N=N, n_keys=K, n_values=V, queries=M, p_unbound=0.3)
+    batch = task.sample(32, generator=torch.Generator().manual_seed(0))
+    h = batch.hypothesis
+    tokens = batch.tokens
+    assert task.vocab_size == K + V + 1 and task.SEP == K + V
+    assert task.seq_len == 2 * N + 2 * M and tokens.shape == (32, 2 * N + 2 * M)
+    assert (tokens[:, 0:2 * N:2] == h["keys"]).all()
+    assert (tokens[:, 1:2 * N:2] == h["values"] + K).all()
+    assert (tokens[:, 2 * N] == task.SEP).all()
+    assert (tokens[:, 2 * N + 1::2] == h["query_keys"]).all()
+    assert (tokens[:, 2 * N + 2::2] == h["answers"][:, :-1] + K).all()
+    # keys and values of a table are distinct and from their pools
+    assert all(len(set(row.tolist())) == N for row in h["keys"])
+    assert all(len(set(row.tolist())) == N for row in h["values"])
+    assert h["keys"].lt(K).all() and h["values"].lt(V).all() and h["values"].ge(0).all()
+    # a query is bound exactly when its key is in the table, and then answers the bound value
+    in_table = (h["query_keys"][:, :, None] == h["keys"][:, None, :])
+    assert torch.equal(in_table.any(-1), h["bound"])
+    bound_value = (in_table.long() * h["values"][:, None, :]).sum(-1)
+    assert (h["answers"][h["bound"]] == bound_value[h["bound"]]).all()
+    # labels sit at the query keys and name the following answer; nothing else is labelled
+    qpos = batch.query_mask[0].nonzero().flatten()
+    assert torch.equal(qpos, 2 * N + 1 + 2 * torch.arange(M))
+    assert torch.equal(batch.targets[:, qpos], h["answers"])
+    assert (batch.targets[~batch.query_mask] == -100).all()
+
+
+def test_names_and_hypothesis_tokens():
+    task = Recall(N=2, n_keys=4, n_values=8, queries=2)
+    assert task.token_names(torch.tensor([3, 4, 11, 12])) == ["k3", "v0", "v7", "SEP"]
+    frame = task.hypothesis_tokens()
+    assert torch.equal(frame["keys"], torch.arange(4)) and torch.equal(frame["values"], torch.arange(4, 12))
+    logits = torch.randn(3, task.vocab_size)
+    assert torch.equal(task.answer_logits(logits), logits[:, 4:12])
+    assert task.config() == dict(name="recall", N=2, n_keys=4, n_values=8, queries=2, p_unbound=0.0)
+    assert Recall(**{k: v for k, v in task.config().items() if k != "name"}).config() == task.config()
+    assert Recall.length_setting == "queries"
+
+
+def test_sampling_is_deterministic_under_a_generator():
+    task = Recall(p_unbound=0.25)
+    a = task.sample(8, generator=torch.Generator().manual_seed(42))
+    b = task.sample(8, generator=torch.Generator().manual_seed(42))
+    c = task.sample(8, generator=torch.Generator().manual_seed(43))
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.posterior, b.posterior)
+    assert torch.equal(a.targets, b.targets)
+    assert all(torch.equal(a.hypothesis[k], b.hypothesis[k]) for k in a.hypothesis)
+    assert not torch.equal(a.tokens, c.tokens)
+
+
+def test_posteriors_are_distributions_and_entropies_in_range():
+    task = Recall(N=6, n_keys=10, n_values=12, queries=8, p_unbound=0.4)
+    batch = task.sample(128, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(batch.posterior.sum(-1), torch.ones(128, task.seq_len))
+    assert (batch.posterior >= 0).all()
+    h = batch.bayes_entropy
+    assert (h >= -1e-6).all() and (h <= math.log2(12) + 1e-6).all()
+    at_queries = h[:, batch.query_mask[0]]
+    bound = batch.hypothesis["bound"]
+    assert bound.any() and (~bound).any()
+    assert (at_queries[bound] == 0).all()
+    torch.testing.assert_close(at_queries[~bound], torch.full_like(at_queries[~bound], math.log2(12)))
+
+
+def test_unbound_fraction():
+    every = Recall(N=4, n_keys=8, n_values=8, queries=6).sample(
+        500, generator=torch.Generator().manual_seed(0))
+    assert every.hypothesis["bound"].all()
+    task = Recall(N=4, n_keys=8, n_values=8, queries=8, p_unbound=0.3)
+    h = task.sample(4000, generator=torch.Generator().manual_seed(0)).hypothesis
+    unbound = ~h["bound"]
+    assert abs(unbound.float().mean().item() - 0.3) < 0.02  # 32k draws: std ~0.003
+    # unbound queries reach every free key; bound queries spread over every table slot
+    in_table = h["query_keys"][:, :, None] == h["keys"][:, None, :]
+    slot_counts = in_table[h["bound"]].float().sum(0)
+    assert slot_counts.min() > 0.9 * slot_counts.mean()
+    assert len(set(h["query_keys"][unbound].tolist())) == 8
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(N=0), "N must be at least 1"),
+    (dict(queries=0), "queries must be at least 1"),
+    (dict(n_keys=2.0), "n_keys must be an integer"),
+    (dict(N=True), "N must be an integer"),
+    (dict(N=5, n_keys=4), "raise n_keys to at least 5"),
+    (dict(N=5, n_values=4), "raise n_values to at least 5"),
+    (dict(p_unbound=1.0), r"p_unbound must be in \[0, 1\)"),
+    (dict(p_unbound=-0.1), r"p_unbound must be in \[0, 1\)"),
+    (dict(p_unbound="0.1"), "p_unbound must be a number"),
+    (dict(N=4, n_keys=4, p_unbound=0.2), "raise n_keys above N=4 or set p_unbound=0"),
+])
+def test_bad_settings_are_refused(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        Recall(**settings)

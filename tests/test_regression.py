@@ -1,0 +1,102 @@
+"""Bayesian linear regression: the conjugate predictive against the joint Gaussian of the outputs."""
+import math
+
+import pytest
+import torch
+
+import analyses
+import models
+import tasks
+from analyses import calibration
+from interp.train import TrainSettings, Trainer
+
+
+def joint_gaussian_predictive(x, y, weight_std, noise_std):
+    """p(y_i | y_<i) by conditioning the joint N(0, weight_std^2 X X^T + noise_std^2 I) of all outputs,
+    which never forms a posterior over w: an independent route to the same numbers."""
+    n = x.shape[0]
+    cov = weight_std ** 2 * x @ x.T + noise_std ** 2 * torch.eye(n, dtype=x.dtype)
+    means, variances = [], []
+    for i in range(n):
+        if i == 0:
+            means.append(torch.zeros((), dtype=x.dtype))
+            variances.append(cov[0, 0])
+            continue
+        k = cov[i, :i]
+        solve = torch.linalg.solve(cov[:i, :i], k)
+        means.append(solve @ y[:i])
+        variances.append(cov[i, i] - k @ solve)
+    return torch.stack(means), torch.stack(variances)
+
+
+@pytest.mark.parametrize("d, n, weight_std, noise_std", [(1, 5, 1.0, 0.5), (3, 8, 2.0, 0.1), (4, 6, 0.5, 1.0)])
+def test_predictive_equals_joint_gaussian_conditioning(d, n, weight_std, noise_std):
+    task = tasks.make("regression", d=d, n=n, weight_std=weight_std, noise_std=noise_std)
+    batch = task.sample(6, generator=torch.Generator().manual_seed(0))
+    x, y = batch.hypothesis["x"].double(), batch.hypothesis["y"].double()
+    for b in range(6):
+        mean, var = joint_gaussian_predictive(x[b], y[b], weight_std, noise_std)
+        torch.testing.assert_close(batch.posterior_mean[b, 0::2].double(), mean, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(batch.posterior_var[b, 0::2].double(), var, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(batch.bayes_entropy[:, 0::2],
+                               0.5 * torch.log2(2 * math.pi * math.e * batch.posterior_var[:, 0::2]))
+
+
+def test_tokens_and_monte_carlo_coverage():
+    task = tasks.make("regression", d=2, n=6)
+    batch = task.sample(4000, generator=torch.Generator().manual_seed(1))
+    x, y = batch.hypothesis["x"], batch.hypothesis["y"]
+    assert batch.tokens.shape == (4000, 11, 4)
+    assert torch.equal(batch.tokens[:, 0::2, :2], x) and torch.equal(batch.tokens[:, 1::2, 2], y[:, :-1])
+    assert (batch.tokens[:, 1::2, 3] == 1).all() and (batch.tokens[:, 0::2, 2:] == 0).all()
+    # Monte Carlo: the realised y is a draw from the predictive, so standardised residuals are N(0, 1).
+    z = (y - batch.posterior_mean[:, 0::2]) / batch.posterior_var[:, 0::2].sqrt()
+    assert abs(z.mean().item()) < 0.03 and abs(z.var().item() - 1) < 0.05
+
+
+def test_determinism_and_bad_settings():
+    task = tasks.make("regression", d=3, n=4)
+    a = task.sample(5, generator=torch.Generator().manual_seed(3))
+    b = task.sample(5, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a.tokens, b.tokens)
+    with pytest.raises(tasks.ConfigError, match="noise_std must be a finite positive"):
+        tasks.make("regression", noise_std=0)
+    with pytest.raises(tasks.ConfigError, match="d must be a positive integer"):
+        tasks.make("regression", d=0)
+
+
+class GaussianOracle:
+    def __init__(self, task, batch):
+        self.task, self.batch = task, batch
+
+    def predictive(self, inputs):
+        n = len(inputs)
+        return self.batch.posterior_mean[:n], self.batch.posterior_var[:n]
+
+
+def test_calibration_of_the_exact_predictive_is_zero():
+    task = tasks.make("regression", d=3, n=5)
+    batch = task.sample(50, generator=torch.Generator().manual_seed(0))
+    numbers = calibration.measure(GaussianOracle(task, batch), batch)
+    assert numbers["entropy_mae_bits"] == pytest.approx(0, abs=1e-6)
+    assert numbers["kl_bits"] == pytest.approx(0, abs=1e-6) and numbers["mean_sq_error"] == 0
+
+
+def test_a_transformer_reads_continuous_inputs_with_hooks_and_learns(tmp_path):
+    task = tasks.make("regression", d=2, n=6)
+    model = models.build("transformer", task, config=dict(d_model=32, n_layers=2, n_heads=2))
+    batch = task.sample(8, generator=torch.Generator().manual_seed(0))
+    mean, var = model.predictive(batch.tokens)
+    assert mean.shape == var.shape == (8, 11) and (var > 0).all()
+    _, cache = model.run_with_cache(batch.tokens)
+    assert cache["hook_embed"].shape == (8, 11, 32) and "blocks.1.attn.hook_pattern" in cache
+    with pytest.raises(TypeError, match="continuous task"):
+        model.answer_probs(batch.tokens)
+    with pytest.raises(analyses.AnalysisError, match="no hypothesis tokens"):
+        analyses.run("key-orthogonality", model)
+    settings = TrainSettings(steps=600, batch_size=64, lr=3e-3, warmup=30, eval_every=600, eval_size=500)
+    trainer = Trainer(tmp_path / "reg", task.config(), "transformer", dict(d_model=32, n_layers=2, n_heads=2),
+                      settings, progress=False)
+    before = trainer.evaluate()["entropy_mae_bits"]
+    after = trainer.run()["entropy_mae_bits"]
+    assert after < before / 2
