@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import inspect
 
-from . import calibration, key_orthogonality
+from . import calibration, key_orthogonality, length_generalization
 from .base import AnalysisError, Result
 
 REGISTRY = {
     "calibration": calibration.run,
     "key-orthogonality": key_orthogonality.run,
+    "length-generalization": length_generalization.run,
 }
 NAMES = tuple(REGISTRY)
 

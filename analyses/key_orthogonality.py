@@ -71,12 +71,13 @@ def expected_abs_cos(d: int) -> float:
     return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
 
 
-def run(model, group: str = "values", layer: int = 0, head: int = 0) -> Result:
+def run(model, group: str = "", layer: int = 0, head: int = 0) -> Result:
     """Key-frame orthogonality of ``model`` per layer and head, against init and random vectors."""
     require_attention(model, "key-orthogonality")
     groups = model.task.hypothesis_tokens()
     if not groups:
         raise AnalysisError(f"task {model.task.name!r} defines no hypothesis tokens for key-orthogonality")
+    group = group or next(iter(groups))  # the task lists its main hypothesis frame first
     if group not in groups:
         raise AnalysisError(f"unknown group {group!r}; this task has: {', '.join(groups)}")
     n_layers, n_heads, d_head = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_head

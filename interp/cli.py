@@ -84,7 +84,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
     import models
     import tasks
 
-    from .train import PRESETS, Trainer
+    from .train import Trainer, preset_settings
 
     out = out or Path("runs") / f"{task_name}-{arch}-{preset}"
     if resume:
@@ -95,13 +95,11 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
             raise UserError(f"--resume continues with the settings in {out / 'run.json'}; drop {', '.join(given)}")
         trainer = Trainer(out, resume=True, device=device)
     else:
-        if preset not in PRESETS:
-            raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
         overrides = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
                                            warmup=warmup).items() if v is not None}
-        settings = dataclasses.replace(PRESETS[preset], **overrides)
         task = tasks.make(task_name, **parse_assignments(task_options, "task option"))
-        model_config = models.model_config(arch, preset, **parse_assignments(model_options, "model option"))
+        settings = dataclasses.replace(preset_settings(preset, task_name), **overrides)
+        model_config = models.model_config(arch, preset, task_name, **parse_assignments(model_options, "model option"))
         trainer = Trainer(out, task.config(), arch, model_config, settings, device=device)
     s = trainer.settings
     click.echo(f"training {trainer.task!r} {trainer.model.arch} ({sum(p.numel() for p in trainer.model.parameters()):,} "

@@ -16,7 +16,7 @@ import math
 import platform
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -62,12 +62,21 @@ class TrainSettings:
         return self
 
 
-# Training recipes that go with the model presets of the same name.
+# Training recipes that go with the model presets of the same name; (task, preset) entries override.
 PRESETS = {
     "cpu": TrainSettings(),
     "paper": TrainSettings(steps=50_000, batch_size=256, lr=3e-4, warmup=2000, betas=(0.9, 0.999),
                            loss="hard", eval_every=1000),
 }
+TASK_PRESETS = {
+    ("hmm", "cpu"): TrainSettings(steps=11_000, batch_size=64, lr=2e-3, warmup=300, eval_every=500),
+}
+
+
+def preset_settings(preset: str, task: str) -> TrainSettings:
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    return TASK_PRESETS.get((task, preset), PRESETS[preset])
 
 
 def checkpoint_steps(total: int) -> list[int]:

@@ -12,6 +12,7 @@ from . import transformer
 REGISTRY = {
     "transformer": (transformer.WindTunnelTransformer, transformer.TransformerConfig, transformer.PRESETS),
 }
+TASK_PRESETS = {("transformer", task, preset): config for (task, preset), config in transformer.TASK_PRESETS.items()}
 ARCHS = tuple(REGISTRY)
 
 
@@ -25,14 +26,14 @@ def presets(arch: str) -> dict:
     return _lookup(arch)[2]
 
 
-def model_config(arch: str, preset: str | None = None, **overrides) -> dict:
-    """The config dict of a preset with overrides applied, validated."""
+def model_config(arch: str, preset: str | None = None, task: str | None = None, **overrides) -> dict:
+    """The config dict of a preset (the task's own variant of it, if it has one) with overrides applied."""
     _, config_cls, arch_presets = _lookup(arch)
     base = {}
     if preset is not None:
         if preset not in arch_presets:
             raise ConfigError(f"unknown preset {preset!r} for {arch}; valid presets: {', '.join(arch_presets)}")
-        base = arch_presets[preset].to_dict()
+        base = TASK_PRESETS.get((arch, task, preset), arch_presets[preset]).to_dict()
     base.update(overrides)
     return config_cls.from_dict(base).to_dict()
 

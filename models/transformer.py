@@ -59,6 +59,12 @@ PRESETS = {
     "paper": TransformerConfig(d_model=192, n_layers=6, n_heads=6),
     "cpu": TransformerConfig(d_model=96, n_layers=2, n_heads=4),
 }
+# Where a task needs another shape: HMM filtering looks up table entries chosen by the current
+# observation and composes them over time, which wants more heads and depth than bijection; its
+# positions are sized for K=50 so the same model can be tested for length generalisation.
+TASK_PRESETS = {
+    ("hmm", "cpu"): TransformerConfig(d_model=96, n_layers=4, n_heads=8, n_ctx=103),
+}
 
 
 class InputProjection(torch.nn.Module):

@@ -9,10 +9,11 @@ import inspect
 
 from .base import Batch, ConfigError, Task, entropy_bits
 from .bijection import Bijection
+from .hmm import HMM
 from .recall import Recall
 from .regression import Regression
 
-REGISTRY: dict[str, type[Task]] = {"bijection": Bijection, "recall": Recall, "regression": Regression}
+REGISTRY: dict[str, type[Task]] = {"bijection": Bijection, "hmm": HMM, "regression": Regression, "recall": Recall}
 NAMES = tuple(REGISTRY)
 
 

@@ -47,6 +47,28 @@ def entropy_bits(p: torch.Tensor) -> torch.Tensor:
     return -(p * logp).where(p > 0, torch.zeros_like(p)).sum(-1)
 
 
+def batch_at_queries(tokens: torch.Tensor, positions: torch.Tensor, posterior: torch.Tensor,
+                     labels: torch.Tensor, hypothesis: dict) -> Batch:
+    """A Batch whose beliefs are asked for at the same ``positions`` in every row.
+
+    ``posterior`` [B, Q, C] and ``labels`` [B, Q] are given at the Q query positions only; other
+    positions get a uniform placeholder posterior and the -100 "unsupervised" label.
+    """
+    B, T = tokens.shape[:2]
+    C = posterior.shape[-1]
+    query_mask = torch.zeros(B, T, dtype=torch.bool)
+    query_mask[:, positions] = True
+    full = torch.full((B, T, C), 1.0 / C)
+    full[:, positions] = posterior.float()
+    # The placeholder rows are all alike, so their entropy is computed once.
+    bayes_entropy = torch.full((B, T), math.log2(C))
+    bayes_entropy[:, positions] = entropy_bits(posterior.float())
+    targets = torch.full((B, T), -100, dtype=torch.long)
+    targets[:, positions] = labels
+    return Batch(tokens=tokens, targets=targets, query_mask=query_mask, posterior=full,
+                 bayes_entropy=bayes_entropy, hypothesis=hypothesis)
+
+
 class Task:
     """Base class of a wind tunnel. Subclasses set the class attributes and implement ``sample``."""
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Batch, ConfigError, Task, entropy_bits
+from .base import Batch, ConfigError, Task, batch_at_queries
 
 
 class Bijection(Task):
@@ -79,16 +79,8 @@ class Bijection(Task):
         n_pairs = n_keys - 1 if not self.paired else L
         tokens[:, key_pos[:n_pairs] + 1] = values[:, :n_pairs] + V
 
-        query_mask = torch.zeros(B, T, dtype=torch.bool)
-        query_mask[:, key_pos] = True
-        posterior = torch.full((B, T, V), 1.0 / V)  # placeholder where no belief is asked for
-        posterior[:, key_pos] = key_posterior
-        bayes_entropy = entropy_bits(posterior)
-        labels = torch.full((B, T), -100, dtype=torch.long)
-        labels[:, key_pos] = values
-        return Batch(tokens=tokens, targets=labels, query_mask=query_mask, posterior=posterior,
-                     bayes_entropy=bayes_entropy,
-                     hypothesis=dict(permutation=perm, keys=keys, values=values))
+        return batch_at_queries(tokens, key_pos, key_posterior, values,
+                                hypothesis=dict(permutation=perm, keys=keys, values=values))
 
     def token_names(self, tokens: torch.Tensor) -> list[str]:
         V = self.V

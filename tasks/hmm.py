@@ -50,7 +50,7 @@ import math
 
 import torch
 
-from .base import Batch, ConfigError, Task, entropy_bits
+from .base import Batch, ConfigError, Task, batch_at_queries
 
 TRANS, EMIT, SEP = 101, 102, 103
 OBS0 = 104
@@ -214,19 +214,9 @@ class HMM(Task):
             torch.full((B, 1), SEP), observations + OBS0,
         ], dim=1)
 
-        first = self.obs_offset
-        query_mask = torch.zeros(B, self.seq_len, dtype=torch.bool)
-        query_mask[:, first:] = True
-        posterior = torch.full((B, self.seq_len, S), 1.0 / S)  # placeholder where no belief is asked for
-        posterior[:, first:] = forward_filter(T, E, observations)
-        # equals entropy_bits(posterior); the placeholder rows are all alike, so computed once
-        bayes_entropy = entropy_bits(posterior[:1, :1]).expand(B, self.seq_len).clone()
-        bayes_entropy[:, first:] = entropy_bits(posterior[:, first:])
-        labels = torch.full((B, self.seq_len), -100, dtype=torch.long)
-        labels[:, first:] = states
-        return Batch(tokens=tokens, targets=labels, query_mask=query_mask, posterior=posterior,
-                     bayes_entropy=bayes_entropy,
-                     hypothesis=dict(T_units=T_units, E_units=E_units, T=T, E=E, states=states,
+        return batch_at_queries(tokens, torch.arange(self.obs_offset, self.seq_len),
+                                forward_filter(T, E, observations), states,
+                                hypothesis=dict(T_units=T_units, E_units=E_units, T=T, E=E, states=states,
                                      observations=observations))
 
     def decode_tables(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

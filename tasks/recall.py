@@ -46,7 +46,7 @@ import numbers
 
 import torch
 
-from .base import Batch, ConfigError, Task, entropy_bits
+from .base import Batch, ConfigError, Task, batch_at_queries
 
 
 class Recall(Task):
@@ -120,17 +120,9 @@ class Recall(Task):
         tokens[:, query_pos] = query_keys
         tokens[:, query_pos[:-1] + 1] = answers[:, :-1] + K
 
-        query_mask = torch.zeros(B, T, dtype=torch.bool)
-        query_mask[:, query_pos] = True
-        posterior = torch.full((B, T, V), 1.0 / V)  # placeholder where no belief is asked for
-        posterior[:, query_pos] = query_posterior
-        bayes_entropy = entropy_bits(posterior)
-        labels = torch.full((B, T), -100, dtype=torch.long)
-        labels[:, query_pos] = answers
-        return Batch(tokens=tokens, targets=labels, query_mask=query_mask, posterior=posterior,
-                     bayes_entropy=bayes_entropy,
-                     hypothesis=dict(keys=keys, values=values, query_keys=query_keys,
-                                     bound=bound, answers=answers))
+        return batch_at_queries(tokens, query_pos, query_posterior, answers,
+                                hypothesis=dict(keys=keys, values=values, query_keys=query_keys,
+                                                bound=bound, answers=answers))
 
     def token_names(self, tokens: torch.Tensor) -> list[str]:
         K = self.n_keys

@@ -1,0 +1,89 @@
+"""Length generalisation: calibration at sequence lengths beyond the training length.
+
+Definition. For each value n of the task's length setting (bijection L, HMM K, regression n,
+recall queries) the task is rebuilt with that length and the model's calibration is measured as in
+``calibration`` (entropy MAE in bits over the answer classes, KL(Bayes||model)) on held-out
+sequences. Reported per length: the MAE over all query positions (what the paper's figure
+averaged) and over only the query positions past the training length (the honest extrapolation
+number), plus the per-query-position error curve with the training boundary marked. Learned
+absolute positions exist only up to the model's n_ctx; a length that needs more is refused with
+the n_ctx to train with (rows past the training length are then present but never trained, as in
+the paper).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from tasks import ConfigError
+
+from .base import AnalysisError, Result, held_out_batch
+from .calibration import measure
+
+DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+
+
+def parse_lengths(spec: str, trained: int) -> list[int]:
+    if not spec:
+        return sorted({trained, round(trained * 1.5), round(trained * 2.5)})
+    try:
+        lengths = [int(part) for part in str(spec).split(",") if part.strip()]
+    except ValueError:
+        raise AnalysisError(f"--lengths must be comma-separated integers, got {spec!r}") from None
+    if not lengths or min(lengths) < 1:
+        raise AnalysisError(f"--lengths must be positive integers, got {spec!r}")
+    return sorted(set(lengths))
+
+
+def run(model, lengths: str = "", n: int = 1000, seed: int = 1234) -> Result:
+    """Calibration of ``model`` at each length in ``lengths`` (default: the training length, 1.5x, 2.5x)."""
+    task = model.task
+    if task.length_setting is None:
+        raise AnalysisError(f"task {task.name!r} has no length setting to vary")
+    trained = task.config()[task.length_setting]
+    n_ctx = model.cfg.n_ctx
+    trained_queries = int(held_out_batch(task, 1, seed).query_mask[0].sum())
+    per_length = {}
+    for length in parse_lengths(lengths, trained):
+        try:
+            variant = task.with_length(length)
+        except ConfigError as err:
+            raise AnalysisError(f"{task.length_setting}={length}: {err}") from None
+        if variant.seq_len > n_ctx:
+            raise AnalysisError(
+                f"{task.length_setting}={length} needs {variant.seq_len} positions but the model has n_ctx={n_ctx}; "
+                f"retrain with -M n_ctx={variant.seq_len} to size the position table for it")
+        numbers = measure(model, held_out_batch(variant, n, seed).to(next(model.parameters()).device))
+        errors = numbers["per_position"]["abs_error_bits"]
+        beyond = errors[trained_queries:]
+        per_length[str(length)] = dict(
+            entropy_mae_bits=numbers["entropy_mae_bits"], kl_bits=numbers["kl_bits"],
+            beyond_training_mae_bits=sum(beyond) / len(beyond) if beyond else None,
+            abs_error_bits=errors, bayes_entropy_bits=numbers["per_position"]["bayes_entropy_bits"],
+        )
+    metrics = dict(length_setting=task.length_setting, trained_length=trained, trained_queries=trained_queries,
+                   n_ctx=n_ctx, n_sequences=n, seed=seed, lengths=per_length)
+    return Result("length-generalization", DEFINITION, metrics, {
+        "error-by-position": curve_figure(per_length, trained_queries, task.length_setting, task.name),
+        "mae-by-length": bar_figure(per_length, task.length_setting),
+    })
+
+
+def curve_figure(per_length: dict, boundary: int, setting: str, task_name: str) -> go.Figure:
+    fig = go.Figure()
+    for length, numbers in per_length.items():
+        errors = numbers["abs_error_bits"]
+        fig.add_scatter(x=list(range(1, len(errors) + 1)), y=errors, mode="lines+markers", name=f"{setting}={length}")
+    fig.add_vline(x=boundary + 0.5, line_dash="dash", annotation_text="training length")
+    fig.update_layout(title=f"{task_name}: |H model - H Bayes| by query position", xaxis_title="query index",
+                      yaxis_title="bits (log scale)", yaxis_type="log", template="plotly_white", width=760, height=440)
+    return fig
+
+
+def bar_figure(per_length: dict, setting: str) -> go.Figure:
+    names = [f"{setting}={k}" for k in per_length]
+    fig = go.Figure()
+    fig.add_bar(x=names, y=[v["entropy_mae_bits"] for v in per_length.values()], name="all positions")
+    fig.add_bar(x=names, y=[v["beyond_training_mae_bits"] for v in per_length.values()], name="past training length")
+    fig.update_layout(title="Entropy MAE by evaluation length", yaxis_title="bits", barmode="group",
+                      template="plotly_white", width=640, height=420)
+    return fig
