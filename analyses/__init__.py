@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import inspect
 
-from . import calibration, key_orthogonality, length_generalization
+from . import calibration, head_ablation, key_orthogonality, layer_ablation, length_generalization
 from .base import AnalysisError, Result
 
 REGISTRY = {
     "calibration": calibration.run,
     "key-orthogonality": key_orthogonality.run,
     "length-generalization": length_generalization.run,
+    "head-ablation": head_ablation.run,
+    "layer-ablation": layer_ablation.run,
 }
 NAMES = tuple(REGISTRY)
 

@@ -167,24 +167,27 @@ def list_command():
     from .pretrained import shipped, summary
     from .train import PRESETS
 
-    click.echo("tasks:")
+    click.echo("tasks (defaults):")
     for name in tasks.NAMES:
-        click.echo(f"  {name:<20} {tasks.make(name)!r}")
-    click.echo("architectures (parameters on the default bijection task):")
-    task = tasks.make("bijection")
+        click.echo(f"  {name:<22} {tasks.make(name)!r}")
+    click.echo(f"architectures (parameters of each preset on each task's defaults; presets: {', '.join(PRESETS)}):")
     for arch in models.ARCHS:
-        counts = ", ".join(f"{p}={models.n_params(models.build(arch, task, preset=p)):,}" for p in models.presets(arch))
-        click.echo(f"  {arch:<20} {counts}")
-    click.echo(f"training presets: {', '.join(PRESETS)}")
-    click.echo("analyses:")
+        for name in tasks.NAMES:
+            task = tasks.make(name)
+            counts = ", ".join(f"{p}={models.n_params(models.build(arch, task, models.model_config(arch, p, name))):,}"
+                               for p in models.presets(arch))
+            click.echo(f"  {arch:<12} {name:<11} {counts}")
+    click.echo("analyses (options and defaults):")
     for name in analyses.NAMES:
-        opts = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in analyses.options(name).items())
-        click.echo(f"  {name:<20} {opts}")
+        opts = " ".join(f"--{k.replace('_', '-')} {v if v != '' else 'auto'}" for k, v in analyses.options(name).items())
+        click.echo(f"  {name:<22} {opts}")
     click.echo("shipped models:")
     for name, path in shipped().items():
         info = summary(path)
         mae = f"{info['entropy_mae_bits']:.4f} bits" if info["entropy_mae_bits"] is not None else "n/a"
         click.echo(f"  {name:<32} {info['task']}/{info['arch']}, {info['n_params']:,} params, MAE {mae}")
+    if not shipped():
+        click.echo("  (none)")
 
 
 def is_user_error(err: Exception) -> bool:

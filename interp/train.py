@@ -179,8 +179,11 @@ class Trainer:
                 raise UserError(f"cannot read {run_file}: {err}") from None
             if self.record.get("status") == "finished":
                 raise UserError(f"{self.out} has already finished; nothing to resume")
-            task_config, arch, model_config = self.record["task"], self.record["arch"], self.record["model"]
-            settings = TrainSettings(**self.record["train"])
+            try:
+                task_config, arch, model_config = self.record["task"], self.record["arch"], self.record["model"]
+                settings = TrainSettings(**self.record["train"])
+            except (KeyError, TypeError) as err:
+                raise UserError(f"{run_file} is not a valid run record ({err}); it cannot be resumed") from None
         elif run_file.exists() or checkpoint.list_checkpoints(self.out):
             raise UserError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
         self.settings = (settings or TrainSettings()).validate()

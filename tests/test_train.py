@@ -1,14 +1,17 @@
 """Training: schedule, checkpoints, and exact resumption after a hard kill."""
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 from interp import checkpoint
+from interp.errors import UserError
 from interp.train import TrainSettings, Trainer, checkpoint_steps, lr_at
 
 TASK = dict(name="bijection", V=6, L=5)
@@ -23,7 +26,7 @@ def test_checkpoint_schedule_is_dense_early():
 def test_learning_rate_warms_up_then_decays_to_zero():
     s = TrainSettings(steps=100, lr=1.0, warmup=10)
     assert lr_at(0, s) == 0.1 and lr_at(9, s) == 1.0 and lr_at(10, s) == 1.0
-    assert lr_at(55, s) == 0.5 * (1 + __import__("math").cos(__import__("math").pi * 0.5))
+    assert lr_at(55, s) == pytest.approx(0.5)
     assert lr_at(100, s) == 0.0
 
 
@@ -63,3 +66,32 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path):
     assert straight.keys() == after.keys()
     for key in straight:
         assert torch.equal(straight[key], after[key]), key
+
+
+def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
+    settings = TrainSettings(steps=300, batch_size=16, lr=1e-3, warmup=5, eval_every=100, eval_size=50)
+    trainer = Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
+    original = trainer.task.sample
+
+    def poisoned(batch_size, generator=None):
+        batch = original(batch_size, generator=generator)
+        if trainer.step == 150:
+            batch.posterior[:] = float("nan")
+        return batch
+
+    trainer.task.sample = poisoned
+    with pytest.raises(UserError, match="loss became nan at step 150"):
+        trainer.run()
+    saved = [step for step, _ in checkpoint.list_checkpoints(tmp_path / "run")]
+    assert saved == [0, 100]
+    for _, path in checkpoint.list_checkpoints(tmp_path / "run"):
+        model = checkpoint.load(path)
+        assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_corrupt_run_record_cannot_be_resumed(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text(json.dumps({"task": {}, "arch": "transformer", "model": {},
+                                                           "train": {"stepz": 3}}))
+    with pytest.raises(UserError, match="not a valid run record"):
+        Trainer(tmp_path / "run", resume=True, progress=False)
