@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import inspect
 
-from . import calibration, head_ablation, key_orthogonality, layer_ablation, length_generalization
+from . import (belief_clusters, calibration, compare, frame_precision, head_ablation, key_orthogonality,
+               layer_ablation, length_generalization, qk_alignment, value_manifold)
 from .base import AnalysisError, Result
 
 REGISTRY = {
@@ -16,7 +17,13 @@ REGISTRY = {
     "length-generalization": length_generalization.run,
     "head-ablation": head_ablation.run,
     "layer-ablation": layer_ablation.run,
+    "qk-alignment": qk_alignment.run,
+    "value-manifold": value_manifold.run,
+    "frame-precision": frame_precision.run,
+    "belief-clusters": belief_clusters.run,
+    "compare": compare.run,
 }
+MULTI_MODEL = {"compare"}  # analyses whose first argument is a list of models
 NAMES = tuple(REGISTRY)
 
 
@@ -41,4 +48,4 @@ def _check(name: str) -> None:
         raise AnalysisError(f"unknown analysis {name!r}; valid analyses: {', '.join(NAMES)}")
 
 
-__all__ = ["AnalysisError", "Result", "NAMES", "REGISTRY", "options", "run"]
+__all__ = ["AnalysisError", "Result", "NAMES", "MULTI_MODEL", "REGISTRY", "options", "run"]

@@ -112,7 +112,8 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("name")
-@click.option("--ckpt", required=True, help="run folder, .safetensors checkpoint, or shipped model name")
+@click.option("--ckpt", required=True, multiple=True,
+              help="run folder, .safetensors checkpoint, or shipped model name (repeat it for compare)")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("figures"), show_default=True, help="output folder")
 @click.option("--format", "formats", default="pdf,html,json", show_default=True, help="any of pdf,html,json,png")
 @click.option("--device", default="cpu", show_default=True)
@@ -134,13 +135,21 @@ def run(ctx, name, ckpt, out, formats, device):
     options = analysis_options(name, ctx.args)
     from .checkpoint import load, resolve
 
-    source = locate(ckpt)
-    model = load(source, device=device)
-    file = resolve(source)
-    run_name = run_label(Path(source), file)
-    result = analyses.run(name, model, **options)
-    context = dict(run=run_name, checkpoint=str(file), step=model.step, task=model.task.config(),
-                   arch=model.arch, options=options)
+    if name not in analyses.MULTI_MODEL and len(ckpt) > 1:
+        raise UserError(f"{name} takes one --ckpt; only compare takes several")
+    sources = [locate(c) for c in ckpt]
+    loaded = [load(source, device=device) for source in sources]
+    files = [resolve(source) for source in sources]
+    if name in analyses.MULTI_MODEL:
+        result = analyses.run(name, loaded, **options)
+        run_name = name
+        context = dict(run=run_name, checkpoints=[str(f) for f in files], options=options)
+    else:
+        model, file = loaded[0], files[0]
+        result = analyses.run(name, model, **options)
+        run_name = run_label(Path(sources[0]), file)
+        context = dict(run=run_name, checkpoint=str(file), step=model.step, task=model.task.config(),
+                       arch=model.arch, options=options)
     paths = write_result(result, out / run_name, chosen, context)
     headline = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     click.echo("  ".join(f"{k}={v:.4g}" for k, v in list(headline.items())[:6]))

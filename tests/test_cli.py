@@ -90,6 +90,15 @@ def test_train_then_run_both_analyses_to_pdf(capsys, tmp_path):
     assert data["metrics"]["shown"] == dict(group="values", layer=1, head=1) and data["step"] == 100
     assert_one_line_error(run_cli(capsys, "run", "key-orthogonality", "--ckpt", ckpt, "--colour", "red"),
                           "unknown option --colour", "--layer")
+    # compare takes several checkpoints; other analyses refuse more than one.
+    outcome = run_cli(capsys, "run", "compare", "--ckpt", run_dir, "--ckpt", "bijection-transformer-cpu",
+                      "--out", figures, "--n", "200", "--format", "json")
+    assert outcome.code == 0, outcome.err
+    data = json.loads((figures / "compare" / "compare.json").read_text())
+    assert [r["run"] for r in data["metrics"]["runs"]] == ["tiny@120", "bijection-transformer-cpu@6000"]
+    assert data["metrics"]["primitives"]["transformer"]["accumulation"]["status"] == "pass"
+    assert_one_line_error(run_cli(capsys, "run", "calibration", "--ckpt", run_dir, "--ckpt", run_dir),
+                          "only compare takes several")
     # A second run into the same folder is refused instead of overwriting it.
     assert_one_line_error(run_cli(capsys, "train", "--out", run_dir, *TINY), "already holds a run")
 

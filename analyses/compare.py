@@ -1,0 +1,93 @@
+"""Compare several runs: one table and one bar chart of calibration, and the measured primitives matrix.
+
+Definition. Every model is measured with ``calibration`` on its own task (entropy MAE and KL in
+bits, accuracy for discrete tasks; n held-out sequences, the same seed for all). The primitives
+matrix has one row per architecture and one column per inference primitive, each judged from the
+runs given, never assumed: accumulation from bijection (pass when entropy MAE <= 0.05 bits),
+transport from HMM filtering (pass when entropy MAE <= 0.05 bits), binding from associative recall
+(pass when accuracy >= 0.9). A cell with no run of that task and architecture is "not measured";
+with several, the best run counts. The thresholds sit between the paper's passing and failing
+architectures (bijection 0.007-0.010 vs MLP 1.85 bits; HMM <= 0.024 vs LSTM 0.41 bits; recall
+>= 97.8% vs LSTM 0.5%).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .base import AnalysisError, Result, eval_batch
+from .calibration import measure
+
+DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+
+# primitive -> (task, metric, direction, threshold)
+PRIMITIVES = {
+    "accumulation": ("bijection", "entropy_mae_bits", "max", 0.05),
+    "transport": ("hmm", "entropy_mae_bits", "max", 0.05),
+    "binding": ("recall", "accuracy", "min", 0.9),
+}
+
+
+def run_label(model) -> str:
+    folder = getattr(model, "run_dir", None)
+    name = folder.name if folder is not None else getattr(model, "checkpoint_path", None)
+    name = getattr(name, "stem", name) or f"{model.task.name}-{model.arch}"
+    return f"{name}@{getattr(model, 'step', '?')}"
+
+
+def primitive_cell(rows: list[dict], arch: str, primitive: str) -> dict:
+    task, metric, direction, threshold = PRIMITIVES[primitive]
+    values = [r[metric] for r in rows if r["arch"] == arch and r["task"] == task and r.get(metric) is not None]
+    if not values:
+        return dict(status="not measured", value=None, threshold=threshold, metric=metric, task=task)
+    best = min(values) if direction == "max" else max(values)
+    passed = best <= threshold if direction == "max" else best >= threshold
+    return dict(status="pass" if passed else "fail", value=best, threshold=threshold, metric=metric, task=task)
+
+
+def run(model, n: int = 1000, seed: int = 1234) -> Result:
+    """Calibration of every model in ``model`` (a list of loaded models) and the primitives matrix."""
+    runs = list(model) if isinstance(model, (list, tuple)) else [model]
+    if not runs:
+        raise AnalysisError("compare needs at least one model")
+    rows = []
+    for m in runs:
+        numbers = measure(m, eval_batch(m, n, seed))
+        rows.append(dict(run=run_label(m), task=m.task.name, arch=m.arch,
+                         n_params=sum(p.numel() for p in m.parameters()),
+                         entropy_mae_bits=numbers["entropy_mae_bits"], kl_bits=numbers["kl_bits"],
+                         accuracy=numbers.get("accuracy")))
+    archs = sorted({r["arch"] for r in rows})
+    matrix = {arch: {p: primitive_cell(rows, arch, p) for p in PRIMITIVES} for arch in archs}
+    metrics = dict(runs=rows, primitives=matrix, n_sequences=n, seed=seed)
+    return Result("compare", DEFINITION, metrics, {
+        "calibration": bar_figure(rows), "primitives": matrix_figure(matrix)})
+
+
+def bar_figure(rows: list[dict]) -> go.Figure:
+    labels = [f"{r['run']}<br>{r['task']}/{r['arch']}" for r in rows]
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=[r["entropy_mae_bits"] for r in rows], name="entropy MAE (bits)",
+                customdata=[[r["kl_bits"], r["n_params"]] for r in rows],
+                hovertemplate="%{x}<br>MAE %{y:.4g} bits<br>KL %{customdata[0]:.4g} bits"
+                              "<br>%{customdata[1]:,} params<extra></extra>")
+    fig.add_bar(x=labels, y=[r["accuracy"] for r in rows], name="accuracy", yaxis="y2")
+    fig.update_layout(title="Calibration of each run on its own task", barmode="group", template="plotly_white",
+                      yaxis=dict(title="entropy MAE (bits, log)", type="log"),
+                      yaxis2=dict(title="accuracy", overlaying="y", side="right", range=[0, 1]),
+                      width=200 + 140 * len(rows), height=460, legend=dict(x=1.08))
+    return fig
+
+
+def matrix_figure(matrix: dict) -> go.Figure:
+    archs, prims = list(matrix), list(PRIMITIVES)
+    score = {"pass": 1, "fail": 0, "not measured": 0.5}
+    text = [[f"{matrix[a][p]['status']}<br>" + (f"{matrix[a][p]['value']:.3g}" if matrix[a][p]["value"] is not None else "")
+             for p in prims] for a in archs]
+    fig = go.Figure(go.Heatmap(
+        z=[[score[matrix[a][p]["status"]] for p in prims] for a in archs], x=prims, y=archs, text=text,
+        texttemplate="%{text}", zmin=0, zmax=1, showscale=False,
+        colorscale=[[0, "#f4a6a6"], [0.5, "#e8e8e8"], [1, "#9fd8a4"]],
+        hovertemplate="%{y} · %{x}<br>%{text}<extra></extra>"))
+    fig.update_layout(title="Inference primitives, measured (thresholds in the JSON)", template="plotly_white",
+                      width=560, height=160 + 60 * len(archs))
+    return fig

@@ -1,0 +1,367 @@
+"""Frame-precision dissociation: does the hypothesis frame settle before the posterior gets precise?
+
+Definition. Every checkpoint of the model's run (run_dir/checkpoints/step-*.safetensors at steps
+s_0 < ... < s_N, s_N the final one) is evaluated on one and the same held-out batch of n sequences.
+FRAME, measured against the final checkpoint: (1) attention divergence: per layer l, the
+Jensen-Shannon divergence in bits (log base 2, so between 0 and 1) between the checkpoint's and the
+final checkpoint's attention rows (blocks.l.attn.hook_pattern, one row per head at each query
+position only, a causal distribution over key positions 0..q), averaged over sequences, heads and
+query positions; (2) key-frame ratio: at layer 0, the keys k_i = LN_0(W_E[i]) W_K[0, h] (as in
+key-orthogonality, no position, no bias) of the task's first hypothesis-token group (bijection: the
+V value tokens; HMM: the O observation tokens) form per head a matrix K_h [n_tokens x d_head]; its
+top-k right singular vectors U_h [d_head x k], with k = floor(min(n_tokens, d_head) / 2), span the
+head's key-frame subspace. The overlap with the final model is ||U_h^T U_h,final||_F^2 / k (1 for the
+same subspace, 0 for orthogonal ones) and the frame ratio is that overlap divided by k / d_head, the
+expected overlap of two independent uniformly random k-dimensional subspaces of R^d_head: 1 at
+chance, d_head / k for the final model itself. It is reported per head and as the mean over heads.
+PRECISION: the entropy MAE in bits (as in calibration), and the R^2 of a linear read-out of the
+Bayes posterior entropy (bits) from the final block's residual stream blocks.{L-1}.hook_resid_post
+(before the final norm) at query positions: least squares with intercept (sklearn
+LinearRegression) fitted on a random half of the query positions (split seeded by seed, the same for
+every checkpoint) and scored on the other half (null when the entropy is constant there). SETTLING
+STEP of a curve y_0..y_N over the checkpoint steps: with progress_i = (y_i - y_0) / (y_N - y_0),
+the first checkpoint step whose progress is >= 0.9, i.e. the first step at which the curve has
+covered 90% of its total change from the first checkpoint to the final one, in whichever direction
+it moves; there is no interpolation between checkpoints, a curve that later falls back below 90%
+still settled at that first step, and a curve with no total change settles at s_0. The frame curve
+is the mean layer-0 key-frame ratio (for a task without hypothesis tokens, the attention
+divergence averaged over layers) and the precision curve is the entropy MAE. frame_settles_first
+is true when the frame's settling step is strictly earlier than the precision's (the paper's
+claim), false when it is the same step or later. The settling steps of the attention divergence and
+of the read-out R^2 are reported as well. In the figures the step axis is logarithmic and step 0
+is drawn at half the smallest positive checkpoint step (the hover text gives the true step).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from .base import AnalysisError, Result, eval_batch, require_attention
+from .calibration import measure
+from .key_orthogonality import key_vectors
+
+DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+
+SETTLE_FRACTION = 0.9
+MIN_CHECKPOINTS = 3
+CHUNK = 256  # sequences per forward pass
+
+
+# -- helpers with known answers (tested on constructed inputs) ---------------------------------
+def js_divergence_bits(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Jensen-Shannon divergence in bits between distributions on the last axis (0 log 0 = 0)."""
+    p, q = p.double(), q.double()
+    m = 0.5 * (p + q)
+    log_m = torch.log2(m.clamp_min(1e-300))
+
+    def kl_to_m(x):
+        return (x * (torch.log2(x.clamp_min(1e-300)) - log_m)).where(x > 0, torch.zeros_like(x)).sum(-1)
+
+    return 0.5 * kl_to_m(p) + 0.5 * kl_to_m(q)
+
+
+def top_subspace(vectors: torch.Tensor, k: int) -> torch.Tensor:
+    """Orthonormal basis [d, k] of the top-k right singular subspace of ``vectors`` [n, d] (float64)."""
+    _, _, vh = torch.linalg.svd(vectors.double(), full_matrices=False)
+    return vh[:k].T
+
+
+def subspace_overlap(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||A^T B||_F^2 / k for orthonormal bases A, B [d, k]: 1 for one subspace, 0 for orthogonal ones."""
+    k = a.shape[1]
+    return float((a.T.double() @ b.double()).pow(2).sum() / k)
+
+
+def frame_k(n_tokens: int, d_head: int) -> int:
+    return min(n_tokens, d_head) // 2
+
+
+def settling_step(steps: list[int], values: list, fraction: float = SETTLE_FRACTION) -> int | None:
+    """First step at which ``values`` has covered ``fraction`` of its change from values[0] to values[-1].
+
+    None if any value is missing; steps[0] if the curve does not change at all.
+    """
+    if not values or any(v is None or not math.isfinite(v) for v in values):
+        return None
+    first, last = values[0], values[-1]
+    total = last - first
+    if total == 0:
+        return steps[0]
+    for step, value in zip(steps, values):
+        if (value - first) / total >= fraction:
+            return step
+    return steps[-1]  # unreachable: the last value has progress exactly 1
+
+
+def readout_r2(features: np.ndarray, target: np.ndarray, split: np.ndarray) -> float | None:
+    """R^2 on the held-out half of a least-squares read-out (with intercept) fitted on the other half."""
+    from sklearn.linear_model import LinearRegression
+
+    half = len(split) // 2
+    train, test = split[:half], split[half:]
+    if len(train) < 2 or len(test) < 2 or np.var(target[test]) == 0:
+        return None
+    fit = LinearRegression().fit(features[train], target[train])
+    r2 = float(fit.score(features[test], target[test]))
+    return r2 if math.isfinite(r2) else None
+
+
+# -- measuring one checkpoint ------------------------------------------------------------------
+def pattern_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_pattern"
+
+
+@torch.no_grad()
+def query_rows(model, batch) -> tuple[list[list[torch.Tensor]], np.ndarray]:
+    """Per chunk and layer, the attention rows at query positions [N_chunk, H, T_k], and the final
+    block's residual stream at query positions [N, d_model] (numpy, float64), in row-major order."""
+    n_layers = model.cfg.n_layers
+    resid = f"blocks.{n_layers - 1}.hook_resid_post"
+    names = [pattern_name(l) for l in range(n_layers)] + [resid]
+    rows, features = [], []
+    for i in range(0, len(batch), CHUNK):
+        tokens, mask = batch.tokens[i:i + CHUNK], batch.query_mask[i:i + CHUNK]
+        _, cache = model.run_with_cache(tokens, names_filter=names)
+        # [B, H, Tq, Tk] -> [B, Tq, H, Tk] -> the query rows [N_chunk, H, Tk]
+        rows.append([cache[pattern_name(l)].permute(0, 2, 1, 3)[mask].float() for l in range(n_layers)])
+        features.append(cache[resid][mask].double().cpu())
+    return rows, torch.cat(features).numpy()
+
+
+def key_frames(model, ids: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """Per layer-0 head, the top-k key-frame subspace [d_head, k]."""
+    keys = key_vectors(model, 0, ids)
+    return [top_subspace(keys[h], k) for h in range(keys.shape[0])]
+
+
+def run(model, n: int = 500, seed: int = 1234) -> Result:
+    """Frame (attention and key-frame stability) and precision (calibration) over every checkpoint of the run."""
+    require_attention(model, "frame-precision")
+    run_dir = getattr(model, "run_dir", None)
+    # Analyses normally do no file I/O and never import interp (interp wires analyses to files). This
+    # one is about training dynamics, so it must see every checkpoint of the run: it loads them
+    # through interp's own checkpoint reader and nothing else, imported here so that importing
+    # analyses stays free of interp.
+    from interp.checkpoint import list_checkpoints, load
+
+    found = list_checkpoints(run_dir) if run_dir is not None else []
+    if len(found) < MIN_CHECKPOINTS:
+        detail = ("this model was not loaded from a run folder" if run_dir is None
+                  else f"{run_dir} holds {len(found)} checkpoint(s), at least {MIN_CHECKPOINTS} are needed")
+        raise AnalysisError("frame-precision needs a run folder with several checkpoints; pass the run folder, "
+                            f"e.g. --ckpt runs/NAME ({detail})")
+
+    device = next(model.parameters()).device
+    batch = eval_batch(model, n, seed)
+    mask = batch.query_mask
+    entropy = batch.bayes_entropy[mask].double().cpu().numpy()
+    split = np.random.default_rng(seed).permutation(len(entropy))
+
+    groups = model.task.hypothesis_tokens()
+    group = next(iter(groups), None)  # the task lists its main hypothesis frame first
+    d_head, n_layers, n_heads = model.cfg.d_head, model.cfg.n_layers, model.cfg.n_heads
+    ids = groups[group] if group is not None else None
+    k = frame_k(len(ids), d_head) if ids is not None else 0
+    if ids is not None and k < 1:
+        raise AnalysisError(f"frame-precision: the {group} group has {len(ids)} token(s) and d_head={d_head}, "
+                            f"too few for a key-frame subspace (k = min(n_tokens, d_head) // 2 = 0)")
+
+    steps = [step for step, _ in found]
+    final = load(found[-1][1], device=str(device))
+    if final.task.config() != model.task.config():
+        raise AnalysisError(f"frame-precision: the run's final checkpoint is for {final.task!r}, not {model.task!r}")
+    final_rows, final_features = query_rows(final, batch)
+    final_frames = key_frames(final, ids, k) if ids is not None else None
+
+    js, ratio, mae, kl, r2 = [], [], [], [], []
+    for index, (step, path) in enumerate(found):
+        ckpt = final if index == len(found) - 1 else load(path, device=str(device))
+        if ckpt.task.config() != model.task.config():
+            raise AnalysisError(f"frame-precision: {path.name} is for {ckpt.task!r}, not {model.task!r}; "
+                                f"the run folder mixes tasks")
+        # the final checkpoint is compared with its own cached rows, so its divergence is exactly 0
+        rows, features = (final_rows, final_features) if ckpt is final else query_rows(ckpt, batch)
+        per_layer = []
+        for l in range(n_layers):
+            total = sum(js_divergence_bits(a[l], b[l]).sum().item() for a, b in zip(rows, final_rows))
+            count = sum(a[l].shape[0] * a[l].shape[1] for a in rows)
+            per_layer.append(total / count)
+        js.append(per_layer)
+        if final_frames is not None:
+            frames = key_frames(ckpt, ids, k)
+            ratio.append([subspace_overlap(a, b) / (k / d_head) for a, b in zip(frames, final_frames)])
+        calib = measure(ckpt, batch)
+        mae.append(calib["entropy_mae_bits"])
+        kl.append(calib["kl_bits"])
+        r2.append(readout_r2(features, entropy, split))
+        del ckpt
+
+    js_mean = [sum(v) / len(v) for v in js]
+    ratio_mean = [sum(v) / len(v) for v in ratio] if ratio else None
+    settle = dict(
+        frame_ratio=settling_step(steps, ratio_mean) if ratio_mean else None,
+        attention_js=settling_step(steps, js_mean),
+        entropy_mae=settling_step(steps, mae),
+        entropy_r2=settling_step(steps, r2),
+    )
+    frame_curve = "frame_ratio" if ratio_mean else "attention_js"
+    frame_step, precision_step = settle[frame_curve], settle["entropy_mae"]
+
+    def earlier(a, b):
+        return None if a is None or b is None else a < b
+
+    metrics = dict(
+        frame_settling_step=frame_step, precision_settling_step=precision_step,
+        frame_settles_first=earlier(frame_step, precision_step),
+        attention_settles_first=earlier(settle["attention_js"], precision_step),
+        final_entropy_mae_bits=mae[-1], first_entropy_mae_bits=mae[0],
+        final_step=steps[-1], model_step=getattr(model, "step", None), n_checkpoints=len(steps),
+        frame_curve=frame_curve, precision_curve="entropy_mae", settle_fraction=SETTLE_FRACTION,
+        settling_steps=settle, steps=steps,
+        frame=dict(
+            group=group, n_tokens=None if ids is None else len(ids), d_head=d_head, k=k or None,
+            null_overlap=k / d_head if k else None, max_ratio=d_head / k if k else None,
+            overlap_ratio=ratio or None, overlap_ratio_mean=ratio_mean,
+            attention_js_bits=js, attention_js_bits_mean=js_mean,
+        ),
+        precision=dict(entropy_mae_bits=mae, kl_bits=kl, entropy_r2=r2,
+                       readout=f"blocks.{n_layers - 1}.hook_resid_post"),
+        n_layers=n_layers, n_heads=n_heads, n_sequences=len(batch), n_queries=int(mask.sum()), seed=seed,
+    )
+    return Result("frame-precision", DEFINITION, metrics, {
+        "settling": settling_figure(metrics, model.task.name),
+        "frame": frame_figure(metrics),
+        "precision": precision_figure(metrics),
+    })
+
+
+# -- figures -----------------------------------------------------------------------------------
+def plot_x(steps: list[int]) -> list[float]:
+    """Step positions on a log axis: step 0 is drawn at half the smallest positive step."""
+    positive = [s for s in steps if s > 0]
+    zero_at = min(positive) / 2 if positive else 1
+    return [s if s > 0 else zero_at for s in steps]
+
+
+def _x_title(steps: list[int]) -> str:
+    x = plot_x(steps)
+    note = f" (step 0 drawn at {x[0]:g})" if steps and steps[0] == 0 else ""
+    return f"training step, log scale{note}"
+
+
+def _curve(fig, steps, values, name, color, row=None, dash=None, width=2, unit=""):
+    kwargs = dict(row=row, col=1) if row else {}
+    y = [float("nan") if v is None else v for v in values]
+    fig.add_scatter(x=plot_x(steps), y=y, name=name, mode="lines+markers", line=dict(color=color, dash=dash, width=width),
+                    customdata=steps, legendgroup=name,
+                    hovertemplate=f"{name}<br>step %{{customdata}}<br>%{{y:.4g}}{unit}<extra></extra>", **kwargs)
+
+
+def _settled(fig, steps, values, settle, name, color, row=None):
+    """A star at the curve's settling step."""
+    if settle is None:
+        return
+    kwargs = dict(row=row, col=1) if row else {}
+    i = steps.index(settle)
+    fig.add_scatter(x=[plot_x(steps)[i]], y=[values[i]], mode="markers", legendgroup=name, showlegend=False,
+                    marker=dict(symbol="star", size=16, color=color, line=dict(color="black", width=1)),
+                    hovertemplate=f"{name} settles (90% of its change)<br>step {settle}<extra></extra>", **kwargs)
+
+
+COLORS = dict(frame_ratio="#1f77b4", attention_js="#17becf", entropy_mae="#d62728", entropy_r2="#ff7f0e")
+LABELS = dict(frame_ratio="key-frame ratio (layer 0)", attention_js="attention JS divergence",
+              entropy_mae="entropy MAE", entropy_r2="entropy read-out R²")
+
+
+def settling_figure(metrics: dict, task_name: str) -> go.Figure:
+    steps = metrics["steps"]
+    curves = dict(frame_ratio=metrics["frame"]["overlap_ratio_mean"], attention_js=metrics["frame"]["attention_js_bits_mean"],
+                  entropy_mae=metrics["precision"]["entropy_mae_bits"], entropy_r2=metrics["precision"]["entropy_r2"])
+    fig = go.Figure()
+    for key, values in curves.items():
+        if not values or any(v is None for v in values):
+            continue
+        total = values[-1] - values[0]
+        progress = [(v - values[0]) / total if total else 1.0 for v in values]
+        is_frame = key in ("frame_ratio", "attention_js")
+        _curve(fig, steps, progress, LABELS[key], COLORS[key], dash=None if is_frame else "dot")
+        _settled(fig, steps, progress, metrics["settling_steps"][key], LABELS[key], COLORS[key])
+    x = plot_x(steps)
+    fig.add_scatter(x=[x[0], x[-1]], y=[SETTLE_FRACTION] * 2, mode="lines", name="90% of the total change",
+                    line=dict(color="gray", dash="dash", width=1), hoverinfo="skip")
+    verdict = {True: "the frame settles first", False: "the frame does not settle first",
+               None: "undetermined"}[metrics["frame_settles_first"]]
+    fig.update_layout(
+        title=f"{task_name}: fraction of each curve's total change over training — {verdict}<br>"
+              f"<sup>frame settles at step {metrics['frame_settling_step']}, precision (entropy MAE) at step "
+              f"{metrics['precision_settling_step']}; stars mark the settling steps</sup>",
+        xaxis_title=_x_title(steps), xaxis_type="log", yaxis_title="fraction of total change (first → final checkpoint)",
+        template="plotly_white", width=820, height=480)
+    return fig
+
+
+def frame_figure(metrics: dict) -> go.Figure:
+    steps, frame = metrics["steps"], metrics["frame"]
+    has_ratio = frame["overlap_ratio"] is not None
+    titles = ([f"layer-0 key-frame ratio to the final model ({frame['group']}, k={frame['k']} of d_head={frame['d_head']})"]
+              if has_ratio else []) + ["attention-pattern JS divergence from the final model"]
+    fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=True, subplot_titles=titles, vertical_spacing=0.12)
+    row = 1
+    if has_ratio:
+        per_head = list(zip(*frame["overlap_ratio"]))
+        for h, values in enumerate(per_head):
+            _curve(fig, steps, list(values), f"L0H{h}", "#9ecae1", row=row, width=1)
+        _curve(fig, steps, frame["overlap_ratio_mean"], "mean over heads", COLORS["frame_ratio"], row=row, width=3)
+        _settled(fig, steps, frame["overlap_ratio_mean"], metrics["settling_steps"]["frame_ratio"], "mean over heads",
+                 COLORS["frame_ratio"], row=row)
+        x = plot_x(steps)
+        for level, label in ((1.0, "random-subspace null"), (frame["max_ratio"], "identical subspace (d_head/k)")):
+            fig.add_scatter(x=[x[0], x[-1]], y=[level, level], mode="lines", name=label, row=row, col=1,
+                            line=dict(color="gray", dash="dash", width=1), hoverinfo="skip")
+        fig.update_yaxes(title_text="overlap / (k/d_head)", row=row, col=1)
+        row += 1
+    palette = ["#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#1f77b4"]
+    for l, values in enumerate(zip(*frame["attention_js_bits"])):
+        _curve(fig, steps, list(values), f"layer {l}", palette[l % len(palette)], row=row, unit=" bits")
+    _curve(fig, steps, frame["attention_js_bits_mean"], "mean over layers", COLORS["attention_js"], row=row, width=3,
+           unit=" bits")
+    if metrics["settling_steps"]["attention_js"] is not None:
+        i = steps.index(metrics["settling_steps"]["attention_js"])
+        fig.add_scatter(x=[plot_x(steps)[i]], y=[frame["attention_js_bits_mean"][i]], mode="markers",
+                        name="layer mean settles", row=row, col=1,
+                        marker=dict(symbol="star", size=16, color=COLORS["attention_js"], line=dict(color="black", width=1)),
+                        hovertemplate="mean over layers settles<br>step %{customdata}<extra></extra>",
+                        customdata=[steps[i]])
+    fig.update_yaxes(title_text="JS divergence (bits)", row=row, col=1)
+    fig.update_xaxes(type="log")
+    fig.update_xaxes(title_text=_x_title(steps), row=row, col=1)
+    fig.update_layout(title="Frame: how far each checkpoint's attention frame is from the final model's",
+                      template="plotly_white", width=820, height=360 * len(titles))
+    return fig
+
+
+def precision_figure(metrics: dict) -> go.Figure:
+    steps, prec = metrics["steps"], metrics["precision"]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=["entropy MAE against the Bayes posterior",
+                                        f"R² of a linear read-out of the Bayes entropy from {prec['readout']}"])
+    _curve(fig, steps, prec["entropy_mae_bits"], LABELS["entropy_mae"], COLORS["entropy_mae"], row=1, unit=" bits")
+    _settled(fig, steps, prec["entropy_mae_bits"], metrics["settling_steps"]["entropy_mae"], LABELS["entropy_mae"],
+             COLORS["entropy_mae"], row=1)
+    _curve(fig, steps, prec["entropy_r2"], LABELS["entropy_r2"], COLORS["entropy_r2"], row=2)
+    if all(v is not None for v in prec["entropy_r2"]):
+        _settled(fig, steps, prec["entropy_r2"], metrics["settling_steps"]["entropy_r2"], LABELS["entropy_r2"],
+                 COLORS["entropy_r2"], row=2)
+    if all(v is not None and v > 0 for v in prec["entropy_mae_bits"]):
+        fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_yaxes(title_text="bits" + (" (log)" if fig.layout.yaxis.type == "log" else ""), row=1, col=1)
+    fig.update_yaxes(title_text="held-out R²", row=2, col=1)
+    fig.update_xaxes(type="log")
+    fig.update_xaxes(title_text=_x_title(steps), row=2, col=1)
+    fig.update_layout(title="Precision: calibration of each checkpoint (stars: 90% settling steps)",
+                      template="plotly_white", width=820, height=720)
+    return fig

@@ -1,0 +1,241 @@
+"""Value manifold: is the posterior entropy a principal direction of the model's representations?
+
+Definition. On one held-out batch of n sequences, the activations at every query position (where
+batch.query_mask is set) are collected per layer l from two streams: the residual stream after the
+block, blocks.l.hook_resid_post, and the attention output of the block, blocks.l.hook_attn_out
+(skipped, with the reason in the metrics, when the model has no attention hooks). Each point is
+labelled with the exact Bayes entropy at its query, batch.bayes_entropy in bits (a differential
+entropy for continuous tasks). Per layer and stream, a PCA (scikit-learn, centred, not whitened,
+fitted on all points) gives: the fraction of variance explained by PC1 and by PC1 + PC2; the Pearson
+and the Spearman correlation of the PC1 scores with the entropy, reported as an absolute value with
+the sign kept separately (the sign of a principal component is arbitrary); and |Pearson| of PC2.
+The linear read-out is an ordinary least-squares regression (scikit-learn LinearRegression, with
+intercept) of the entropy on the full activation vector, fitted on a random half of the points
+(seeded) and scored by R² on the other half. A correlation or R² is null when either side is
+constant. The scatter figures show PC1 against PC2 of a seeded random subsample of at most
+max_points points (the same points in every panel); the reference implementation ran the PCA on the
+final residual stream only, coloured by log2(#unseen values), which for bijection is this entropy.
+For bijection that entropy is a function of the query position alone, so anything that carries
+the position (even the untrained position embeddings) can read it out linearly: compare with an
+untrained model before reading a high R² as a learned belief geometry.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+from scipy import stats
+from sklearn.decomposition import PCA
+from sklearn.linear_model import LinearRegression
+from sklearn.metrics import r2_score
+
+from .base import AnalysisError, Result, eval_batch
+
+DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+
+STREAMS = {"residual": "hook_resid_post", "attention_out": "hook_attn_out"}
+TITLES = {"residual": "residual stream after the block", "attention_out": "attention output"}
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
+
+
+def hook_name(stream: str, layer: int) -> str:
+    return f"blocks.{layer}.{STREAMS[stream]}"
+
+
+@torch.no_grad()
+def collect(model, batch, names: list[str], chunk: int = 256) -> dict[str, np.ndarray]:
+    """Activations at the query positions, [n_points, d] per hook, points in (row, position) order."""
+    parts = {name: [] for name in names}
+    for start in range(0, len(batch), chunk):
+        mask = batch.query_mask[start:start + chunk]
+        _, cache = model.run_with_cache(batch.tokens[start:start + chunk], names_filter=names)
+        for name in names:
+            parts[name].append(cache[name][mask].float().cpu().numpy())
+    return {name: np.concatenate(p) for name, p in parts.items()}
+
+
+def _finite(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def correlation(a: np.ndarray, b: np.ndarray, kind: str = "pearson") -> float | None:
+    """Signed Pearson or Spearman correlation, None when either side is (numerically) constant."""
+    if len(a) < 3 or np.ptp(a) <= 1e-12 * max(1.0, np.abs(a).max()) or np.ptp(b) == 0:
+        return None
+    r = stats.pearsonr(a, b)[0] if kind == "pearson" else stats.spearmanr(a, b)[0]
+    return _finite(r)
+
+
+def _abs_sign(r: float | None) -> tuple[float | None, int | None]:
+    return (None, None) if r is None else (abs(r), 1 if r >= 0 else -1)
+
+
+def split_halves(n_points: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded random split of the points into a fitting half and an evaluation half."""
+    order = np.random.default_rng(seed).permutation(n_points)
+    return order[: n_points // 2], order[n_points // 2:]
+
+
+def readout_r2(X: np.ndarray, y: np.ndarray, fit: np.ndarray, test: np.ndarray) -> float | None:
+    """R² on ``test`` of a least-squares read-out of ``y`` from ``X`` fitted on ``fit``."""
+    if len(fit) < 2 or len(test) < 2 or np.ptp(y[test]) == 0:
+        return None
+    model = LinearRegression().fit(X[fit], y[fit])
+    return _finite(r2_score(y[test], model.predict(X[test])))
+
+
+def stream_stats(X: np.ndarray, entropy: np.ndarray, fit: np.ndarray, test: np.ndarray) -> tuple[dict, np.ndarray]:
+    """PCA numbers of one stream at one layer, and the points' [n, 2] PC1/PC2 scores."""
+    X = np.asarray(X, dtype=np.float64)
+    entropy = np.asarray(entropy, dtype=np.float64)
+    k = min(2, X.shape[1], X.shape[0])
+    total = X.var(0).sum()
+    if k < 1 or total <= 0:
+        scores, ratio = np.zeros((len(X), 2)), [None, None]
+    else:
+        pca = PCA(n_components=k).fit(X)
+        scores = np.zeros((len(X), 2))
+        scores[:, :k] = pca.transform(X)
+        ratio = [_finite(r) for r in pca.explained_variance_ratio_] + [None] * (2 - k)
+    pearson, spearman = correlation(scores[:, 0], entropy), correlation(scores[:, 0], entropy, "spearman")
+    pearson_abs, pearson_sign = _abs_sign(pearson)
+    spearman_abs, spearman_sign = _abs_sign(spearman)
+    pc2 = correlation(scores[:, 1], entropy)
+    numbers = dict(
+        pc1_variance=ratio[0],
+        pc12_variance=None if ratio[0] is None else ratio[0] + (ratio[1] or 0.0),
+        pc1_pearson_abs=pearson_abs, pc1_pearson_sign=pearson_sign,
+        pc1_spearman_abs=spearman_abs, pc1_spearman_sign=spearman_sign,
+        pc2_pearson_abs=None if pc2 is None else abs(pc2),
+        readout_r2=readout_r2(X, entropy, fit, test),
+    )
+    return numbers, scores
+
+
+def run(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> Result:
+    """PCA of the residual stream and attention output at query positions, against the Bayes entropy."""
+    hook_dict = getattr(model, "hook_dict", None)
+    n_layers = getattr(getattr(model, "cfg", None), "n_layers", None)
+    if hook_dict is None or n_layers is None:
+        raise AnalysisError(f"value-manifold needs a hooked model with blocks; "
+                            f"{getattr(model, 'arch', type(model).__name__)} is not one")
+    if max_points < 1:
+        raise AnalysisError(f"max_points must be at least 1, got {max_points}")
+    streams = [s for s in STREAMS if all(hook_name(s, l) in hook_dict for l in range(n_layers))]
+    if "residual" not in streams:
+        raise AnalysisError(f"value-manifold needs the hook points blocks.<layer>.hook_resid_post, which "
+                            f"this {getattr(model, 'arch', 'model')} lacks")
+    skipped = {}
+    if "attention_out" not in streams:
+        skipped["attention_out"] = "the model has no blocks.<layer>.hook_attn_out hook points (no attention)"
+
+    batch = eval_batch(model, n, seed)
+    mask = batch.query_mask
+    rows, positions = (t.cpu().numpy() for t in mask.nonzero(as_tuple=True))
+    entropy = batch.bayes_entropy[mask].double().cpu().numpy()
+    top = None if batch.posterior is None else batch.posterior[mask].max(-1).values.double().cpu().numpy()
+    n_points = len(entropy)
+    if n_points < 4:
+        raise AnalysisError(f"value-manifold needs at least 4 query positions, got {n_points} (raise n)")
+    fit, test = split_halves(n_points, seed)
+    rng = np.random.default_rng(seed + 1)
+    shown = np.sort(rng.choice(n_points, size=min(max_points, n_points), replace=False))
+
+    acts = collect(model, batch, [hook_name(s, l) for s in streams for l in range(n_layers)])
+    per_stream, scatter = {}, {}
+    for s in streams:
+        table = {}
+        scatter[s] = []
+        for l in range(n_layers):
+            numbers, scores = stream_stats(acts.pop(hook_name(s, l)), entropy, fit, test)
+            for key, value in numbers.items():
+                table.setdefault(key, []).append(value)
+            scatter[s].append(dict(scores=scores[shown], numbers=numbers))
+        per_stream[s] = dict(hook=f"blocks.<layer>.{STREAMS[s]}", **table)
+
+    last = {k: v[-1] for k, v in per_stream["residual"].items() if isinstance(v, list)}
+    metrics = dict(
+        final_residual_pc1_variance=last["pc1_variance"], final_residual_pc12_variance=last["pc12_variance"],
+        final_residual_pc1_pearson_abs=last["pc1_pearson_abs"],
+        final_residual_pc1_spearman_abs=last["pc1_spearman_abs"], final_residual_readout_r2=last["readout_r2"],
+        n_sequences=len(batch), n_points=n_points, n_points_shown=len(shown), n_fit=len(fit), n_test=len(test),
+        n_layers=n_layers, seed=seed, entropy_mean_bits=float(entropy.mean()), entropy_std_bits=float(entropy.std()),
+        readout="LinearRegression (with intercept) of the Bayes entropy on the full activation vector, "
+                "fitted on a seeded random half of the query points, R² on the other half",
+        streams=per_stream, skipped=skipped,
+    )
+    hover = dict(rows=rows[shown], positions=positions[shown], entropy=entropy[shown],
+                 top=None if top is None else top[shown])
+    task_name = model.task.name
+    figures = {f"{s.replace('_', '-')}-pca": scatter_figure(scatter[s], hover, s, task_name) for s in streams}
+    figures["entropy-readout"] = readout_figure(per_stream, task_name, skipped)
+    return Result("value-manifold", DEFINITION, metrics, figures)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str) -> go.Figure:
+    n_layers = len(layers)
+    cols = min(n_layers, 3)
+    rows = math.ceil(n_layers / cols)
+    titles = [f"layer {l}: PC1 {_pct(d['numbers']['pc1_variance'])}, |r| {_num(d['numbers']['pc1_pearson_abs'])}"
+              for l, d in enumerate(layers)]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.08, vertical_spacing=0.14)
+    columns = [hover["rows"], hover["positions"], hover["entropy"]]
+    template = "sequence %{customdata[0]}, token %{customdata[1]}<br>Bayes entropy %{customdata[2]:.3f} bits"
+    if hover["top"] is not None:
+        columns.append(hover["top"])
+        template += "<br>top posterior %{customdata[3]:.3f}"
+    custom = np.stack(columns, axis=1)
+    for l, d in enumerate(layers):
+        fig.add_scatter(x=d["scores"][:, 0], y=d["scores"][:, 1], mode="markers", name=f"layer {l}",
+                        showlegend=False, customdata=custom, row=l // cols + 1, col=l % cols + 1,
+                        marker=dict(size=4, opacity=0.7, color=hover["entropy"], coloraxis="coloraxis"),
+                        hovertemplate=f"layer {l}<br>PC1 %{{x:.3f}}, PC2 %{{y:.3f}}<br>{template}<extra></extra>")
+        fig.update_xaxes(title_text="PC1", row=l // cols + 1, col=l % cols + 1)
+        fig.update_yaxes(title_text="PC2", row=l // cols + 1, col=l % cols + 1)
+    fig.update_layout(title=f"{task_name}: PCA of the {TITLES[stream]} at query positions, coloured by Bayes entropy"
+                            f"<br><sup>{len(hover['entropy'])} points shown</sup>",
+                      coloraxis=dict(colorscale="Viridis", colorbar=dict(title="H Bayes (bits)")),
+                      template="plotly_white", width=140 + 340 * cols, height=140 + 330 * rows)
+    return fig
+
+
+def readout_figure(per_stream: dict, task_name: str, skipped: dict) -> go.Figure:
+    fig = go.Figure()
+    for i, (stream, table) in enumerate(per_stream.items()):
+        layers = list(range(len(table["readout_r2"])))
+        color = PALETTE[i % len(PALETTE)]
+        custom = [tuple(float("nan") if v is None else v for v in row)
+                  for row in zip(table["pc1_variance"], table["pc1_spearman_abs"], table["pc2_pearson_abs"])]
+        fig.add_scatter(x=layers, y=table["readout_r2"], name=f"{stream.replace('_', ' ')}: read-out R²",
+                        mode="lines+markers", line=dict(color=color), customdata=custom,
+                        hovertemplate=f"{stream}, layer %{{x}}<br>R² %{{y:.4f}}<br>PC1 variance %{{customdata[0]:.3f}}"
+                                      "<extra></extra>")
+        fig.add_scatter(x=layers, y=table["pc1_pearson_abs"], name=f"{stream.replace('_', ' ')}: |Pearson| PC1",
+                        mode="lines+markers", line=dict(color=color, dash="dash"), customdata=custom,
+                        hovertemplate=f"{stream}, layer %{{x}}<br>|Pearson| PC1 %{{y:.4f}}"
+                                      "<br>|Spearman| PC1 %{customdata[1]:.4f}<br>|Pearson| PC2 %{customdata[2]:.4f}"
+                                      "<extra></extra>")
+    note = "" if not skipped else "<br><sup>" + "; ".join(f"{k} skipped: {v}" for k, v in skipped.items()) + "</sup>"
+    n_layers = len(next(iter(per_stream.values()))["readout_r2"])
+    fig.update_layout(title=f"{task_name}: how linearly the Bayes entropy is encoded, by layer{note}",
+                      xaxis=dict(title="layer", tickmode="array", tickvals=list(range(n_layers))),
+                      yaxis=dict(title="R² (held-out half) / |Pearson r|", range=[min(0, _lowest(per_stream)), 1.05]),
+                      template="plotly_white", width=760, height=460)
+    return fig
+
+
+def _lowest(per_stream: dict) -> float:
+    values = [v for t in per_stream.values() for v in t["readout_r2"] + t["pc1_pearson_abs"] if v is not None]
+    return min(values, default=0.0) - 0.05

@@ -1,0 +1,39 @@
+"""compare: the primitives matrix is judged from measured runs, with the stated thresholds."""
+import json
+
+import pytest
+
+import analyses
+import models
+import tasks
+from analyses import compare
+
+
+def test_primitive_cells_follow_the_thresholds():
+    rows = [dict(arch="transformer", task="bijection", entropy_mae_bits=0.2, accuracy=0.1),
+            dict(arch="transformer", task="bijection", entropy_mae_bits=0.01, accuracy=0.1),
+            dict(arch="transformer", task="recall", entropy_mae_bits=0.5, accuracy=0.85),
+            dict(arch="lstm", task="hmm", entropy_mae_bits=0.41, accuracy=0.5)]
+    assert compare.primitive_cell(rows, "transformer", "accumulation") == dict(
+        status="pass", value=0.01, threshold=0.05, metric="entropy_mae_bits", task="bijection")  # best run counts
+    assert compare.primitive_cell(rows, "transformer", "binding")["status"] == "fail"
+    assert compare.primitive_cell(rows, "transformer", "transport")["status"] == "not measured"
+    assert compare.primitive_cell(rows, "lstm", "transport")["status"] == "fail"
+
+
+def test_compare_measures_every_model():
+    bij = models.build("transformer", tasks.make("bijection", V=6, L=5), config=dict(d_model=16, n_layers=1, n_heads=2))
+    rec = models.build("transformer", tasks.make("recall", N=3, n_keys=6, n_values=6, queries=2),
+                       config=dict(d_model=16, n_layers=1, n_heads=2))
+    result = analyses.run("compare", [bij.eval(), rec.eval()], n=64)
+    runs = result.metrics["runs"]
+    assert [r["task"] for r in runs] == ["bijection", "recall"]
+    direct = analyses.run("calibration", bij, n=64).metrics["entropy_mae_bits"]
+    assert runs[0]["entropy_mae_bits"] == pytest.approx(direct)
+    cells = result.metrics["primitives"]["transformer"]
+    assert cells["transport"]["status"] == "not measured"
+    assert cells["accumulation"]["status"] in ("pass", "fail") and cells["binding"]["value"] == runs[1]["accuracy"]
+    json.dumps(result.metrics, allow_nan=False)
+    assert set(result.figures) == {"calibration", "primitives"}
+    with pytest.raises(analyses.AnalysisError, match="at least one model"):
+        analyses.run("compare", [])
