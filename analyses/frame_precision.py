@@ -25,7 +25,9 @@ covered 90% of its total change from the first checkpoint to the final one, in w
 it moves; there is no interpolation between checkpoints, a curve that later falls back below 90%
 still settled at that first step, and a curve with no total change settles at s_0. The frame curve
 is the mean layer-0 key-frame ratio (for a task without hypothesis tokens, the attention
-divergence averaged over layers) and the precision curve is the entropy MAE. frame_settles_first
+divergence averaged over layers) and the precision curve is log10 of the entropy MAE: precision
+improves by factors, and on a linear scale the first fall from about 1 bit would count as 90% of all
+progress however much sharper the model later gets. frame_settles_first
 is true when the frame's settling step is strictly earlier than the precision's (the paper's
 claim), false when it is the same step or later. The settling steps of the attention divergence and
 of the read-out R^2 are reported as well. In the figures the step axis is logarithmic and step 0
@@ -205,7 +207,7 @@ def run(model, n: int = 500, seed: int = 1234) -> Result:
     settle = dict(
         frame_ratio=settling_step(steps, ratio_mean) if ratio_mean else None,
         attention_js=settling_step(steps, js_mean),
-        entropy_mae=settling_step(steps, mae),
+        entropy_mae=settling_step(steps, log_mae(mae)),
         entropy_r2=settling_step(steps, r2),
     )
     frame_curve = "frame_ratio" if ratio_mean else "attention_js"
@@ -220,7 +222,7 @@ def run(model, n: int = 500, seed: int = 1234) -> Result:
         attention_settles_first=earlier(settle["attention_js"], precision_step),
         final_entropy_mae_bits=mae[-1], first_entropy_mae_bits=mae[0],
         final_step=steps[-1], model_step=getattr(model, "step", None), n_checkpoints=len(steps),
-        frame_curve=frame_curve, precision_curve="entropy_mae", settle_fraction=SETTLE_FRACTION,
+        frame_curve=frame_curve, precision_curve="log10 entropy_mae", settle_fraction=SETTLE_FRACTION,
         settling_steps=settle, steps=steps,
         frame=dict(
             group=group, n_tokens=None if ids is None else len(ids), d_head=d_head, k=k or None,
@@ -274,13 +276,18 @@ def _settled(fig, steps, values, settle, name, color, row=None):
 
 COLORS = dict(frame_ratio="#1f77b4", attention_js="#17becf", entropy_mae="#d62728", entropy_r2="#ff7f0e")
 LABELS = dict(frame_ratio="key-frame ratio (layer 0)", attention_js="attention JS divergence",
-              entropy_mae="entropy MAE", entropy_r2="entropy read-out R²")
+              entropy_mae="entropy MAE (log10)", entropy_r2="entropy read-out R²")
+
+
+def log_mae(mae: list[float]) -> list[float]:
+    """The precision curve: log10 of the entropy MAE (floored at 1e-12 bits)."""
+    return [math.log10(max(m, 1e-12)) for m in mae]
 
 
 def settling_figure(metrics: dict, task_name: str) -> go.Figure:
     steps = metrics["steps"]
     curves = dict(frame_ratio=metrics["frame"]["overlap_ratio_mean"], attention_js=metrics["frame"]["attention_js_bits_mean"],
-                  entropy_mae=metrics["precision"]["entropy_mae_bits"], entropy_r2=metrics["precision"]["entropy_r2"])
+                  entropy_mae=log_mae(metrics["precision"]["entropy_mae_bits"]), entropy_r2=metrics["precision"]["entropy_r2"])
     fig = go.Figure()
     for key, values in curves.items():
         if not values or any(v is None for v in values):
@@ -297,7 +304,7 @@ def settling_figure(metrics: dict, task_name: str) -> go.Figure:
                None: "undetermined"}[metrics["frame_settles_first"]]
     fig.update_layout(
         title=f"{task_name}: fraction of each curve's total change over training — {verdict}<br>"
-              f"<sup>frame settles at step {metrics['frame_settling_step']}, precision (entropy MAE) at step "
+              f"<sup>frame settles at step {metrics['frame_settling_step']}, precision (log10 entropy MAE) at step "
               f"{metrics['precision_settling_step']}; stars mark the settling steps</sup>",
         xaxis_title=_x_title(steps), xaxis_type="log", yaxis_title="fraction of total change (first → final checkpoint)",
         template="plotly_white", width=820, height=480)

@@ -151,10 +151,22 @@ def run(ctx, name, ckpt, out, formats, device):
         context = dict(run=run_name, checkpoint=str(file), step=model.step, task=model.task.config(),
                        arch=model.arch, options=options)
     paths = write_result(result, out / run_name, chosen, context)
-    headline = {k: v for k, v in result.metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    click.echo("  ".join(f"{k}={v:.4g}" for k, v in list(headline.items())[:6]))
+    click.echo("  ".join(f"{k}={v:.4g}" for k, v in headline(result.metrics)[:8]))
     for path in paths:
         click.echo(f"wrote {path}")
+
+
+def headline(metrics: dict) -> list[tuple[str, float]]:
+    """The scalar numbers of a result (one level of nesting flattened), without counts and seeds."""
+    flat = []
+    for key, value in metrics.items():
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for sub, v in items:
+            name = key if sub is None else f"{key}.{sub}"
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not (
+                    name.split(".")[-1].startswith("n_") or name.endswith("seed")):
+                flat.append((name, v))
+    return flat
 
 
 def run_label(source: Path, file: Path) -> str:
