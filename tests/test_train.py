@@ -59,7 +59,9 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path):
     for _, path in checkpoint.list_checkpoints(run_dir):
         checkpoint.load(path)  # every checkpoint on disk is complete
     resumed = Trainer(run_dir, resume=True, progress=False)
-    assert resumed.step >= 200
+    # The kill may land between checkpoint 200 and the resume state written after it: then the
+    # run resumes from the previous state, at step 100, and must still end bit for bit the same.
+    assert resumed.step in (100, 200)
     resumed.run()
     straight = load_file(tmp_path / "straight" / "checkpoints" / checkpoint.checkpoint_name(400))
     after = load_file(run_dir / "checkpoints" / checkpoint.checkpoint_name(400))
