@@ -211,6 +211,19 @@ def list_command():
         click.echo("  (none)")
 
 
+@main.command()
+@click.option("--ckpt", required=True, help="run folder (a step slider replays its checkpoints), .safetensors "
+                                             "checkpoint, or shipped model name")
+@click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every interface)")
+def explore(ckpt, port, host):
+    """Open a local web app to look inside a model: posteriors, attention, geometry, ablations."""
+    from .explore import serve
+    from .pretrained import locate
+
+    serve(locate(ckpt), host=host, port=port)
+
+
 def is_user_error(err: Exception) -> bool:
     """UserError, or a task/analysis config error, checked without importing the heavy modules."""
     kinds = [UserError]

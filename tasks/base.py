@@ -96,6 +96,12 @@ class Task:
 
     answer_token_offset: int = 0  # output token id of answer class 0
 
+    def batch_from_tokens(self, tokens: torch.Tensor) -> Batch:
+        """The Batch of given (e.g. hand-edited) token sequences [B, T], with the exact posterior at
+        their queries, read back from the tokens alone. Tasks whose hypothesis is not in the tokens
+        cannot do this and raise ConfigError. The true latent answer is unknown: targets are -100."""
+        raise ConfigError(f"{self.name}: the Bayes posterior of a typed sequence is not available for this task")
+
     def token_names(self, tokens: torch.Tensor) -> list[str]:
         """Human-readable names of a 1-D sequence of tokens (for hover text and labels)."""
         return [str(int(t)) for t in tokens]

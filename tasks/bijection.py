@@ -20,6 +20,19 @@ import torch
 from .base import Batch, ConfigError, Task, batch_at_queries
 
 
+def key_posteriors(keys: torch.Tensor, values: torch.Tensor, V: int) -> torch.Tensor:
+    """Bayes posterior [B, n, V] of the value at each key i given the pairs 0..i-1 (keys, values [B, n])."""
+    n_keys = keys.shape[1]
+    onehot = torch.nn.functional.one_hot(values, V).float()  # [B, n, V]
+    revealed = (onehot.cumsum(1) - onehot).clamp(max=1)  # values shown strictly before i
+    same_key = keys[:, :, None] == keys[:, None, :]  # [B, i, j]
+    earlier = torch.ones(n_keys, n_keys, dtype=torch.bool).tril(-1)  # j < i
+    key_seen = (same_key & earlier).any(-1)  # [B, n]
+    unrevealed = 1.0 - revealed
+    uniform = unrevealed / unrevealed.sum(-1, keepdim=True)
+    return torch.where(key_seen[..., None], onehot, uniform)
+
+
 class Bijection(Task):
     name = "bijection"
     length_setting = "L"
@@ -61,16 +74,7 @@ class Bijection(Task):
             keys = torch.cat([keys, query], dim=1)
             n_keys = L + 1
         values = perm.gather(1, keys)  # [B, n_keys]
-
-        # Posterior at each key i given pairs 0..i-1.
-        onehot = torch.nn.functional.one_hot(values, V).float()  # [B, n, V]
-        revealed = (onehot.cumsum(1) - onehot).clamp(max=1)  # values shown strictly before i
-        same_key = keys[:, :, None] == keys[:, None, :]  # [B, i, j]
-        earlier = torch.ones(n_keys, n_keys, dtype=torch.bool).tril(-1)  # j < i
-        key_seen = (same_key & earlier).any(-1)  # [B, n]
-        unrevealed = 1.0 - revealed
-        uniform = unrevealed / unrevealed.sum(-1, keepdim=True)
-        key_posterior = torch.where(key_seen[..., None], onehot, uniform)
+        key_posterior = key_posteriors(keys, values, V)
 
         T = self.seq_len
         tokens = torch.empty(B, T, dtype=torch.long)
@@ -81,6 +85,29 @@ class Bijection(Task):
 
         return batch_at_queries(tokens, key_pos, key_posterior, values,
                                 hypothesis=dict(permutation=perm, keys=keys, values=values))
+
+    def batch_from_tokens(self, tokens: torch.Tensor) -> Batch:
+        """Keys at even positions, values at odd ones (any length); every key is a query."""
+        V = self.V
+        tokens = (tokens if tokens.dim() == 2 else tokens[None]).long().cpu()
+        keys, shown = tokens[:, 0::2], tokens[:, 1::2]
+        if ((keys < 0) | (keys >= V)).any() or ((shown < V) | (shown >= 2 * V)).any():
+            raise ConfigError(f"bijection: keys k0..k{V - 1} go at even positions and values v0..v{V - 1} "
+                              f"at odd positions")
+        same_key, same_value = (x[:, :, None] == x[:, None, :] for x in (keys[:, :shown.shape[1]], shown))
+        if (same_key != same_value).any():
+            raise ConfigError("bijection: the pairs shown are not consistent with any bijection "
+                              "(a key with two values, or a value with two keys)")
+        # A key with no value after it (the last one) gets the value it was bound to earlier, if
+        # any: that is all its posterior depends on, and no later position reads it.
+        values = torch.zeros_like(keys)
+        values[:, :shown.shape[1]] = shown - V
+        if keys.shape[1] > shown.shape[1]:
+            bound = (keys[:, :-1] == keys[:, -1:]) * values[:, :-1]  # consistent, so one value or none
+            values[:, -1] = torch.cat([bound, torch.zeros_like(keys[:, :1])], 1).amax(1)
+        positions = torch.arange(keys.shape[1]) * 2
+        return batch_at_queries(tokens, positions, key_posteriors(keys, values, V),
+                                torch.full(keys.shape, -100), hypothesis=dict(keys=keys, values=shown - V))
 
     def token_names(self, tokens: torch.Tensor) -> list[str]:
         V = self.V

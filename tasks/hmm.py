@@ -219,6 +219,27 @@ class HMM(Task):
                                 hypothesis=dict(T_units=T_units, E_units=E_units, T=T, E=E, states=states,
                                      observations=observations))
 
+    def batch_from_tokens(self, tokens: torch.Tensor) -> Batch:
+        """The tables read back from the prompt, then the filtering posterior at each observation
+        (any number of them)."""
+        S, O = self.S, self.O
+        tokens = (tokens if tokens.dim() == 2 else tokens[None]).long().cpu()
+        obs = tokens[:, self.obs_offset:] - OBS0
+        markers = tokens[:, [0, 1 + S * S, 2 + S * S + S * O]] if tokens.shape[1] > self.obs_offset else None
+        if markers is None or (markers != torch.tensor([TRANS, EMIT, SEP])).any():
+            raise ConfigError(f"hmm: a sequence is TRANS, {S * S} probabilities, EMIT, {S * O} probabilities, "
+                              f"SEP, then observations")
+        T_units, E_units = self.decode_tables(tokens)
+        for name, units in (("transition", T_units), ("emission", E_units)):
+            if (units > UNITS).any() or (units.sum(-1) != UNITS).any():
+                raise ConfigError(f"hmm: every row of the {name} table must be probabilities summing to 1.00")
+        if ((obs < 0) | (obs >= O)).any():
+            raise ConfigError(f"hmm: after SEP only observations o0..o{O - 1}")
+        T, E = T_units.double() / UNITS, E_units.double() / UNITS
+        return batch_at_queries(tokens, torch.arange(self.obs_offset, tokens.shape[1]), forward_filter(T, E, obs),
+                                torch.full(obs.shape, -100), hypothesis=dict(T_units=T_units, E_units=E_units,
+                                                                            T=T, E=E, observations=obs))
+
     def decode_tables(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(T_units [B, S, S], E_units [B, S, O]) read back from a token batch [B, seq_len] (or [seq_len])."""
         S, O = self.S, self.O

@@ -1,0 +1,393 @@
+"""The interactive explorer behind ``interp explore --ckpt RUN``: a local Dash app on one model.
+
+Every view is computed by the analyses' own functions and drawn with their figures where they
+have one; this file only chooses the inputs (a sequence, a checkpoint, a set of ablations) and
+lays the views out:
+
+- sequence: a held-out sequence sampled with a seed (``analyses.base.held_out_batch``), or tokens
+  typed by hand, whose exact posterior the task reads back from the tokens
+  (``Task.batch_from_tokens``);
+- posterior: per query position the model's answer distribution beside the Bayes posterior, and
+  model vs Bayes entropy with the gap (``calibration.measure`` and its staircase/error figures);
+- calibration on held-out sequences (``calibration.measure``), intact and as ablated;
+- attention pattern of one layer and head, keys naming a feasible or an eliminated hypothesis
+  marked (the task's hypothesis tokens, as in ``qk_alignment.hypothesis_group``);
+- geometry: residual-stream and attention-output PCA per layer coloured by Bayes entropy
+  (``value_manifold.run``'s own figures);
+- ablation: heads zeroed at ``hook_z`` (``head_ablation.ablation_hook``), blocks skipped
+  (``layer_ablation.part_hooks``), applied to every view at once;
+- a step slider over the checkpoints of a run folder.
+"""
+from __future__ import annotations
+
+import errno
+import re
+import socket
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import plotly.graph_objects as go
+import torch
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from plotly.subplots import make_subplots
+
+from analyses import value_manifold
+from analyses.base import AnalysisError, answer_probs, held_out_batch
+from analyses.calibration import error_figure, measure, staircase_figure
+from analyses.head_ablation import ablation_hook, z_hook_name
+from analyses.layer_ablation import needed_hooks, part_hooks
+from analyses.qk_alignment import hypothesis_group
+from tasks import ConfigError
+
+from .checkpoint import list_checkpoints, load, resolve
+from .errors import UserError
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a port another process listens on, before any slow start-up work."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        # The server sets SO_REUSEADDR too, so a port left in TIME_WAIT is not reported as taken.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise UserError(f"port {port} on {host} is already in use; pick another with --port") from None
+            raise UserError(f"cannot listen on {host}:{port} ({err.strerror}); try another --host or --port") from None
+
+
+def parse_tokens(task, text: str) -> list[int]:
+    """Token ids from text: token names as the task prints them (``k3 v7``) or plain ids."""
+    vocab = range(task.vocab_size)
+    by_name = {name: i for i, name in zip(vocab, task.token_names(torch.tensor(list(vocab))))}
+    ids = []
+    for word in re.split(r"[\s,]+", text.strip()):
+        if word in by_name:
+            ids.append(by_name[word])
+        elif word.isdigit() and int(word) < task.vocab_size:
+            ids.append(int(word))
+        elif word:
+            raise UserError(f"unknown token {word!r}; write names such as {' '.join(list(by_name)[:3])} "
+                            f"or ids 0..{task.vocab_size - 1}")
+    if not ids:
+        raise UserError("type at least one token")
+    return ids
+
+
+def ablation_hooks(choices: list[str]) -> list:
+    """Hooks for the chosen ablations: ``"H1.2"`` zeroes head 2 of layer 1, ``"B0"`` skips block 0."""
+    hooks = []
+    for choice in sorted(choices or []):
+        if choice.startswith("H"):
+            layer, head = map(int, choice[1:].split("."))
+            hooks.append((z_hook_name(layer), ablation_hook(head, None)))
+        else:
+            hooks += part_hooks("block", int(choice[1:]))
+    return hooks
+
+
+class Explorer:
+    """The models of one checkpoint or run folder and every view of them, as plotly figures.
+
+    Views are computed under one lock: a Dash server answers callbacks on several threads, and
+    ablation hooks live on the (shared) model while a view runs.
+    """
+
+    def __init__(self, source, n_calibration: int = 200, n_geometry: int = 300, seed: int = 1234):
+        source = Path(source)
+        self.source = source
+        self.checkpoints = list_checkpoints(source) if source.is_dir() else []
+        if not self.checkpoints:
+            self.checkpoints = [(None, resolve(source))]
+        self.n_calibration, self.n_geometry, self.seed = n_calibration, n_geometry, seed
+        self._models, self._cache = {}, {}
+        self.lock = threading.RLock()
+        last = self.model(len(self.checkpoints) - 1)  # fails here, before the server starts, on a bad file
+        self.task = last.task
+        self.steps = [step if step is not None else last.step for step, _ in self.checkpoints]
+
+    def model(self, index: int):
+        if index not in self._models:
+            self._models[index] = load(self.checkpoints[index][1], device="cpu")
+        return self._models[index]
+
+    def layout_info(self, index: int) -> dict:
+        """What can be ablated and looked at in this model: layers, heads, attention."""
+        model = self.model(index)
+        n_layers = model.cfg.n_layers
+        attention = getattr(model, "has_attention", lambda: False)() and all(
+            z_hook_name(l) in model.hook_dict for l in range(n_layers))
+        blocks = [l for l in range(n_layers) if all(n in model.hook_dict for n in needed_hooks("block", l))]
+        return dict(n_layers=n_layers, n_heads=model.cfg.n_heads if attention else 0, attention=attention,
+                    blocks=blocks, arch=getattr(model, "arch", type(model).__name__))
+
+    @contextmanager
+    def ablated(self, index: int, choices: list[str]):
+        with self.lock:
+            model = self.model(index)
+            with model.hooks(fwd_hooks=ablation_hooks(choices)):
+                yield model
+
+    # --- sequences ---------------------------------------------------------------------------
+    def sample(self, seed: int) -> list:
+        return held_out_batch(self.task, 1, seed).tokens[0].tolist()
+
+    def batch(self, tokens: list, seed: int | None):
+        """The batch of one sequence: the sampled one (with its true answers) or a typed one."""
+        if seed is not None:
+            return held_out_batch(self.task, 1, seed)
+        try:
+            return self.task.batch_from_tokens(torch.tensor([tokens]))
+        except ConfigError as err:
+            raise UserError(str(err)) from None
+
+    def names(self, tokens) -> list[str]:
+        """Position-tagged token names, unique so they can label heat-map axes."""
+        tensor = torch.as_tensor(tokens)
+        return [f"{i}:{name}" for i, name in enumerate(self.task.token_names(tensor))]
+
+    def class_names(self) -> list[str]:
+        offset = self.task.answer_token_offset
+        return self.task.token_names(torch.arange(offset, offset + self.task.n_classes))
+
+    # --- views ---------------------------------------------------------------------------------
+    def posterior_views(self, index: int, tokens: list, seed: int | None, choices: list[str]) -> dict:
+        """Posterior heat maps and the per-position entropies of one sequence, and held-out calibration."""
+        batch = self.batch(tokens, seed)
+        with self.ablated(index, choices) as model:
+            curves = measure(model, batch)
+            probs = None if self.task.continuous else answer_probs(model, batch.tokens)[0]
+            held_out = measure(model, self.held_out())
+        intact = self.intact_calibration(index)
+        views = dict(
+            entropy=staircase_figure(curves["per_position"], f"this sequence: model vs Bayes entropy "
+                                     f"(MAE {curves['entropy_mae_bits']:.4f} bits)"),
+            gap=error_figure(curves["per_position"]),
+            calibration=staircase_figure(held_out["per_position"], f"{self.n_calibration} held-out sequences: "
+                                         f"MAE {held_out['entropy_mae_bits']:.4f} bits"),
+            summary=(f"held-out calibration ({self.n_calibration} sequences): entropy MAE "
+                     f"{held_out['entropy_mae_bits']:.4f} bits, KL {held_out['kl_bits']:.4f} bits"
+                     + ("" if not choices else f"; intact model: MAE {intact['entropy_mae_bits']:.4f}, "
+                        f"KL {intact['kl_bits']:.4f} bits")),
+        )
+        for fig in views.values():
+            if isinstance(fig, go.Figure):
+                fig.update_layout(width=None, height=360, margin=dict(t=60, b=40))
+        views["posterior"] = (self.posterior_figure(batch, probs, tokens) if probs is not None else
+                              _message_figure("a continuous task: its predictive is a Gaussian; see the entropies"))
+        return views
+
+    def intact_calibration(self, index: int) -> dict:
+        key = ("intact", index)
+        if key not in self._cache:
+            with self.ablated(index, []) as model:
+                self._cache[key] = measure(model, self.held_out())
+        return self._cache[key]
+
+    def held_out(self):
+        """The held-out calibration batch, sampled once (every checkpoint shares the task)."""
+        if "held_out" not in self._cache:
+            self._cache["held_out"] = held_out_batch(self.task, self.n_calibration, self.seed)
+        return self._cache["held_out"]
+
+    def posterior_figure(self, batch, probs: torch.Tensor, tokens: list) -> go.Figure:
+        """Bayes posterior and model distribution over the answer classes, one row per query position."""
+        rows = batch.query_mask[0].nonzero().flatten().tolist()
+        labels = [self.names(tokens)[i] for i in rows]
+        classes = self.class_names()
+        bayes, model = batch.posterior[0, rows].float(), probs[rows].float()
+        fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                            subplot_titles=("exact Bayes posterior", "model"))
+        for col, (z, what) in enumerate(((bayes, "Bayes"), (model, "model")), start=1):
+            fig.add_heatmap(z=z.tolist(), x=classes, y=labels, coloraxis="coloraxis", row=1, col=col,
+                            hovertemplate=f"position %{{y}}<br>answer %{{x}}<br>{what} p = %{{z:.4f}}<extra></extra>")
+        fig.update_layout(title="answer distribution at each query position", coloraxis=dict(colorscale="Blues",
+                          cmin=0, colorbar=dict(title="p")), yaxis=dict(autorange="reversed", title="query position"),
+                          template="plotly_white", height=160 + 18 * len(rows), margin=dict(t=70, b=40))
+        return fig
+
+    def attention_view(self, index: int, tokens: list, seed: int | None, choices: list[str],
+                       layer: int, head: int) -> go.Figure:
+        info = self.layout_info(index)
+        if not info["attention"]:
+            return _message_figure(f"this {info['arch']} model has no attention: there are no attention "
+                                   f"patterns to show (every other view works)")
+        batch = self.batch(tokens, seed)
+        name = f"blocks.{layer}.attn.hook_pattern"
+        with self.ablated(index, choices) as model:
+            _, cache = model.run_with_cache(batch.tokens, names_filter=[name])
+        pattern = cache[name][0, head].float()
+        labels = self.names(tokens)
+        custom = [[(q, k) for k in labels] for q in labels]
+        fig = go.Figure(go.Heatmap(z=pattern.tolist(), x=labels, y=labels, colorscale="Viridis", customdata=custom,
+                                   colorbar=dict(title="weight"),
+                                   hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}"
+                                                 "<br>weight %{z:.4f}<extra></extra>"))
+        for kind, symbol, color in (("eliminated", "x-thin", "#d62728"), ("feasible", "circle-open", "#2ca02c")):
+            marks = self.hypothesis_marks(batch, kind)
+            fig.add_scatter(x=[labels[k] for _, k in marks], y=[labels[q] for q, _ in marks], mode="markers",
+                            name=f"key names a {kind} hypothesis", hoverinfo="skip",
+                            marker=dict(symbol=symbol, size=7, color=color, line=dict(width=2, color=color)))
+        fig.update_layout(title=f"attention pattern, layer {layer}, head {head}", xaxis_title="key position",
+                          yaxis=dict(title="query position", autorange="reversed"), template="plotly_white",
+                          height=620, legend=dict(orientation="h", y=-0.15), margin=dict(t=60))
+        return fig
+
+    def hypothesis_marks(self, batch, kind: str) -> list[tuple[int, int]]:
+        """(query, key) cells where the key token names a hypothesis the posterior at the query keeps
+        (feasible, p > 0) or rules out (eliminated, p = 0); bijection: revealed values are eliminated."""
+        try:
+            _, ids = hypothesis_group(self.task)
+        except AnalysisError:  # the task has no tokens naming its answer classes
+            return []
+        tokens = batch.tokens[0]
+        where = {int(t): c for c, t in enumerate(ids.tolist())}
+        keys = [(k, where[int(t)]) for k, t in enumerate(tokens.tolist()) if int(t) in where]
+        marks = []
+        for q in batch.query_mask[0].nonzero().flatten().tolist():
+            for k, c in keys:
+                if k <= q and (batch.posterior[0, q, c] > 0) == (kind == "feasible"):
+                    marks.append((q, k))
+        return marks
+
+    def geometry_view(self, index: int, choices: list[str], stream: str) -> go.Figure:
+        """value-manifold's PCA figure of one stream, cached per checkpoint and ablation."""
+        key = ("geometry", index, tuple(sorted(choices or [])))
+        if key not in self._cache:
+            with self.ablated(index, choices) as model:
+                self._cache[key] = value_manifold.run(model, n=self.n_geometry, seed=self.seed, max_points=1500).figures
+        figures = self._cache[key]
+        name = f"{stream.replace('_', '-')}-pca"
+        if name not in figures:
+            return _message_figure("this model has no attention output to look at; see the residual stream")
+        fig = go.Figure(figures[name])  # a copy: the cached figure keeps its size
+        return fig.update_layout(width=None, height=460, margin=dict(t=80))
+
+
+def _message_figure(text: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=15))
+    return fig.update_layout(xaxis_visible=False, yaxis_visible=False, template="plotly_white", height=240)
+
+
+def _panel(title: str, *children, **style):
+    return html.Div([html.H3(title, style=dict(margin="4px 0")), *children],
+                    style=dict(border="1px solid #ddd", borderRadius="6px", padding="8px", margin="6px", **style))
+
+
+def build_app(explorer: Explorer):
+    """The Dash app: controls on top and left, views on the right; every view follows every control."""
+    last = len(explorer.checkpoints) - 1
+    info = explorer.layout_info(last)
+    first = explorer.sample(0)
+    app = Dash(__name__, title=f"interp explore: {explorer.source.name}")
+
+    head_options = [{"label": f"L{l} H{h}", "value": f"H{l}.{h}"}
+                    for l in range(info["n_layers"]) for h in range(info["n_heads"])]
+    block_options = [{"label": f"block {l}", "value": f"B{l}"} for l in info["blocks"]]
+    inline = dict(display="inline-block", marginRight="10px")
+    steps = explorer.steps
+    controls = html.Div([
+        html.Div([
+            html.Label("seed "), dcc.Input(id="seed", type="number", value=0, min=0, step=1, style=dict(width="80px")),
+            html.Button("sample", id="sample", n_clicks=0, style=dict(marginLeft="6px")),
+            html.Span(" or edit the tokens and ", style=dict(marginLeft="12px")),
+            html.Button("apply", id="apply", n_clicks=0),
+            html.Span(id="message", style=dict(color="#b00", marginLeft="12px")),
+        ]),
+        dcc.Textarea(id="tokens-text", value=" ".join(explorer.task.token_names(torch.tensor(first))),
+                     style=dict(width="100%", height="44px", fontFamily="monospace", marginTop="6px")),
+        html.Div([html.Label(f"checkpoint ({len(steps)}): "), html.Span(id="step-label")],
+                 style=dict(marginTop="6px")),
+        html.Div(dcc.Slider(id="step", min=0, max=last, step=None, value=last,
+                            marks={i: str(s) for i, s in enumerate(steps)}),
+                 style=dict(display="block" if len(steps) > 1 else "none")),
+    ])
+    ablation = _panel(
+        "ablate",
+        html.Div("heads (output z set to 0)" if head_options else
+                 f"no attention heads in this {info['arch']} model"),
+        dcc.Checklist(id="ablate-heads", options=head_options, value=[], inputStyle=dict(marginRight="3px"),
+                      labelStyle=dict(display="inline-block", width="70px")),
+        html.Div("blocks (skipped: output = input)", style=dict(marginTop="8px")),
+        dcc.Checklist(id="ablate-blocks", options=block_options, value=[], inputStyle=dict(marginRight="3px"),
+                      labelStyle=dict(display="block")),
+        html.Div(id="calibration-summary", style=dict(marginTop="10px", fontSize="13px")),
+        style=dict(width="230px", flex="none"),
+    )
+    graph = lambda id_: dcc.Graph(id=id_, config=dict(displaylogo=False))  # noqa: E731
+    radios = lambda id_, n, label: html.Div([html.Label(label), dcc.RadioItems(  # noqa: E731
+        id=id_, options=[{"label": str(i), "value": i} for i in range(n)], value=0, inline=True,
+        inputStyle=dict(marginLeft="8px", marginRight="2px"))], style=inline)
+    views = html.Div([
+        _panel("posterior", graph("posterior"),
+               html.Div([html.Div(graph("entropy"), style=dict(flex="1")), html.Div(graph("gap"), style=dict(flex="1"))],
+                        style=dict(display="flex")),
+               graph("calibration")),
+        _panel("attention", html.Div([radios("layer", info["n_layers"], "layer"),
+                                      radios("head", max(info["n_heads"], 1), "head")]), graph("attention")),
+        _panel("geometry", dcc.RadioItems(id="stream", inline=True, value="residual",
+                                          options=[{"label": "residual stream", "value": "residual"},
+                                                   {"label": "attention output (value vectors)",
+                                                    "value": "attention_out"}],
+                                          inputStyle=dict(marginLeft="8px", marginRight="2px")), graph("geometry")),
+    ], style=dict(flex="1", minWidth="0"))
+    app.layout = html.Div([
+        html.H2(f"{explorer.source.name}: {explorer.task!r}, {info['arch']}", style=dict(margin="4px 6px")),
+        dcc.Store(id="sequence", data=dict(tokens=first, seed=0)),
+        _panel("sequence", controls),
+        html.Div([ablation, views], style=dict(display="flex", alignItems="flex-start")),
+    ], style=dict(fontFamily="sans-serif", fontSize="14px"))
+
+    @app.callback(Output("sequence", "data"), Output("tokens-text", "value"), Output("message", "children"),
+                  Input("sample", "n_clicks"), Input("apply", "n_clicks"), State("seed", "value"),
+                  State("tokens-text", "value"), prevent_initial_call=True)
+    def choose_sequence(_sample, _apply, seed, text):
+        try:
+            if ctx.triggered_id == "sample":
+                tokens = explorer.sample(int(seed or 0))
+                return (dict(tokens=tokens, seed=int(seed or 0)),
+                        " ".join(explorer.task.token_names(torch.tensor(tokens))), "")
+            tokens = parse_tokens(explorer.task, text or "")
+            if len(tokens) > explorer.model(last).cfg.n_ctx:
+                raise UserError(f"{len(tokens)} tokens is longer than the model's context ({explorer.model(last).cfg.n_ctx})")
+            explorer.batch(tokens, None)  # refuse a sequence the task cannot give a posterior for
+            return dict(tokens=tokens, seed=None), no_update, ""
+        except UserError as err:
+            return no_update, no_update, str(err)
+
+    ablations = [Input("ablate-heads", "value"), Input("ablate-blocks", "value")]
+
+    @app.callback(Output("posterior", "figure"), Output("entropy", "figure"), Output("gap", "figure"),
+                  Output("calibration", "figure"), Output("calibration-summary", "children"),
+                  Output("step-label", "children"),
+                  Input("step", "value"), Input("sequence", "data"), *ablations)
+    def posterior(index, sequence, heads, blocks):
+        v = explorer.posterior_views(index, sequence["tokens"], sequence["seed"], heads + blocks)
+        return v["posterior"], v["entropy"], v["gap"], v["calibration"], v["summary"], f"step {steps[index]}"
+
+    @app.callback(Output("attention", "figure"), Input("step", "value"), Input("sequence", "data"), *ablations,
+                  Input("layer", "value"), Input("head", "value"))
+    def attention(index, sequence, heads, blocks, layer, head):
+        return explorer.attention_view(index, sequence["tokens"], sequence["seed"], heads + blocks, layer, head)
+
+    @app.callback(Output("geometry", "figure"), Input("step", "value"), *ablations, Input("stream", "value"))
+    def geometry(index, heads, blocks, stream):
+        return explorer.geometry_view(index, heads + blocks, stream)
+
+    return app
+
+
+def serve(source, host: str = "127.0.0.1", port: int = 8050) -> None:
+    """Check the port, load the model(s), then serve until interrupted."""
+    import logging
+
+    import click
+
+    check_port(host, port)
+    explorer = Explorer(source)
+    app = build_app(explorer)
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request on the terminal
+    click.echo(f"explorer for {source} at http://{host}:{port}/ (Ctrl+C stops it)", err=True)
+    app.run(host=host, port=port, debug=False)
