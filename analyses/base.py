@@ -32,6 +32,8 @@ def held_out_batch(task, n: int, seed: int):
     """A held-out batch of ``task``: same (n, seed), same batch, never one seen in training."""
     if n < 1:
         raise AnalysisError(f"need at least one sequence, got n={n}")
+    if not 0 <= seed < 2 ** 32:  # seeds are offset and scaled into torch's 64-bit seed range
+        raise AnalysisError(f"seed must be an integer from 0 to 2^32 - 1, got {seed}")
     return task.sample(n, generator=torch.Generator().manual_seed(HELD_OUT_SEED_BASE + seed))
 
 

@@ -29,6 +29,19 @@ FORMAT_VERSION = 1
 STEP_FILE = re.compile(r"step-(\d{8})\.safetensors$")
 
 
+def pick_device(device: str | None) -> str:
+    """A device torch can use: "auto" picks CUDA when present; unknown or absent devices are refused."""
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise UserError(f"unknown device {device!r}; use auto, cpu or cuda") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for, but no CUDA device is available")
+    return device
+
+
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}.safetensors"
 
@@ -58,7 +71,11 @@ def resolve(path: str | Path) -> Path:
     """A checkpoint file from a run folder (its last checkpoint) or a checkpoint file itself."""
     path = Path(path)
     if not path.exists():
-        raise UserError(f"checkpoint not found: {path} (pass a run folder or a .safetensors file)")
+        from .pretrained import shipped
+
+        names = ", ".join(shipped()) or "none"
+        raise UserError(f"checkpoint not found: {path} (pass a run folder, a .safetensors file or a shipped "
+                        f"model: {names})")
     if path.is_dir():
         found = list_checkpoints(path)
         if not found:
@@ -125,5 +142,5 @@ def load(path: str | Path, task: str | None = None, device: str | None = None):
     model.step, model.seed, model.checkpoint_path = int(meta["step"]), int(meta.get("seed", 0)), file
     model.run_dir = file.parent.parent if file.parent.name == "checkpoints" else None
     if device:
-        model.to(device)
+        model.to(pick_device(device))
     return model

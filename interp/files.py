@@ -20,7 +20,9 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
-        raise UserError(f"cannot write to {path.parent}: {err.strerror or err}; choose another folder with --out") from None
+        blocker = next((p for p in (path.parent, *path.parent.parents) if p.exists() and not p.is_dir()), None)
+        reason = f"{blocker} is a file, not a folder" if blocker else err.strerror or str(err)
+        raise UserError(f"cannot write to {path.parent}: {reason}; choose another folder with --out") from None
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
         with os.fdopen(fd, "wb") as handle:
@@ -30,7 +32,8 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         os.replace(tmp, path)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"could not write {path}: {err.strerror or err}") from None
+        raise UserError(f"could not write {path}: {err.strerror or err}; it was left as it was "
+                        f"(free some space, or write elsewhere with --out)") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -67,11 +70,14 @@ def sniff_weights(path: Path) -> None:
             size = path.stat().st_size
     except OSError as err:
         raise UserError(f"cannot read checkpoint {path}: {err.strerror or err}") from None
+    header_len = int.from_bytes(head[:8], "little")
+    if len(head) == 9 and head[8:9] == b"{" and header_len + 8 <= size:
+        return  # a safetensors header; safetensors itself never unpickles, so this is safe to parse
+    # Checked only after the header test: a safetensors header length can itself begin with 0x80
+    # (any length = 128 mod 256) or spell "PK".
     if head[:2] == b"PK" or head[:1] == b"\x80" or path.suffix in (".pt", ".pth", ".pkl", ".pickle", ".bin"):
         raise UserError(f"{path} looks like a pickle/torch.save file; pickles can run arbitrary code when "
                         f"loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)")
     if len(head) < 9:
         raise UserError(f"{path} is empty or truncated; it is not a safetensors checkpoint")
-    header_len = int.from_bytes(head[:8], "little")
-    if head[8:9] != b"{" or header_len + 8 > size:
-        raise UserError(f"{path} is not a valid safetensors file (corrupt or truncated header)")
+    raise UserError(f"{path} is not a valid safetensors file (corrupt or truncated header)")

@@ -27,6 +27,7 @@ import tasks
 from analyses.base import held_out_batch
 
 from . import checkpoint
+from .checkpoint import pick_device
 from .errors import UserError
 from .files import atomic_write_bytes, atomic_write_json
 
@@ -54,6 +55,8 @@ class TrainSettings:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
                 raise UserError(f"{name.replace('_', '-')} must be a finite positive number, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 32:
+            raise UserError(f"seed must be an integer from 0 to 2^32 - 1, got {self.seed!r}")  # torch's seed range
         if self.loss not in ("soft", "hard"):
             raise UserError(f"loss must be 'soft' or 'hard', got {self.loss!r}")
         if not isinstance(self.warmup, int) or self.warmup < 0:
@@ -127,14 +130,6 @@ def versions() -> dict:
     return found
 
 
-def pick_device(device: str | None) -> str:
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError("--device cuda was asked for, but no CUDA device is available")
-    return device
-
-
 def optimizer_tensors(opt: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
     state = opt.state_dict()["state"]
     return {f"optim.{i}.{k}": v.detach().cpu().reshape(-1) if k == "step" else v.detach().cpu()
@@ -176,13 +171,14 @@ class Trainer:
             try:
                 self.record = json.loads(run_file.read_text())
             except (OSError, json.JSONDecodeError) as err:
-                raise UserError(f"cannot read {run_file}: {err}") from None
+                raise UserError(f"cannot read {run_file} ({err}); it cannot be resumed, start a new run "
+                                f"with another --out") from None
             if self.record.get("status") == "finished":
                 raise UserError(f"{self.out} has already finished; nothing to resume")
             try:
                 task_config, arch, model_config = self.record["task"], self.record["arch"], self.record["model"]
-                settings = TrainSettings(**self.record["train"])
-            except (KeyError, TypeError) as err:
+                settings = TrainSettings(**self.record["train"]).validate()
+            except (KeyError, TypeError, UserError) as err:
                 raise UserError(f"{run_file} is not a valid run record ({err}); it cannot be resumed") from None
         elif run_file.exists() or checkpoint.list_checkpoints(self.out):
             raise UserError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
@@ -216,6 +212,9 @@ class Trainer:
         # which gives the same result because every batch is a function of (seed, step).
         if resume_file.exists():
             meta, tensors = checkpoint.read(resume_file)
+            if [meta[k] for k in ("task", "arch", "model")] != [self.record[k] for k in ("task", "arch", "model")]:
+                raise UserError(f"{resume_file} is the state of another run than {self.out / 'run.json'} (their task, "
+                                f"architecture or model differ); it cannot be resumed")
             weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
             self.model.load_state_dict(weights)
             load_optimizer(self.opt, {k: v.to(self.device) for k, v in tensors.items() if k.startswith("optim.")})
@@ -231,8 +230,12 @@ class Trainer:
                         extra=optimizer_tensors(self.opt), extra_meta={"elapsed_s": self.elapsed})
 
     def _log(self, record: dict) -> None:
-        with open(self.out / "metrics.jsonl", "a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        try:
+            with open(self.out / "metrics.jsonl", "a") as handle:
+                handle.write(json.dumps(record) + "\n")
+        except OSError as err:  # e.g. a full disk: the last resume state is intact
+            raise UserError(f"could not write {self.out / 'metrics.jsonl'}: {err.strerror or err}; free some "
+                            f"space, then continue with --resume") from None
 
     # -- the loop ----------------------------------------------------------------------------
     def evaluate(self) -> dict:

@@ -31,8 +31,12 @@ def make(name: str, **settings) -> Task:
 
 
 def from_config(config: dict) -> Task:
+    """The task a ``task.config()`` dict describes (as stored in run.json and checkpoints)."""
+    if not isinstance(config, dict) or "name" not in config:
+        raise ConfigError(f"a task config is a dict with a 'name', like {{'name': 'bijection', 'V': 20}}; "
+                          f"got {config!r}")
     config = dict(config)
-    return make(config.pop("name", None), **config)
+    return make(config.pop("name"), **config)
 
 
 __all__ = ["Batch", "ConfigError", "Task", "NAMES", "make", "from_config", "entropy_bits"]

@@ -39,10 +39,13 @@ class Bijection(Task):
 
     def __init__(self, V: int = 20, L: int | None = None, replacement: bool = False,
                  paired: bool = False):
-        L = V - 1 if L is None else L
-        for label, value in (("V", V), ("L", L)):
+        for label, value in (("V", V), ("L", V if L is None else L)):  # V first: L defaults to V - 1
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"bijection: {label} must be an integer, got {value!r}")
+        for label, value in (("replacement", replacement), ("paired", paired)):
+            if not isinstance(value, bool):  # bool("no") is True: refuse instead of guessing
+                raise ConfigError(f"bijection: {label} must be true or false, got {value!r}")
+        L = V - 1 if L is None else L
         if V < 2:
             raise ConfigError(f"bijection: V must be at least 2, got V={V}")
         if L < 1:
@@ -50,7 +53,7 @@ class Bijection(Task):
         if L > V and not replacement:
             raise ConfigError(f"bijection: L={L} > V={V} needs keys drawn with replacement "
                               f"(pass replacement=True) or L <= V")
-        self.V, self.L, self.replacement, self.paired = V, L, bool(replacement), bool(paired)
+        self.V, self.L, self.replacement, self.paired = V, L, replacement, paired
         self.vocab_size = 2 * V
         self.n_classes = V
         self.answer_token_offset = V  # answers are read off the value tokens' output logits

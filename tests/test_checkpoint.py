@@ -89,3 +89,19 @@ def test_shapes_that_disagree_with_the_config_are_refused(tmp_path, small_model)
     save_file(tensors, tmp_path / "m.safetensors", metadata={"interp": json.dumps(meta)})
     with pytest.raises(UserError, match="weights do not match the config"):
         interp.load(tmp_path / "m.safetensors")
+
+
+@pytest.mark.parametrize("first_bytes", [b"\x80", b"PK"])
+def test_a_header_length_that_looks_like_a_pickle_still_loads(tmp_path, small_model, first_bytes):
+    # safetensors headers are 8-byte padded, so one checkpoint in 32 has a length = 128 mod 256,
+    # whose first byte is the pickle opcode 0x80; "PK" (a zip) is a length of 19280 mod 65536.
+    path = tmp_path / "m.safetensors"
+    target = int.from_bytes(first_bytes, "little")
+    modulus = 256 ** len(first_bytes)
+    base = int.from_bytes(checkpoint.save(path, small_model, step=3, seed=0).read_bytes()[:8], "little")
+    for pad in range((target - base) % modulus - 24, (target - base) % modulus + 24):  # padding blurs it by < 8
+        checkpoint.save(path, small_model, step=3, seed=0, extra_meta={"pad": "x" * max(pad, 0)})
+        if path.read_bytes().startswith(first_bytes):
+            break
+    assert path.read_bytes().startswith(first_bytes)
+    assert interp.load(path).step == 3

@@ -1,0 +1,406 @@
+"""The catalogue of bad inputs: every one gets one clear line, a non-zero exit, and loses nothing.
+
+This file is the single source of docs/bad-inputs.md: ``CATALOGUE`` below holds each bad input
+and the exact message it gets, the parametrised test runs them all, and
+
+    python -m tests.test_bad_inputs          # rewrites docs/bad-inputs.md from CATALOGUE
+
+regenerates the table. ``test_the_doc_is_current`` fails when the two differ, so they cannot drift.
+
+Every case runs in a fresh copy of a small working folder (``WORKSPACE`` files: a tiny trained run,
+corrupt and hostile checkpoints, broken run records), with that folder as the current directory,
+so paths in messages are the relative paths a user typed. Before and after, every file in it is
+hashed: a bad input may not create, change or delete any file (a half-written output, a temp file
+left behind, or the marker file a hostile pickle would create all fail the test).
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import pickle
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "bad-inputs.md"
+MARKER = "PWNED"  # the file a hostile pickle creates if it is ever unpickled
+
+
+@dataclass(frozen=True)
+class Case:
+    what: str  # the kind of bad input, in words
+    call: str  # an `interp ...` command line, or a Python expression (with interp, tasks, models, analyses)
+    message: str  # the exact line the user sees (CLI: stderr; Python: "ExceptionType: message"), see expected()
+    code: int = 1  # CLI exit status
+    fault: str | None = None  # an injected fault: "full-disk" or "read-only" (see inject)
+
+
+TRAIN = "interp train --out new-run"  # a fresh run folder; every bad input must leave it uncreated
+TINY_RUN = "-T V=6 -T L=5 -M d_model=16 -M n_layers=1 -M n_heads=2"
+
+CATALOGUE = [
+    # -- names -------------------------------------------------------------------------------------
+    Case("unknown task", f"{TRAIN} --task sudoku",
+         "interp: error: unknown task 'sudoku'; valid tasks: {TASKS}"),
+    Case("unknown architecture", f"{TRAIN} --arch rnn9000",
+         "interp: error: unknown architecture 'rnn9000'; valid architectures: {ARCHS}"),
+    Case("unknown preset", f"{TRAIN} --preset huge",
+         "interp: error: unknown preset 'huge'; valid presets: cpu, paper"),
+    Case("unknown analysis", "interp run telepathy --ckpt tiny",
+         "interp: error: unknown analysis 'telepathy'; valid analyses: {ANALYSES}"),
+    Case("unknown analysis option", "interp run key-orthogonality --ckpt tiny --colour red",
+         'interp: error: unknown option --colour for key-orthogonality; its options: --group, --layer, --head'),
+    Case("unknown output format", "interp run calibration --ckpt tiny --format svg",
+         'interp: error: unknown format svg; choose from pdf, html, json, png'),
+    Case("unknown command", "interp frobnicate",
+         "interp: error: No such command 'frobnicate'.", code=2),
+    Case("unknown flag", "interp train --stepz 10",
+         "interp: error: No such option '--stepz'. (Did you mean one of: '--help', '--seed', '--steps'?)", code=2),
+    Case("unknown task (Python)", "tasks.make('sudoku')",
+         "ConfigError: unknown task 'sudoku'; valid tasks: {TASKS}"),
+    Case("unknown analysis (Python)", "analyses.run('telepathy', interp.load('tiny'))",
+         "AnalysisError: unknown analysis 'telepathy'; valid analyses: {ANALYSES}"),
+    # -- task settings -----------------------------------------------------------------------------
+    Case("unknown task setting", f"{TRAIN} -T colour=3",
+         "interp: error: unknown setting(s) colour for task 'bijection'; valid settings: V, L, replacement, paired"),
+    Case("task setting of the wrong type", f"{TRAIN} -T V=abc",
+         "interp: error: bijection: V must be an integer, got 'abc'"),
+    Case("bool where an integer is expected", f"{TRAIN} --task hmm -T K=true",
+         'interp: error: hmm: K must be an integer, got True'),
+    Case("task size out of range", f"{TRAIN} -T V=1",
+         'interp: error: bijection: V must be at least 2, got V=1'),
+    Case("task sizes that contradict each other", f"{TRAIN} -T V=5 -T L=9",
+         'interp: error: bijection: L=9 > V=5 needs keys drawn with replacement (pass replacement=True) or L <= V'),
+    Case("NaN in a task setting", f"{TRAIN} --task hmm -T concentration=NaN",
+         'interp: error: hmm: concentration must be a finite number > 0, got nan'),
+    Case("infinity in a task setting", f"{TRAIN} --task regression -T noise_std=Infinity",
+         'interp: error: regression: noise_std must be a finite positive number, got inf'),
+    Case("NaN probability", f"{TRAIN} --task recall -T p_unbound=NaN",
+         'interp: error: recall: p_unbound must be in [0, 1), got p_unbound=nan'),
+    Case("setting not KEY=VALUE", f"{TRAIN} -T V",
+         "interp: error: task option 'V' is not KEY=VALUE"),
+    Case("word where true/false is expected", f"{TRAIN} -T replacement=maybe",
+         "interp: error: bijection: replacement must be true or false, got 'maybe'"),
+    Case("float where an integer is expected (Python)", "tasks.make('bijection', V=5.5)",
+         'ConfigError: bijection: V must be an integer, got 5.5'),
+    Case("task config that is not a dict (Python)", "tasks.from_config('bijection')",
+         "ConfigError: a task config is a dict with a 'name', like {'name': 'bijection', 'V': 20}; got 'bijection'"),
+    Case("task config without a name (Python)", "tasks.from_config({'V': 6})",
+         "ConfigError: a task config is a dict with a 'name', like {'name': 'bijection', 'V': 20}; got {'V': 6}"),
+    # -- model settings ----------------------------------------------------------------------------
+    Case("unknown model setting", f"{TRAIN} -M colour=red",
+         'interp: error: unknown transformer setting(s) colour; valid: act_fn, d_mlp, d_model, n_ctx, n_heads, n_layers, normalization'),
+    Case("non-positive layer count", f"{TRAIN} -M n_layers=0",
+         'interp: error: transformer: n_layers must be a positive integer, got 0'),
+    Case("NaN in a model setting", f"{TRAIN} -M d_model=NaN",
+         'interp: error: transformer: d_model must be a positive integer, got nan'),
+    Case("width not divisible by heads", f"{TRAIN} -M d_model=30 -M n_heads=4",
+         'interp: error: transformer: d_model=30 is not divisible by n_heads=4'),
+    # -- training settings -------------------------------------------------------------------------
+    Case("zero steps", f"{TRAIN} --steps 0",
+         'interp: error: steps must be a positive integer, got 0'),
+    Case("negative batch size", f"{TRAIN} --batch-size -4",
+         'interp: error: batch-size must be a positive integer, got -4'),
+    Case("NaN learning rate", f"{TRAIN} --lr nan",
+         'interp: error: lr must be a finite positive number, got nan'),
+    Case("negative warm-up", f"{TRAIN} --warmup -5",
+         'interp: error: warmup must be a non-negative integer, got -5'),
+    Case("number of the wrong type", f"{TRAIN} --steps ten",
+         "interp: error: Invalid value for '--steps': 'ten' is not a valid integer.", code=2),
+    Case("unknown loss", f"{TRAIN} --loss medium",
+         "interp: error: Invalid value for '--loss': 'medium' is not one of 'soft', 'hard'.", code=2),
+    Case("seed out of range", f"{TRAIN} --seed 99999999999999999999",
+         'interp: error: seed must be an integer from 0 to 2^32 - 1, got 99999999999999999999'),
+    Case("no CUDA device", f"{TRAIN} --device cuda",
+         'interp: error: --device cuda was asked for, but no CUDA device is available'),
+    Case("unknown device", f"{TRAIN} --device tpu {TINY_RUN}",
+         "interp: error: unknown device 'tpu'; use auto, cpu or cuda"),
+    # -- run folders -------------------------------------------------------------------------------
+    Case("training into an existing run", "interp train --out tiny",
+         'interp: error: tiny already holds a run; pass --resume to continue it or choose another --out'),
+    Case("resume without a run", "interp train --resume --out nowhere",
+         'interp: error: nothing to resume: nowhere/run.json does not exist (start the run without --resume)'),
+    Case("resume of a finished run", "interp train --resume --out tiny",
+         'interp: error: tiny has already finished; nothing to resume'),
+    Case("resume with new settings", "interp train --resume --out tiny --steps 50",
+         'interp: error: --resume continues with the settings in tiny/run.json; drop --steps'),
+    Case("corrupt run.json", "interp train --resume --out corrupt-record",
+         "interp: error: cannot read corrupt-record/run.json (Expecting ',' delimiter: line 1 column 30 (char 29)); it cannot be resumed, start a new run with another --out"),
+    Case("NaN in run.json training settings", "interp train --resume --out nan-record",
+         'interp: error: nan-record/run.json is not a valid run record (lr must be a finite positive number, got nan); it cannot be resumed'),
+    Case("unknown key in run.json training settings", "interp train --resume --out odd-record",
+         "interp: error: odd-record/run.json is not a valid run record (TrainSettings.__init__() got an unexpected keyword argument 'stepz'); it cannot be resumed"),
+    Case("resume state of another run", "interp train --resume --out mixed-run",
+         'interp: error: mixed-run/resume.safetensors is the state of another run than mixed-run/run.json (their task, architecture or model differ); it cannot be resumed'),
+    Case("--out is a file", f"interp train --out notes.txt {TINY_RUN}",
+         'interp: error: cannot write to notes.txt: notes.txt is a file, not a folder; choose another folder with --out'),
+    Case("output folder that cannot be written", f"interp train --out read-only/run {TINY_RUN}",
+         'interp: error: cannot write to read-only/run: Permission denied; choose another folder with --out',
+         fault="read-only"),
+    Case("disk full when a run starts", f"{TRAIN} {TINY_RUN}",
+         'interp: error: could not write new-run/run.json: No space left on device; it was left as it was (free some space, or write elsewhere with --out)', fault="full-disk"),
+    # -- checkpoint files --------------------------------------------------------------------------
+    Case("missing checkpoint", "interp run calibration --ckpt missing.safetensors",
+         'interp: error: checkpoint not found: missing.safetensors (pass a run folder, a .safetensors file or a shipped model: {SHIPPED})'),
+    Case("misspelled shipped model", "interp run calibration --ckpt bijection-transformer",
+         'interp: error: checkpoint not found: bijection-transformer (pass a run folder, a .safetensors file or a shipped model: {SHIPPED})'),
+    Case("folder without checkpoints", "interp run calibration --ckpt empty-folder",
+         'interp: error: empty-folder holds no checkpoints/step-*.safetensors; is it a run folder from `interp train`?'),
+    Case("empty file", "interp run calibration --ckpt empty.safetensors",
+         'interp: error: empty.safetensors is empty or truncated; it is not a safetensors checkpoint'),
+    Case("truncated checkpoint", "interp run calibration --ckpt truncated.safetensors",
+         'interp: error: truncated.safetensors is not a readable safetensors checkpoint (Error while deserializing: incomplete metadata, file not fully covered)'),
+    Case("corrupt checkpoint (text)", "interp run calibration --ckpt notes.safetensors",
+         'interp: error: notes.safetensors is not a valid safetensors file (corrupt or truncated header)'),
+    Case("pickle (.pt) that would run code", "interp run calibration --ckpt evil.pt",
+         'interp: error: evil.pt looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
+    Case("pickle renamed .safetensors", "interp run calibration --ckpt evil.safetensors",
+         'interp: error: evil.safetensors looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
+    Case("torch.save zip renamed .safetensors", "interp run calibration --ckpt torch-save.safetensors",
+         'interp: error: torch-save.safetensors looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
+    Case("pickle as a run's latest checkpoint", "interp run calibration --ckpt evil-run",
+         'interp: error: evil-run/checkpoints/step-00000100.safetensors looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
+    Case("pickle among several checkpoints", "interp run compare --ckpt tiny --ckpt evil.pt",
+         'interp: error: evil.pt looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
+    Case("pickle as the resume state", "interp train --resume --out evil-resume",
+         'interp: error: evil-resume/resume.safetensors looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
+    Case("pickle (Python)", "interp.load('evil.pt')",
+         'UserError: evil.pt looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
+    Case("safetensors without interp metadata", "interp run calibration --ckpt plain.safetensors",
+         'interp: error: plain.safetensors is a safetensors file without interp metadata; it was not written by `interp train`'),
+    Case("malformed config JSON in checkpoint metadata", "interp run calibration --ckpt bad-json.safetensors",
+         'interp: error: bad-json.safetensors has malformed interp metadata (not JSON)'),
+    Case("unknown task key in checkpoint metadata", "interp run calibration --ckpt odd-task.safetensors",
+         "interp: error: odd-task.safetensors: invalid config: unknown setting(s) colour for task 'bijection'; valid settings: V, L, replacement, paired"),
+    Case("NaN in checkpoint's task config", "interp run calibration --ckpt nan-task.safetensors",
+         'interp: error: nan-task.safetensors: invalid config: bijection: V must be an integer, got nan'),
+    Case("unknown architecture in checkpoint metadata", "interp run calibration --ckpt odd-arch.safetensors",
+         "interp: error: odd-arch.safetensors: invalid config: unknown architecture 'rnn9000'; valid architectures: {ARCHS}"),
+    Case("unknown model key in checkpoint metadata", "interp run calibration --ckpt odd-model.safetensors",
+         'interp: error: odd-model.safetensors: invalid config: unknown transformer setting(s) colour; valid: act_fn, d_mlp, d_model, n_ctx, n_heads, n_layers, normalization'),
+    Case("weights whose shapes disagree with the config", "interp run calibration --ckpt reshaped.safetensors",
+         'interp: error: reshaped.safetensors: weights do not match the config in its metadata (shape of embed.W_E is (12, 16), config says (12, 32))'),
+    Case("wrong task for a checkpoint", "interp run belief-clusters --ckpt tiny",
+         'interp: error: belief-clusters needs an "hmm" model (its hidden states are the clusters); this model was trained on \'bijection\''),
+    Case("wrong task for a checkpoint (Python)", "interp.load('tiny', task='hmm')",
+         "UserError: tiny/checkpoints/step-00000020.safetensors is a 'bijection' checkpoint, but this needs a 'hmm' one"),
+    # -- analysis options --------------------------------------------------------------------------
+    Case("analysis option of the wrong type", "interp run calibration --ckpt tiny --n many",
+         "interp: error: --n must be int, got 'many'"),
+    Case("analysis option out of range", "interp run key-orthogonality --ckpt tiny --layer 7",
+         'interp: error: layer 7, head 0 out of range: the model has 1 layers of 2 heads'),
+    Case("non-positive sample count", "interp run calibration --ckpt tiny --n 0",
+         'interp: error: need at least one sequence, got n=0'),
+    Case("negative seed", "interp run calibration --ckpt tiny --seed -1",
+         'interp: error: seed must be an integer from 0 to 2^32 - 1, got -1'),
+    Case("malformed list option", "interp run length-generalization --ckpt tiny --lengths 5,x",
+         "interp: error: --lengths must be comma-separated integers, got '5,x'"),
+    Case("unknown device", "interp run calibration --ckpt tiny --device tpu",
+         "interp: error: unknown device 'tpu'; use auto, cpu or cuda"),
+    Case("several checkpoints for a one-model analysis", "interp run calibration --ckpt tiny --ckpt tiny",
+         'interp: error: calibration takes one --ckpt; only compare takes several'),
+    # -- output ------------------------------------------------------------------------------------
+    Case("--out is a file", "interp run calibration --ckpt tiny --format json --out notes.txt",
+         'interp: error: cannot write to notes.txt/tiny: notes.txt is a file, not a folder; choose another folder with --out'),
+    Case("output folder that cannot be written", "interp run calibration --ckpt tiny --format json --out read-only",
+         'interp: error: cannot write to read-only/tiny: Permission denied; choose another folder with --out', fault="read-only"),
+    Case("disk full while writing figures", "interp run calibration --ckpt tiny --format json,html",
+         'interp: error: could not write figures/tiny/calibration.json: No space left on device; it was left as it was (free some space, or write elsewhere with --out)',
+         fault="full-disk"),
+]
+
+
+class Exploit:
+    """Unpickling this creates MARKER in the current folder: proof that a pickle was loaded."""
+
+    def __reduce__(self):
+        return (os.system, (f"touch {MARKER}",))
+
+
+def build_workspace(root: Path) -> None:
+    """The files the catalogue refers to: one tiny finished run, and every kind of broken file."""
+    import torch
+    from safetensors.torch import save as save_bytes
+
+    from interp import checkpoint
+    from interp.train import TrainSettings, Trainer
+
+    settings = TrainSettings(steps=20, batch_size=8, warmup=2, eval_every=20, eval_size=20)
+    Trainer(root / "tiny", dict(name="bijection", V=6, L=5), "transformer",
+            dict(d_model=16, n_layers=1, n_heads=2), settings, progress=False).run()
+    good = root / "tiny" / "checkpoints" / checkpoint.checkpoint_name(20)
+    meta, tensors = checkpoint.read(good)
+    record = json.loads((root / "tiny" / "run.json").read_text())
+
+    def with_meta(name: str, change) -> None:
+        edited = json.loads(json.dumps(meta))
+        change(edited)
+        (root / name).write_bytes(save_bytes(tensors, metadata={"interp": json.dumps(edited)}))
+
+    with_meta("odd-task.safetensors", lambda m: m["task"].update(colour=3))
+    with_meta("nan-task.safetensors", lambda m: m["task"].update(V=float("nan")))
+    with_meta("odd-arch.safetensors", lambda m: m.update(arch="rnn9000"))
+    with_meta("odd-model.safetensors", lambda m: m["model"].update(colour="red"))
+    with_meta("reshaped.safetensors", lambda m: m["model"].update(d_model=32))
+    (root / "plain.safetensors").write_bytes(save_bytes(tensors))
+    (root / "bad-json.safetensors").write_bytes(save_bytes(tensors, metadata={"interp": "{task: bijection"}))
+    (root / "truncated.safetensors").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    (root / "empty.safetensors").write_bytes(b"")
+    (root / "notes.safetensors").write_text("these are not weights\n")
+    (root / "notes.txt").write_text("a file where a folder is expected\n")
+    evil = pickle.dumps(Exploit())
+    for name in ("evil.pt", "evil.safetensors", "evil-run/checkpoints/step-00000100.safetensors",
+                 "evil-resume/resume.safetensors"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(evil)
+    torch.save(tensors, root / "torch-save.safetensors")
+    running = dict(record, status="running")
+    for folder, content in [
+        ("evil-resume", json.dumps(running)),
+        ("corrupt-record", '{"task": {"name": "bijection"'),
+        ("nan-record", json.dumps(dict(running, train=dict(record["train"], lr=float("nan"))))),
+        ("odd-record", json.dumps(dict(running, train=dict(record["train"], stepz=3)))),
+    ]:
+        (root / folder).mkdir(exist_ok=True)
+        (root / folder / "run.json").write_text(content)
+    # A resume state whose run.json describes another task.
+    (root / "mixed-run").mkdir()
+    (root / "mixed-run" / "run.json").write_text(json.dumps(dict(running, task=dict(record["task"], V=8, L=7))))
+    shutil.copy(good, root / "mixed-run" / "resume.safetensors")
+    (root / "empty-folder").mkdir()
+    (root / "read-only").mkdir()
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def inject(fault: str | None, root: Path, monkeypatch) -> None:
+    """Simulate a full disk or an unwritable folder without root, inside this process."""
+    if fault == "full-disk":
+        # The data reaches the temp file, then the disk reports it is full (as fsync does when
+        # the file system defers allocation): the temp file must not survive.
+        def full(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        monkeypatch.setattr(os, "fsync", full)
+    elif fault == "read-only":
+        folder = root / "read-only"
+        folder.chmod(0o555)
+        if os.geteuid() == 0:  # root ignores permissions: refuse like the kernel would for anyone else
+            import tempfile
+            real = tempfile.mkstemp
+
+            def refuse(*args, dir=None, **kwargs):
+                if dir is not None and folder.resolve() in (Path(dir).resolve(), *Path(dir).resolve().parents):
+                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dir))
+                return real(*args, dir=dir, **kwargs)
+            monkeypatch.setattr(tempfile, "mkstemp", refuse)
+
+
+def expected(case: Case) -> str:
+    """The exact message, with {TASKS}, {ARCHS}, {ANALYSES} and {SHIPPED} filled in from the registries,
+    so that adding a task or an analysis only needs the doc regenerated, not every row rewritten."""
+    import analyses
+    import models
+    import tasks
+    from interp.pretrained import shipped
+
+    message = case.message
+    for key, names in (("TASKS", tasks.NAMES), ("ARCHS", models.ARCHS), ("ANALYSES", analyses.NAMES),
+                       ("SHIPPED", shipped())):
+        message = message.replace("{" + key + "}", ", ".join(names))
+    return message
+
+
+def outcome(case: Case, capsys) -> tuple[int, str]:
+    """(exit status, the one line shown) of a catalogue case, run in the current folder."""
+    if case.call.startswith("interp "):
+        from tests.cli import run_cli
+
+        result = run_cli(capsys, *shlex.split(case.call)[1:])
+        return result.code, result.err.strip()
+    import analyses
+    import interp
+    import models
+    import tasks
+
+    try:
+        eval(case.call, dict(interp=interp, tasks=tasks, models=models, analyses=analyses))
+    except Exception as err:  # the message is the point; the type is shown next to it
+        return 1, f"{type(err).__name__}: {err}"
+    return 0, ""
+
+
+@pytest.fixture(scope="module")
+def workspace_template(tmp_path_factory):
+    root = tmp_path_factory.mktemp("template")
+    build_workspace(root)
+    return root
+
+
+@pytest.mark.parametrize("case", CATALOGUE, ids=[f"{i + 1:02d}-{c.what}" for i, c in enumerate(CATALOGUE)])
+def test_bad_input(case, workspace_template, tmp_path, monkeypatch, capsys):
+    root = tmp_path / "work"
+    shutil.copytree(workspace_template, root)
+    monkeypatch.chdir(root)
+    before = snapshot(root)
+    inject(case.fault, root, monkeypatch)
+    try:
+        code, shown = outcome(case, capsys)
+    finally:
+        monkeypatch.undo()
+        (root / "read-only").chmod(0o755)
+    assert (code, shown) == (case.code, expected(case))
+    assert "\n" not in shown and "Traceback" not in shown
+    assert not (root / MARKER).exists(), "a pickle was unpickled"
+    assert snapshot(root) == before, "a bad input changed, created or deleted a file"
+
+
+def render() -> str:
+    def code_span(text: str) -> str:
+        text = text.replace("|", "\\|")
+        return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+    lines = [
+        "# Bad inputs and the message each one gets",
+        "",
+        "Every bad input below gets exactly one line on stderr (or one exception from the Python API),",
+        "a non-zero exit status, and no traceback; none of them creates, changes or deletes a file.",
+        "The working folder holds a tiny trained run `tiny/` and the broken files the rows name",
+        "(built by `build_workspace` in `tests/test_bad_inputs.py`); `new-run` does not exist beforehand.",
+        "Faults marked *full disk* and *read-only* are simulated: the disk reports ENOSPC when a file is",
+        "flushed, or the folder refuses new files with EACCES.",
+        "",
+        "Generated from `CATALOGUE` in `tests/test_bad_inputs.py` by `python -m tests.test_bad_inputs`;",
+        "`test_the_doc_is_current` fails if this file and the catalogue differ, and `test_bad_input` runs",
+        "every row and checks the exit status, the exact message and that no file changed.",
+        "",
+        "| # | bad input | what is run | exit | message |",
+        "|---|---|---|---|---|",
+    ]
+    for i, case in enumerate(CATALOGUE, 1):
+        what = case.what + (f" (*{case.fault.replace('-', ' ')}*)" if case.fault else "")
+        lines.append(f"| {i} | {what} | {code_span(case.call)} | {case.code} | {code_span(expected(case))} |")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_doc_is_current():
+    assert DOC.read_text() == render(), "docs/bad-inputs.md is stale: run `python -m tests.test_bad_inputs`"
+
+
+def test_the_catalogue_covers_the_issue():
+    assert len(CATALOGUE) >= 25
+    assert len({c.call for c in CATALOGUE}) == len(CATALOGUE), "a row is listed twice"
+
+
+if __name__ == "__main__":
+    DOC.parent.mkdir(exist_ok=True)
+    DOC.write_text(render())
+    print(f"wrote {DOC} ({len(CATALOGUE)} rows)", file=sys.stderr)
