@@ -1,4 +1,4 @@
-"""The ``interp`` command line: train, run, list.
+"""The ``interp`` command line: train, run, list, explore.
 
 User errors (bad names, paths, numbers) print one line to stderr and exit non-zero; only bugs
 print a traceback.

@@ -21,6 +21,7 @@ lays the views out:
 from __future__ import annotations
 
 import errno
+import math
 import re
 import socket
 import threading
@@ -173,7 +174,7 @@ class Explorer:
         )
         for fig in views.values():
             if isinstance(fig, go.Figure):
-                fig.update_layout(width=None, height=360, margin=dict(t=60, b=40))
+                fig.update_layout(width=None, height=320, margin=dict(t=60, b=40))
         views["posterior"] = (self.posterior_figure(batch, probs, tokens) if probs is not None else
                               _message_figure("a continuous task: its predictive is a Gaussian; see the entropies"))
         return views
@@ -224,14 +225,16 @@ class Explorer:
                                    colorbar=dict(title="weight"),
                                    hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}"
                                                  "<br>weight %{z:.4f}<extra></extra>"))
-        for kind, symbol, color in (("eliminated", "x-thin", "#d62728"), ("feasible", "circle-open", "#2ca02c")):
+        for kind, symbol, color, label in (("eliminated", "x-thin", "#d62728", "key names an eliminated hypothesis"),
+                                           ("feasible", "circle-open", "#2ca02c", "key names a feasible hypothesis")):
             marks = self.hypothesis_marks(batch, kind)
             fig.add_scatter(x=[labels[k] for _, k in marks], y=[labels[q] for q, _ in marks], mode="markers",
-                            name=f"key names a {kind} hypothesis", hoverinfo="skip",
-                            marker=dict(symbol=symbol, size=7, color=color, line=dict(width=2, color=color)))
+                            name=label, hoverinfo="skip",
+                            marker=dict(symbol=symbol, size=6, color=color, opacity=0.8, line=dict(width=1.5, color=color)))
         fig.update_layout(title=f"attention pattern, layer {layer}, head {head}", xaxis_title="key position",
                           yaxis=dict(title="query position", autorange="reversed"), template="plotly_white",
-                          height=620, legend=dict(orientation="h", y=-0.15), margin=dict(t=60))
+                          showlegend=True, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
+                          margin=dict(t=50, b=130))
         return fig
 
     def hypothesis_marks(self, batch, kind: str) -> list[tuple[int, int]]:
@@ -314,30 +317,35 @@ def build_app(explorer: Explorer):
         dcc.Checklist(id="ablate-blocks", options=block_options, value=[], inputStyle=dict(marginRight="3px"),
                       labelStyle=dict(display="block")),
         html.Div(id="calibration-summary", style=dict(marginTop="10px", fontSize="13px")),
-        style=dict(width="230px", flex="none"),
     )
-    graph = lambda id_: dcc.Graph(id=id_, config=dict(displaylogo=False))  # noqa: E731
+    # Each graph fills a box of a fixed height and the full width of its panel.
+    graph = lambda id_, height: dcc.Graph(id=id_, config=dict(displaylogo=False), responsive=True,  # noqa: E731
+                                          style=dict(height=f"{height}px"))
+    n_queries = int(held_out_batch(explorer.task, 1, 0).query_mask.sum())
     radios = lambda id_, n, label: html.Div([html.Label(label), dcc.RadioItems(  # noqa: E731
         id=id_, options=[{"label": str(i), "value": i} for i in range(n)], value=0, inline=True,
         inputStyle=dict(marginLeft="8px", marginRight="2px"))], style=inline)
     views = html.Div([
-        _panel("posterior", graph("posterior"),
-               html.Div([html.Div(graph("entropy"), style=dict(flex="1")), html.Div(graph("gap"), style=dict(flex="1"))],
-                        style=dict(display="flex")),
-               graph("calibration")),
-        _panel("attention", html.Div([radios("layer", info["n_layers"], "layer"),
-                                      radios("head", max(info["n_heads"], 1), "head")]), graph("attention")),
+        html.Div([
+            _panel("posterior", graph("posterior", min(max(160 + 18 * n_queries, 300), 800)), graph("entropy", 320),
+                   graph("gap", 320), style=dict(minWidth="0")),
+            _panel("attention", html.Div([radios("layer", info["n_layers"], "layer"),
+                                          radios("head", max(info["n_heads"], 1), "head")]),
+                   graph("attention", 600), graph("calibration", 320), style=dict(minWidth="0")),
+        ], style=dict(display="grid", gridTemplateColumns="1fr 1fr", alignItems="start")),
         _panel("geometry", dcc.RadioItems(id="stream", inline=True, value="residual",
                                           options=[{"label": "residual stream", "value": "residual"},
                                                    {"label": "attention output (value vectors)",
                                                     "value": "attention_out"}],
-                                          inputStyle=dict(marginLeft="8px", marginRight="2px")), graph("geometry")),
-    ], style=dict(flex="1", minWidth="0"))
+                                          inputStyle=dict(marginLeft="8px", marginRight="2px")),
+               graph("geometry", 140 + 330 * math.ceil(info["n_layers"] / 3))),
+    ], style=dict(minWidth="0"))
     app.layout = html.Div([
         html.H2(f"{explorer.source.name}: {explorer.task!r}, {info['arch']}", style=dict(margin="4px 6px")),
         dcc.Store(id="sequence", data=dict(tokens=first, seed=0)),
         _panel("sequence", controls),
-        html.Div([ablation, views], style=dict(display="flex", alignItems="flex-start")),
+        html.Div([ablation, views], style=dict(display="grid", gridTemplateColumns="250px minmax(0, 1fr)",
+                                                alignItems="start")),
     ], style=dict(fontFamily="sans-serif", fontSize="14px"))
 
     @app.callback(Output("sequence", "data"), Output("tokens-text", "value"), Output("message", "children"),

@@ -1,0 +1,225 @@
+"""The explorer (`interp explore`): its views, its errors, and an end-to-end run in headless Chromium."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+import tasks
+from interp import checkpoint
+from interp.explore import Explorer, build_app, parse_tokens
+from interp.pretrained import locate
+
+from tests.cli import run_cli
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = locate("bijection-transformer-cpu")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- typed sequences: the task reads the exact posterior back from the tokens ----------------------
+@pytest.mark.parametrize("name, settings", [("bijection", dict(V=8, L=7)), ("bijection", dict(V=6, L=9, replacement=True)),
+                                            ("bijection", dict(V=6, L=5, paired=True)), ("hmm", dict(S=3, O=4, K=6))])
+def test_batch_from_tokens_matches_sampling(name, settings):
+    task = tasks.make(name, **settings)
+    batch = task.sample(100, generator=torch.Generator().manual_seed(3))
+    typed = task.batch_from_tokens(batch.tokens)
+    assert torch.equal(typed.query_mask, batch.query_mask)
+    assert torch.allclose(typed.posterior, batch.posterior)
+    assert torch.allclose(typed.bayes_entropy, batch.bayes_entropy)
+
+
+def test_typed_prefix_and_inconsistent_bijection():
+    task = tasks.make("bijection", V=4, L=4)
+    k, v = (lambda i: i), (lambda i: 4 + i)
+    # k0=v1, k1=v2, then k0 again: a delta on v1; then a new key: uniform over the 2 unrevealed values
+    typed = task.batch_from_tokens(torch.tensor([k(0), v(1), k(1), v(2), k(0), v(1), k(3)]))
+    assert typed.posterior[0, 4].tolist() == [0, 1, 0, 0]
+    assert typed.posterior[0, 6].tolist() == [0.5, 0, 0, 0.5]
+    with pytest.raises(tasks.ConfigError, match="not consistent"):
+        task.batch_from_tokens(torch.tensor([k(0), v(1), k(1), v(1), k(2)]))
+    with pytest.raises(tasks.ConfigError, match="even positions"):
+        task.batch_from_tokens(torch.tensor([v(0), k(1)]))
+
+
+def test_parse_tokens_names_and_ids():
+    task = tasks.make("bijection", V=4, L=4)
+    assert parse_tokens(task, "k0 v1, 2  5") == [0, 5, 2, 5]
+    with pytest.raises(Exception, match="unknown token 'x9'"):
+        parse_tokens(task, "k0 x9")
+
+
+# --- views, on a run folder with several checkpoints ----------------------------------------------
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """Two checkpoints of one small model: its init, and a copy with its first block's attention
+    output weights scaled, so the views must differ between steps."""
+    import models
+
+    task = tasks.make("bijection", V=6, L=5)
+    model = models.build("transformer", task, config=dict(d_model=32, n_layers=2, n_heads=2), seed=0).eval()
+    folder = tmp_path_factory.mktemp("run")
+    checkpoint.save(folder / "checkpoints" / checkpoint.checkpoint_name(0), model, step=0, seed=0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(3.0)
+    checkpoint.save(folder / "checkpoints" / checkpoint.checkpoint_name(100), model, step=100, seed=0)
+    return folder
+
+
+def test_views_follow_step_sequence_and_ablation(run_dir):
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    assert explorer.steps == [0, 100]
+    tokens = explorer.sample(0)
+
+    def posterior(index, choices=(), seed=0):
+        return explorer.posterior_views(index, tokens, seed, list(choices))["posterior"].data[1].z
+
+    assert posterior(0) != posterior(1)  # the step slider replays another checkpoint
+    assert posterior(1) != posterior(1, ["H0.1"]) != posterior(1, ["B0"])
+    assert posterior(1, seed=None) == posterior(1)  # typed tokens get the same exact posterior back
+    bayes = explorer.posterior_views(1, tokens, 0, [])["posterior"].data[0].z
+    assert all(abs(sum(row) - 1) < 1e-5 for row in bayes)
+
+    attention = explorer.attention_view(1, tokens, 0, [], layer=1, head=1)
+    assert "layer 1, head 1" in attention.layout.title.text
+    eliminated = explorer.hypothesis_marks(explorer.batch(tokens, 0), "eliminated")
+    # bijection: at the t-th key the t-1 values revealed so far are eliminated, and nothing else
+    assert len(eliminated) == sum(range(5)) and all(tokens[k] >= 6 and k < q for q, k in eliminated)
+    assert explorer.hypothesis_marks(explorer.batch(tokens, 0), "feasible") == []
+    for stream in ("residual", "attention_out"):
+        assert "PCA" in explorer.geometry_view(0, ["B1"], stream).layout.title.text
+    build_app(explorer)  # the layout and callbacks build for a multi-checkpoint run
+
+
+def test_model_without_attention_says_so(run_dir, monkeypatch):
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    monkeypatch.setattr(explorer.model(1), "has_attention", lambda: False)
+    fig = explorer.attention_view(1, explorer.sample(0), 0, [], layer=0, head=0)
+    assert "has no attention" in fig.layout.annotations[0].text
+    assert explorer.layout_info(1)["n_heads"] == 0
+    explorer.posterior_views(1, explorer.sample(0), 0, ["B0"])  # everything else still works
+
+
+# --- command-line errors ---------------------------------------------------------------------------
+def test_port_in_use_is_one_line(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = run_cli(capsys, "explore", "--ckpt", SHIPPED, "--port", port)
+    assert out.code == 1
+    assert out.err.strip() == f"interp: error: port {port} on 127.0.0.1 is already in use; pick another with --port"
+
+
+def test_bad_checkpoint_is_one_line(capsys, tmp_path):
+    bad = tmp_path / "model.safetensors"
+    bad.write_bytes(b"not a checkpoint")
+    for ckpt in (bad, tmp_path / "missing"):
+        out = run_cli(capsys, "explore", "--ckpt", ckpt, "--port", free_port())
+        assert out.code == 1 and out.err.count("\n") == 1 and out.err.startswith("interp: error: ")
+        assert "Traceback" not in out.err
+
+
+# --- end to end, in a real headless Chromium --------------------------------------------------------
+CHROMEDRIVER = shutil.which("chromedriver")
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.fixture
+def server():
+    port = free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "interp", "explore", "--ckpt", str(SHIPPED), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"explorer did not start: {proc.stdout.read().decode()[-2000:]}")
+            time.sleep(0.3)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def browser():
+    if not (CHROMEDRIVER and CHROMIUM):
+        pytest.fail("the end-to-end test needs Debian's chromium and chromium-driver (apt-get install chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--window-size=1500,1300"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # no driver download
+    yield driver
+    driver.quit()
+
+
+def figure(driver, graph: str):
+    """The plotly figure a Dash graph currently shows ({data, layout}), or None before it is drawn."""
+    return driver.execute_script(
+        "const el = document.querySelector(arguments[0] + ' .js-plotly-plot');"
+        "return el && el.data && el.layout ? {data: el.data, title: (el.layout.title || {}).text} : null;", f"#{graph}")
+
+
+def test_end_to_end_in_chromium(server, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    browser.get(server)
+    for graph in ("posterior", "entropy", "gap", "calibration", "attention", "geometry"):
+        wait.until(lambda d: figure(d, graph) is not None and figure(d, graph)["data"], message=f"{graph} drawn")
+    assert "layer 0, head 0" in figure(browser, "attention")["title"]
+
+    browser.find_element(By.CSS_SELECTOR, "#layer input[value='1']").click()
+    browser.find_element(By.CSS_SELECTOR, "#head input[value='2']").click()
+    wait.until(lambda d: "layer 1, head 2" in (figure(d, "attention")["title"] or ""), message="layer/head change")
+
+    bayes, before = (trace["z"] for trace in figure(browser, "posterior")["data"])
+    summary = browser.find_element(By.ID, "calibration-summary").text
+    browser.find_element(By.CSS_SELECTOR, "#ablate-heads input[value='H0.2']").click()  # the frame head
+    wait.until(lambda d: figure(d, "posterior")["data"][1]["z"] != before, message="posterior follows ablation")
+    wait.until(lambda d: "intact model" in d.find_element(By.ID, "calibration-summary").text)
+    assert browser.find_element(By.ID, "calibration-summary").text != summary
+    assert figure(browser, "posterior")["data"][0]["z"] == bayes  # ablation changes the model, not Bayes
+
+    # the screenshot is kept: in $EXPLORE_ARTIFACTS if set, else pytest's tmp folder, and for the README
+    shot = Path(os.environ.get("EXPLORE_ARTIFACTS", tmp_path)) / "explorer.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    wait.until(lambda d: d.execute_script("return !document.querySelector('[data-dash-is-loading]')"))
+    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+    readme = REPO / "figures" / "readme" / "explorer.png"
+    readme.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, readme)
+
+    # a typed sequence: k0 bound to v3, then k0 again (a delta on v3) and a new key k1
+    text = browser.find_element(By.ID, "tokens-text")
+    text.send_keys(Keys.CONTROL, "a")
+    text.send_keys("k0 v3 k0 v3 k1")
+    browser.find_element(By.ID, "apply").click()
+    wait.until(lambda d: len(figure(d, "posterior")["data"][0]["y"]) == 3, message="typed sequence shown")
+    bayes = figure(browser, "posterior")["data"][0]["z"]
+    assert bayes[1][3] == 1 and bayes[2][3] == 0 and abs(bayes[2][0] - 1 / 19) < 1e-6
