@@ -60,6 +60,8 @@ def check_port(host: str, port: int) -> None:
 
 def parse_tokens(task, text: str) -> list[int]:
     """Token ids from text: token names as the task prints them (``k3 v7``) or plain ids."""
+    if task.continuous:
+        raise UserError(f"{task.name} feeds real-valued inputs, which cannot be typed as tokens; sample by seed")
     vocab = range(task.vocab_size)
     by_name = {name: i for i, name in zip(vocab, task.token_names(torch.tensor(list(vocab))))}
     ids = []
@@ -330,7 +332,8 @@ def build_app(explorer: Explorer):
             _panel("posterior", graph("posterior", min(max(160 + 18 * n_queries, 300), 800)), graph("entropy", 320),
                    graph("gap", 320), style=dict(minWidth="0")),
             _panel("attention", html.Div([radios("layer", info["n_layers"], "layer"),
-                                          radios("head", max(info["n_heads"], 1), "head")]),
+                                          radios("head", max(info["n_heads"], 1), "head")],
+                                         style=dict(display="block" if info["attention"] else "none")),
                    graph("attention", 600), graph("calibration", 320), style=dict(minWidth="0")),
         ], style=dict(display="grid", gridTemplateColumns="1fr 1fr", alignItems="start")),
         _panel("geometry", dcc.RadioItems(id="stream", inline=True, value="residual",

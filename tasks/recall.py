@@ -124,6 +124,27 @@ class Recall(Task):
                                 hypothesis=dict(keys=keys, values=values, query_keys=query_keys,
                                                 bound=bound, answers=answers))
 
+    def batch_from_tokens(self, tokens: torch.Tensor) -> Batch:
+        """The table before SEP, then any number of queries (answers shown after them carry nothing)."""
+        N, K, V = self.N, self.n_keys, self.n_values
+        tokens = (tokens if tokens.dim() == 2 else tokens[None]).long().cpu()
+        keys, shown = tokens[:, 0:2 * N:2], tokens[:, 1:2 * N:2]
+        queries, answers = tokens[:, 2 * N + 1::2], tokens[:, 2 * N + 2::2]
+        is_key, is_value = (lambda x: ((x >= 0) & (x < K)).all()), (lambda x: ((x >= K) & (x < K + V)).all())
+        if tokens.shape[1] <= 2 * N + 1 or not ((tokens[:, 2 * N] == self.SEP).all() and is_key(keys)
+                                                and is_value(shown) and is_key(queries) and is_value(answers)):
+            raise ConfigError(f"recall: a sequence is {N} key-value pairs, SEP, then query keys each followed "
+                              f"by an answer value")
+        if (keys[:, :, None] == keys[:, None, :]).sum((1, 2)).gt(N).any():
+            raise ConfigError("recall: the table binds a key twice")
+        match = queries[:, :, None] == keys[:, None, :]  # [B, M, N]: at most one bound slot per query
+        bound = match.any(-1)
+        delta = torch.nn.functional.one_hot((match.long() * (shown - K)[:, None, :]).sum(-1), V).float()
+        posterior = torch.where(bound[..., None], delta, torch.full_like(delta, 1.0 / V))
+        return batch_at_queries(tokens, 2 * N + 1 + 2 * torch.arange(queries.shape[1]), posterior,
+                                torch.full(queries.shape, -100), hypothesis=dict(keys=keys, values=shown - K,
+                                                                                query_keys=queries, bound=bound))
+
     def token_names(self, tokens: torch.Tensor) -> list[str]:
         K = self.n_keys
         names = []

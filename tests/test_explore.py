@@ -29,8 +29,10 @@ def free_port() -> int:
 
 
 # --- typed sequences: the task reads the exact posterior back from the tokens ----------------------
-@pytest.mark.parametrize("name, settings", [("bijection", dict(V=8, L=7)), ("bijection", dict(V=6, L=9, replacement=True)),
-                                            ("bijection", dict(V=6, L=5, paired=True)), ("hmm", dict(S=3, O=4, K=6))])
+@pytest.mark.parametrize("name, settings", [
+    ("bijection", dict(V=8, L=7)), ("bijection", dict(V=6, L=9, replacement=True)),
+    ("bijection", dict(V=6, L=5, paired=True)), ("hmm", dict(S=3, O=4, K=6)),
+    ("recall", dict(N=4, n_keys=8, n_values=6, queries=5, p_unbound=0.3))])
 def test_batch_from_tokens_matches_sampling(name, settings):
     task = tasks.make(name, **settings)
     batch = task.sample(100, generator=torch.Generator().manual_seed(3))
