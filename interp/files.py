@@ -40,6 +40,12 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     return path
 
 
+def remove_stale_temps(folder: str | Path) -> None:
+    """Delete the temp files of writes a crash cut short (only call when nothing writes there)."""
+    for temp in Path(folder).glob(".*.tmp"):
+        temp.unlink(missing_ok=True)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

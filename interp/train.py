@@ -29,7 +29,7 @@ from analyses.base import held_out_batch
 from . import checkpoint
 from .checkpoint import pick_device
 from .errors import UserError
-from .files import atomic_write_bytes, atomic_write_json
+from .files import atomic_write_bytes, atomic_write_json, remove_stale_temps
 
 @dataclass
 class TrainSettings:
@@ -208,6 +208,8 @@ class Trainer:
     # -- persistence -------------------------------------------------------------------------
     def _restore(self) -> None:
         resume_file = self.out / "resume.safetensors"
+        for folder in (self.out, self.out / "checkpoints"):  # a SIGKILL mid-write leaves its temp file
+            remove_stale_temps(folder)
         # Without a resume state the run was interrupted before its first one: it starts over,
         # which gives the same result because every batch is a function of (seed, step).
         if resume_file.exists():
