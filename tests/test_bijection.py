@@ -1,20 +1,11 @@
 """The bijection wind tunnel against brute-force enumeration of every consistent permutation."""
-import itertools
 import math
 
 import pytest
 import torch
 
 import tasks
-
-
-def brute_force_posterior(V, keys, values, i):
-    """P(pi(keys[i]) = v | pairs 0..i-1) by enumerating all V! permutations consistent with them."""
-    counts = torch.zeros(V)
-    for perm in itertools.permutations(range(V)):
-        if all(perm[keys[j]] == values[j] for j in range(i)):
-            counts[perm[keys[i]]] += 1
-    return counts / counts.sum()
+from tests.brute_force import bijection_posterior
 
 
 @pytest.mark.parametrize("settings", [
@@ -29,7 +20,7 @@ def test_posterior_equals_enumeration(settings):
     assert batch.query_mask.sum(1).eq(len(key_positions)).all()
     for b in range(len(batch)):
         for i, pos in enumerate(key_positions):
-            expected = brute_force_posterior(task.V, keys[b].tolist(), values[b].tolist(), i)
+            expected = bijection_posterior(task.V, keys[b].tolist(), values[b].tolist(), i)
             torch.testing.assert_close(batch.posterior[b, pos], expected, atol=1e-6, rtol=0)
 
 

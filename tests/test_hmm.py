@@ -1,5 +1,4 @@
 """The HMM wind tunnel against brute-force enumeration of every hidden path."""
-import itertools
 import math
 
 import pytest
@@ -7,21 +6,7 @@ import torch
 
 from tasks.base import ConfigError
 from tasks.hmm import EMIT, OBS0, SEP, TRANS, HMM, dirichlet, forward_filter, quantise_units
-
-
-def brute_force_filter(T, E, obs, S):
-    """p(s_t | o_1..o_t) for every t by summing the joint over all S^t paths of the prefix."""
-    out = []
-    for t in range(1, len(obs) + 1):
-        mass = [0.0] * S
-        for path in itertools.product(range(S), repeat=t):
-            p = 1.0 / S * E[path[0]][obs[0]]
-            for i in range(1, t):
-                p *= T[path[i - 1]][path[i]] * E[path[i]][obs[i]]
-            mass[path[-1]] += p
-        total = sum(mass)
-        out.append([m / total for m in mass])
-    return torch.tensor(out, dtype=torch.float64)
+from tests.brute_force import hmm_filter
 
 
 @pytest.mark.parametrize("S, O, K", [(2, 2, 6), (3, 3, 5), (3, 2, 4)])
@@ -33,7 +18,7 @@ def test_posterior_equals_enumeration(S, O, K):
     h = batch.hypothesis
     for b in range(len(batch)):
         T, E, obs = h["T"][b].tolist(), h["E"][b].tolist(), h["observations"][b].tolist()
-        expected = brute_force_filter(T, E, obs, S)
+        expected = hmm_filter(T, E, obs, S)
         torch.testing.assert_close(batch.posterior[b, positions].double(), expected, atol=1e-6, rtol=0)
 
 
@@ -44,7 +29,7 @@ def test_forward_filter_matches_enumeration_in_float64():
     post = forward_filter(T, E, obs)
     assert post.dtype == torch.float64
     for b in range(4):
-        expected = brute_force_filter(T[b].tolist(), E[b].tolist(), obs[b].tolist(), 3)
+        expected = hmm_filter(T[b].tolist(), E[b].tolist(), obs[b].tolist(), 3)
         torch.testing.assert_close(post[b], expected, atol=1e-12, rtol=0)
     uniform = torch.full((4, 3), 1 / 3, dtype=torch.float64)
     torch.testing.assert_close(forward_filter(T, E, obs, initial=uniform), post)

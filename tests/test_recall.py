@@ -1,5 +1,4 @@
 """The associative recall wind tunnel against brute-force enumeration of the generative process."""
-import itertools
 import math
 
 import pytest
@@ -7,37 +6,7 @@ import torch
 
 from tasks.base import ConfigError
 from tasks.recall import Recall
-
-
-def brute_force_posterior(n_keys, n_values, tokens, query_index):
-    """P(answer to query `query_index` = v | everything before it), read off the raw tokens alone.
-
-    Enumerates every hidden world: each injective table from the bound keys to values, and each
-    tuple of answers to queries 0..query_index, weighting by the generative process (a bound key
-    answers its table value; an unbound key answers a uniform draw from all values). Which keys
-    are bound and which are asked does not depend on the values, so those factors cancel.
-    """
-    sep = n_keys + n_values
-    split = tokens.index(sep)
-    shown_keys = tokens[0:split:2]
-    shown_values = [v - n_keys for v in tokens[1:split:2]]
-    query_keys = tokens[split + 1::2]
-    shown_answers = [a - n_keys for a in tokens[split + 2::2]]
-
-    counts = [0.0] * n_values
-    for table_values in itertools.permutations(range(n_values), len(shown_keys)):
-        table = dict(zip(shown_keys, table_values))
-        if list(table_values) != shown_values:
-            continue
-        for answers in itertools.product(range(n_values), repeat=query_index + 1):
-            if list(answers[:query_index]) != shown_answers[:query_index]:
-                continue
-            weight = 1.0
-            for q, a in zip(query_keys, answers):
-                weight *= float(table[q] == a) if q in table else 1.0 / n_values
-            counts[answers[query_index]] += weight
-    total = sum(counts)
-    return torch.tensor([c / total for c in counts])
+from tests.brute_force import recall_posterior
 
 
 @pytest.mark.parametrize("settings", [
@@ -54,7 +23,7 @@ def test_posterior_equals_enumeration(settings):
     for b in range(len(batch)):
         tokens = batch.tokens[b].tolist()
         for i, pos in enumerate(positions.tolist()):
-            expected = brute_force_posterior(task.n_keys, task.n_values, tokens, i)
+            expected = recall_posterior(task.n_keys, task.n_values, tokens, i)
             torch.testing.assert_close(batch.posterior[b, pos], expected, atol=1e-6, rtol=0)
 
 

@@ -9,24 +9,7 @@ import models
 import tasks
 from analyses import calibration
 from interp.train import TrainSettings, Trainer
-
-
-def joint_gaussian_predictive(x, y, weight_std, noise_std):
-    """p(y_i | y_<i) by conditioning the joint N(0, weight_std^2 X X^T + noise_std^2 I) of all outputs,
-    which never forms a posterior over w: an independent route to the same numbers."""
-    n = x.shape[0]
-    cov = weight_std ** 2 * x @ x.T + noise_std ** 2 * torch.eye(n, dtype=x.dtype)
-    means, variances = [], []
-    for i in range(n):
-        if i == 0:
-            means.append(torch.zeros((), dtype=x.dtype))
-            variances.append(cov[0, 0])
-            continue
-        k = cov[i, :i]
-        solve = torch.linalg.solve(cov[:i, :i], k)
-        means.append(solve @ y[:i])
-        variances.append(cov[i, i] - k @ solve)
-    return torch.stack(means), torch.stack(variances)
+from tests.brute_force import regression_predictive
 
 
 @pytest.mark.parametrize("d, n, weight_std, noise_std", [(1, 5, 1.0, 0.5), (3, 8, 2.0, 0.1), (4, 6, 0.5, 1.0)])
@@ -35,7 +18,7 @@ def test_predictive_equals_joint_gaussian_conditioning(d, n, weight_std, noise_s
     batch = task.sample(6, generator=torch.Generator().manual_seed(0))
     x, y = batch.hypothesis["x"].double(), batch.hypothesis["y"].double()
     for b in range(6):
-        mean, var = joint_gaussian_predictive(x[b], y[b], weight_std, noise_std)
+        mean, var = regression_predictive(x[b], y[b], weight_std, noise_std)
         torch.testing.assert_close(batch.posterior_mean[b, 0::2].double(), mean, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(batch.posterior_var[b, 0::2].double(), var, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(batch.bayes_entropy[:, 0::2],
