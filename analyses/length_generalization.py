@@ -48,7 +48,7 @@ def run(model, lengths: str = "", n: int = 1000, seed: int = 1234) -> Result:
             variant = task.with_length(length)
         except ConfigError as err:
             raise AnalysisError(f"{task.length_setting}={length}: {err}") from None
-        if variant.seq_len > n_ctx:
+        if n_ctx is not None and variant.seq_len > n_ctx:  # recurrent models take any length
             raise AnalysisError(
                 f"{task.length_setting}={length} needs {variant.seq_len} positions but the model has n_ctx={n_ctx}; "
                 f"retrain with -M n_ctx={variant.seq_len} to size the position table for it")

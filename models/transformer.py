@@ -14,16 +14,21 @@ Presets
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
-import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tasks import ConfigError, Task
 
+from .base import AnswerHead, InputProjection, ModelConfig, output_sizes
+
+
+# Activation functions HookedTransformer implements.
+ACT_FNS = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "relu", "silu", "solu_ln")
+
 
 @dataclass
-class TransformerConfig:
+class TransformerConfig(ModelConfig):
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
@@ -32,27 +37,12 @@ class TransformerConfig:
     normalization: str = "LN"  # "LN" or "RMS" (pre-norm)
     n_ctx: int | None = None  # default: the task's sequence length
 
-    @classmethod
-    def from_dict(cls, settings: dict) -> "TransformerConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(settings) - known)
-        if unknown:
-            raise ConfigError(f"unknown transformer setting(s) {', '.join(unknown)}; "
-                              f"valid: {', '.join(sorted(known))}")
-        config = cls(**settings)
-        for name in ("d_model", "n_layers", "n_heads"):
-            value = getattr(config, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"transformer: {name} must be a positive integer, got {value!r}")
-        if config.d_model % config.n_heads:
-            raise ConfigError(f"transformer: d_model={config.d_model} is not divisible by "
-                              f"n_heads={config.n_heads}")
-        if config.normalization not in ("LN", "RMS"):
-            raise ConfigError(f"transformer: normalization must be 'LN' or 'RMS', got {config.normalization!r}")
-        return config
+    ARCH = "transformer"
+    CHOICES = {"act_fn": ACT_FNS, "normalization": ("LN", "RMS")}
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def check(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"transformer: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
 
 
 PRESETS = {
@@ -67,19 +57,7 @@ TASK_PRESETS = {
 }
 
 
-class InputProjection(torch.nn.Module):
-    """The token embedding's stand-in for continuous tasks: a linear map of the input features."""
-
-    def __init__(self, input_dim: int, d_model: int):
-        super().__init__()
-        self.W_in = torch.nn.Parameter(torch.randn(input_dim, d_model) / input_dim ** 0.5)
-        self.b_in = torch.nn.Parameter(torch.zeros(d_model))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.W_in + self.b_in
-
-
-class WindTunnelTransformer(HookedTransformer):
+class WindTunnelTransformer(AnswerHead, HookedTransformer):
     """A HookedTransformer that knows its task and reads beliefs off the answer classes."""
 
     arch = "transformer"
@@ -91,7 +69,7 @@ class WindTunnelTransformer(HookedTransformer):
                               f"({task.seq_len} tokens)")
         # A continuous task has no vocabulary: a 1-row placeholder embedding is swapped for an input
         # projection below, and the unembedding has two outputs, the Gaussian's mean and log-variance.
-        d_vocab, d_vocab_out = (1, 2) if task.continuous else (task.vocab_size, task.vocab_size)
+        d_vocab, d_vocab_out = output_sizes(task)
         hooked = HookedTransformerConfig(
             n_layers=config.n_layers, d_model=config.d_model, n_heads=config.n_heads,
             d_head=config.d_model // config.n_heads, d_mlp=config.d_mlp or 4 * config.d_model,
@@ -120,24 +98,9 @@ class WindTunnelTransformer(HookedTransformer):
                               f"with -M n_ctx={length} to size them (rows past the training length stay untrained)")
         if not self.task.continuous:
             return super().input_to_embed(input, *args, **kwargs)
-        embed = self.hook_embed(self.embed(input.to(self.embed.W_in.dtype)))
+        embed = self.hook_embed(self.embed(input))
         positions = self.hook_pos_embed(self.pos_embed(input[..., 0]))
         return embed + positions, None, None, None
-
-    def answer_logits(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
-        """Logits over the task's C answer classes, [B, T, C]; kwargs go to ``forward``."""
-        if self.task.continuous:
-            raise TypeError(f"{self.task.name} is a continuous task: use model.predictive(inputs)")
-        return self.task.answer_logits(self(tokens, **kwargs))
-
-    def predictive(self, inputs: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-        """Continuous tasks: the model's Gaussian predictive (mean, variance), each [B, T]."""
-        out = self(inputs, **kwargs)
-        return out[..., 0], out[..., 1].clamp(-30, 30).exp()
-
-    def answer_probs(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
-        """The model's predictive distribution over the task's answer classes, [B, T, C]."""
-        return self.answer_logits(tokens, **kwargs).softmax(-1)
 
     def to(self, device_or_dtype, print_details: bool = False):
         return super().to(device_or_dtype, print_details=print_details)

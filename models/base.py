@@ -1,0 +1,203 @@
+"""What every architecture shares: config validation, the answer head, and the hooked residual skeleton.
+
+Every model, whatever mixes information along the sequence, is the same residual stack
+
+    hook_embed -> blocks.0 -> ... -> blocks.{L-1} -> ln_final -> unembed
+
+and each block is pre-norm, ``resid_post = resid_pre + mixer(norm(resid_pre))``, with TransformerLens
+hook points ``blocks.{l}.hook_resid_pre``, ``blocks.{l}.hook_mixer_out`` and ``blocks.{l}.hook_resid_post``.
+So an analysis that walks "the residual stream after block l" uses one name on every architecture
+(the transformer has the same ``blocks.{l}.hook_resid_*`` names from TransformerLens itself).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, fields
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+from transformer_lens.hook_points import HookedRootModule, HookPoint
+
+from tasks import ConfigError, Task
+
+
+class ModelConfig:
+    """Validation shared by the architectures' config dataclasses.
+
+    Types come from the field annotations: ``int`` fields must be positive integers (``int | None``
+    may also be None), ``float`` fields finite positive numbers, ``str`` fields one of ``CHOICES``.
+    """
+
+    ARCH = "model"
+    CHOICES: dict[str, tuple[str, ...]] = {}
+
+    @classmethod
+    def from_dict(cls, settings: dict):
+        if not isinstance(settings, dict):
+            raise ConfigError(f"{cls.ARCH} config must be a JSON object, got {type(settings).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(settings) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown {cls.ARCH} setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+        for name, value in settings.items():
+            check_value(cls.ARCH, name, str(known[name].type), value, cls.CHOICES.get(name))
+        config = cls(**settings)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Constraints between settings; subclasses raise ConfigError."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_value(arch: str, name: str, annotation: str, value, choices=None) -> None:
+    if value is None and "None" in annotation:
+        return
+    if annotation.startswith("int"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{arch}: {name} must be a positive integer, got {value!r}")
+    elif annotation.startswith("float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ConfigError(f"{arch}: {name} must be a finite positive number, got {value!r}")
+    elif annotation.startswith("str"):
+        if not isinstance(value, str) or (choices and value not in choices):
+            raise ConfigError(f"{arch}: {name} must be one of {', '.join(choices or ())}, got {value!r}")
+
+
+class AnswerHead:
+    """Reading beliefs off a model's output logits: the same for every architecture."""
+
+    task: Task
+
+    def answer_logits(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+        """Logits over the task's C answer classes, [B, T, C]; kwargs go to ``forward``."""
+        if self.task.continuous:
+            raise TypeError(f"{self.task.name} is a continuous task: use model.predictive(inputs)")
+        return self.task.answer_logits(self(tokens, **kwargs))
+
+    def answer_probs(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+        """The model's predictive distribution over the task's answer classes, [B, T, C]."""
+        return self.answer_logits(tokens, **kwargs).softmax(-1)
+
+    def predictive(self, inputs: torch.Tensor, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        """Continuous tasks: the model's Gaussian predictive (mean, variance), each [B, T]."""
+        out = self(inputs, **kwargs)
+        return out[..., 0], out[..., 1].clamp(-30, 30).exp()
+
+
+def output_sizes(task: Task) -> tuple[int, int]:
+    """(input vocabulary, output width). A continuous task's output is a Gaussian's mean and log-variance."""
+    return (1, 2) if task.continuous else (task.vocab_size, task.vocab_size)
+
+
+class InputProjection(nn.Module):
+    """The token embedding's stand-in for continuous tasks: a linear map of the input features."""
+
+    def __init__(self, input_dim: int, d_model: int):
+        super().__init__()
+        self.W_in = nn.Parameter(torch.randn(input_dim, d_model) / input_dim ** 0.5)
+        self.b_in = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.W_in.dtype) @ self.W_in + self.b_in
+
+
+class TokenEmbedding(nn.Module):
+    def __init__(self, vocab_size: int, d_model: int):
+        super().__init__()
+        self.W_E = nn.Parameter(torch.randn(vocab_size, d_model) * 0.02)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.W_E[tokens]
+
+
+class ResidualBlock(nn.Module):
+    """Pre-norm residual block around a sequence mixer (or a per-position MLP)."""
+
+    def __init__(self, norm: nn.Module, mixer: nn.Module):
+        super().__init__()
+        self.ln = norm
+        self.mixer = mixer
+        self.hook_resid_pre = HookPoint()
+        self.hook_mixer_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+
+    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+        resid = self.hook_resid_pre(resid)
+        return self.hook_resid_post(resid + self.hook_mixer_out(self.mixer(self.ln(resid))))
+
+
+class HookedSequenceModel(AnswerHead, HookedRootModule):
+    """A residual stack of ``ResidualBlock``s with TransformerLens hooks; subclasses supply ``make_mixer``.
+
+    ``n_ctx`` is the longest input the model accepts: a learned position table's size, or None for
+    models (recurrent ones) that take any length.
+    """
+
+    arch = "model"
+    norm = nn.LayerNorm
+
+    def __init__(self, config, task: Task, seed: int = 0, n_ctx: int | None = None):
+        super().__init__()
+        self.config, self.task = config, task
+        d = config.d_model
+        d_vocab, d_out = output_sizes(task)
+        with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
+            torch.manual_seed(seed)
+            self.embed = InputProjection(task.input_dim, d) if task.continuous else TokenEmbedding(d_vocab, d)
+            self.hook_embed = HookPoint()
+            if n_ctx is not None:
+                self.W_pos = nn.Parameter(torch.randn(n_ctx, d) * 0.02)
+                self.hook_pos_embed = HookPoint()
+            self.blocks = nn.ModuleList(ResidualBlock(self.norm(d), self.make_mixer(layer))
+                                        for layer in range(config.n_layers))
+            self.ln_final = self.norm(d)
+            self.unembed = nn.Linear(d, d_out)
+        # The few cfg fields analyses read (TransformerLens models carry the same names).
+        self.cfg = SimpleNamespace(n_layers=config.n_layers, d_model=d, n_ctx=n_ctx, d_vocab=d_vocab, d_vocab_out=d_out)
+        self.setup()
+
+    def make_mixer(self, layer: int) -> nn.Module:
+        raise NotImplementedError
+
+    def has_attention(self) -> bool:
+        return False
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if self.task.continuous and input.dim() == 2:
+            input = input[None]
+        length = input.shape[1]
+        if self.cfg.n_ctx is not None and length > self.cfg.n_ctx:
+            raise ConfigError(f"a sequence of {length} positions is longer than this model's context "
+                              f"(n_ctx={self.cfg.n_ctx}); train with -M n_ctx={length} to size its position table")
+        resid = self.hook_embed(self.embed(input))
+        if self.cfg.n_ctx is not None:
+            resid = resid + self.hook_pos_embed(self.W_pos[:length])
+        for block in self.blocks:
+            resid = block(resid)
+        return self.unembed(self.ln_final(resid))
+
+
+def matched_width(build, target: int, step: int = 2, tolerance: float = 0.05) -> int:
+    """The width (a multiple of ``step``) whose model's parameter count is nearest ``target``.
+
+    ``build(d_model)`` returns a model; models are built on the meta device, so nothing is allocated.
+    """
+    def count(d: int) -> int:
+        with torch.device("meta"):
+            return sum(p.numel() for p in build(d).parameters())
+
+    lo, hi = step, step
+    while count(hi) < target:  # parameter counts grow with width: bracket, then bisect
+        lo, hi = hi, hi * 2
+    while hi - lo > step:
+        mid = (lo + hi) // 2 // step * step
+        lo, hi = (mid, hi) if count(mid) < target else (lo, mid)
+    best = min((lo, hi), key=lambda d: abs(count(d) - target))
+    if abs(count(best) - target) > tolerance * target:
+        raise ConfigError(f"no width within {tolerance:.0%} of {target:,} parameters (nearest: d_model={best}, "
+                          f"{count(best):,}); set d_model explicitly with -M d_model=...")
+    return best
