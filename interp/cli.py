@@ -99,7 +99,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
                                            warmup=warmup).items() if v is not None}
         task = tasks.make(task_name, **parse_assignments(task_options, "task option"))
         settings = dataclasses.replace(preset_settings(preset, task_name), **overrides)
-        model_config = models.model_config(arch, preset, task_name, **parse_assignments(model_options, "model option"))
+        model_config = models.model_config(arch, preset, task, **parse_assignments(model_options, "model option"))
         trainer = Trainer(out, task.config(), arch, model_config, settings, device=device)
     s = trainer.settings
     click.echo(f"training {trainer.task!r} {trainer.model.arch} ({sum(p.numel() for p in trainer.model.parameters()):,} "
@@ -195,7 +195,7 @@ def list_command():
     for arch in models.ARCHS:
         for name in tasks.NAMES:
             task = tasks.make(name)
-            counts = ", ".join(f"{p}={models.n_params(models.build(arch, task, models.model_config(arch, p, name))):,}"
+            counts = ", ".join(f"{p}={models.n_params(models.build(arch, task, models.model_config(arch, p, task))):,}"
                                for p in models.presets(arch))
             click.echo(f"  {arch:<12} {name:<11} {counts}")
     click.echo("analyses (options and defaults):")
