@@ -17,7 +17,8 @@ from types import SimpleNamespace
 
 import torch
 from torch import nn
-from transformer_lens.hook_points import HookedRootModule, HookPoint
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
 
 from tasks import ConfigError, Task
 
@@ -175,7 +176,7 @@ class HookedSequenceModel(AnswerHead, HookedRootModule):
                               f"(n_ctx={self.cfg.n_ctx}); train with -M n_ctx={length} to size its position table")
         resid = self.hook_embed(self.embed(input))
         if self.cfg.n_ctx is not None:
-            resid = resid + self.hook_pos_embed(self.W_pos[:length])
+            resid = resid + self.hook_pos_embed(self.W_pos[:length].expand(input.shape[0], -1, -1))  # [B, T, d] as in TL
         for block in self.blocks:
             resid = block(resid)
         return self.unembed(self.ln_final(resid))

@@ -1,0 +1,240 @@
+"""Mamba, LSTM and MLP: ground truth for their computations, and one hooked surface for all four."""
+import json
+
+import pytest
+import torch
+from transformer_lens.hook_points import HookPoint
+
+import analyses
+import interp
+import models
+import tasks
+from analyses.base import AnalysisError
+from interp import checkpoint
+from models.mamba import FusedScan, Kernel, reference_scan, scan_step, scan_step_backward, selective_scan
+from tasks import ConfigError
+
+SMALL = dict(d_model=16, n_layers=2)
+OTHERS = ("mamba", "lstm", "mlp")
+
+
+def scan_inputs(seed=0, batch=3, T=7, E=5, N=4):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, T, E, generator=g, dtype=torch.float64)
+    delta = torch.nn.functional.softplus(torch.randn(batch, T, E, generator=g, dtype=torch.float64))
+    A = -torch.rand(E, N, generator=g, dtype=torch.float64) * 3
+    B, C = (torch.randn(batch, T, N, generator=g, dtype=torch.float64) for _ in range(2))
+    D = torch.randn(E, generator=g, dtype=torch.float64)
+    return [t.requires_grad_() for t in (x, delta, A, B, C, D)]
+
+
+def values_and_grads(fn, inputs, seed=1):
+    y, h = fn(*inputs)
+    weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed), dtype=y.dtype)
+    return [y.detach(), h.detach(), *torch.autograd.grad((y * weights).sum(), inputs)]
+
+
+@pytest.mark.parametrize("hooked", [False, True], ids=["fused", "hooked-states"])
+def test_selective_scan_matches_the_sequential_reference(hooked):
+    inputs = scan_inputs()
+    expected = values_and_grads(reference_scan, inputs)
+    hook = HookPoint()
+    if hooked:
+        hook.add_hook(lambda h, hook: h)
+    got = values_and_grads(lambda *a: selective_scan(*a, hook_h=hook), inputs)
+    for e, g in zip(expected, got):  # y, h, then the gradients of x, delta, A, B, C, D
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+
+
+def test_patching_the_states_changes_the_output():
+    inputs = [t.detach() for t in scan_inputs()]
+    hook = HookPoint()
+    hook.add_hook(lambda h, hook: torch.zeros_like(h))
+    y, _ = selective_scan(*inputs, hook_h=hook)
+    x, D = inputs[0], inputs[-1]
+    torch.testing.assert_close(y, D * x)  # no state left: only the D skip
+
+
+@pytest.mark.slow
+def test_compiled_scan_kernels_match_the_plain_ones(monkeypatch):
+    monkeypatch.setenv("INTERP_COMPILE", "1")
+    monkeypatch.setattr("models.mamba.STEP", Kernel(scan_step))
+    monkeypatch.setattr("models.mamba.STEP_BACKWARD", Kernel(scan_step_backward))
+    inputs = scan_inputs()
+    x, delta, A, B, C, _ = inputs
+    got = values_and_grads(lambda *a: FusedScan.apply(*(t.transpose(0, 1).contiguous() if t.dim() == 3 else t
+                                                        for t in a)), inputs[:5])
+    import models.mamba as mamba
+    assert mamba.STEP.compiled is not None and not mamba.STEP.failed and not mamba.STEP_BACKWARD.failed
+    monkeypatch.setenv("INTERP_COMPILE", "0")
+    expected = values_and_grads(lambda *a: FusedScan.apply(*(t.transpose(0, 1).contiguous() if t.dim() == 3 else t
+                                                             for t in a)), inputs[:5])
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e)
+
+
+def test_lstm_mixer_matches_torch_lstm():
+    from models.lstm import LSTMMixer
+    torch.manual_seed(0)
+    mixer = LSTMMixer(d_model=6, d_hidden=5).double()
+    reference = torch.nn.LSTM(6, 5, batch_first=True).double()
+    with torch.no_grad():
+        reference.weight_ih_l0.copy_(mixer.W_ih.weight)
+        reference.bias_ih_l0.copy_(mixer.W_ih.bias)
+        reference.weight_hh_l0.copy_(mixer.W_hh.weight)
+        reference.bias_hh_l0.zero_()
+    x = torch.randn(3, 8, 6, dtype=torch.float64)
+    hidden, (h_last, c_last) = reference(x)
+    _, cache = run_mixer_with_cache(mixer, x)
+    torch.testing.assert_close(cache["hook_hidden"], hidden)
+    torch.testing.assert_close(cache["hook_cell"][:, -1], c_last[0])
+
+
+def run_mixer_with_cache(mixer, x):
+    cache = {}
+    for name in ("hook_hidden", "hook_cell"):
+        getattr(mixer, name).add_hook(lambda t, hook, name=name: cache.__setitem__(name, t))
+    out = mixer(x)
+    for name in ("hook_hidden", "hook_cell"):
+        getattr(mixer, name).remove_hooks()
+    return out, cache
+
+
+@pytest.mark.parametrize("arch", OTHERS)
+def test_outputs_never_depend_on_later_positions(arch):
+    task = tasks.make("bijection", V=6, L=5)
+    model = models.build(arch, task, SMALL, seed=0).eval()
+    tokens = task.sample(4, generator=torch.Generator().manual_seed(0)).tokens
+    changed = tokens.clone()
+    changed[:, 5:] = (changed[:, 5:] + 1) % task.vocab_size
+    with torch.no_grad():
+        a, b = model(tokens), model(changed)
+    torch.testing.assert_close(a[:, :5], b[:, :5])
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+def test_the_mlp_never_mixes_positions():
+    task = tasks.make("bijection", V=6, L=5)
+    model = models.build("mlp", task, SMALL, seed=0).eval()
+    tokens = task.sample(4, generator=torch.Generator().manual_seed(0)).tokens
+    changed = tokens.clone()
+    changed[:, :4] = (changed[:, :4] + 1) % task.vocab_size  # earlier context changes, position 4 does not
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens)[:, 4:], model(changed)[:, 4:])
+
+
+HOOKS = {
+    "mamba": ["blocks.1.mixer.hook_in_proj", "blocks.1.mixer.hook_conv", "blocks.1.mixer.hook_delta",
+              "blocks.1.mixer.hook_B", "blocks.1.mixer.hook_C", "blocks.1.mixer.hook_h", "blocks.1.mixer.hook_y",
+              "blocks.1.mixer.hook_out_proj"],
+    "lstm": ["blocks.1.mixer.hook_gates", "blocks.1.mixer.hook_hidden", "blocks.1.mixer.hook_cell",
+             "blocks.1.mixer.hook_out"],
+    "mlp": ["blocks.1.mixer.hook_pre", "blocks.1.mixer.hook_post", "hook_pos_embed"],
+}
+
+
+@pytest.mark.parametrize("arch", OTHERS)
+@pytest.mark.parametrize("task_name", tasks.NAMES)
+def test_every_architecture_runs_every_task_with_hooks(arch, task_name):
+    task = tasks.make(task_name, **({"K": 5} if task_name == "hmm" else {}))
+    model = models.build(arch, task, SMALL, seed=0).eval()
+    batch = task.sample(3, generator=torch.Generator().manual_seed(0))
+    out, cache = model.run_with_cache(batch.tokens)
+    T = batch.tokens.shape[1]
+    for name in ["hook_embed", *(f"blocks.{l}.hook_{k}" for l in range(2) for k in ("resid_pre", "mixer_out", "resid_post")),
+                 *HOOKS[arch]]:
+        assert name in cache and cache[name].shape[:2] == (3, T), name
+    torch.testing.assert_close(cache["blocks.1.hook_resid_post"],
+                               cache["blocks.1.hook_resid_pre"] + cache["blocks.1.hook_mixer_out"])
+    if arch == "mamba":
+        E = 2 * SMALL["d_model"]
+        assert cache["blocks.0.mixer.hook_h"].shape == (3, T, E, 16)
+    # run_with_hooks: zeroing the last block's output changes the answer
+    patched = model.run_with_hooks(batch.tokens, fwd_hooks=[("blocks.1.hook_mixer_out", lambda x, hook: x * 0)])
+    assert not torch.allclose(patched, out)
+    if task.continuous:
+        mean, var = model.predictive(batch.tokens)
+        assert mean.shape == var.shape == (3, T) and (var > 0).all()
+    else:
+        probs = model.answer_probs(batch.tokens)
+        torch.testing.assert_close(probs.sum(-1), torch.ones(3, T))
+    assert not model.has_attention()
+
+
+@pytest.mark.parametrize("arch", OTHERS)
+def test_save_and_load_round_trip(arch, tmp_path):
+    task = tasks.make("bijection", V=6, L=5)
+    model = models.build(arch, task, SMALL, seed=3).eval()
+    path = checkpoint.save(tmp_path / "checkpoints" / checkpoint.checkpoint_name(7), model, step=7, seed=3)
+    loaded = interp.load(tmp_path)
+    assert loaded.arch == arch and loaded.step == 7 and loaded.config == model.config
+    tokens = task.sample(2, generator=torch.Generator().manual_seed(0)).tokens
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(tokens), model(tokens), rtol=0, atol=0)
+    assert path.exists()
+
+
+def test_same_seed_same_init_and_no_global_rng_side_effect():
+    task = tasks.make("bijection", V=6, L=5)
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    a = models.build("mamba", task, SMALL, seed=5)
+    after = torch.rand(1)
+    b = models.build("mamba", task, SMALL, seed=5)
+    assert before == after
+    for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(x, y), k
+
+
+@pytest.mark.parametrize("task_name", ["bijection", "hmm"])
+@pytest.mark.parametrize("arch", OTHERS)
+def test_cpu_presets_are_capacity_matched(arch, task_name):
+    task = tasks.make(task_name)
+    reference = models.n_params(models.build("transformer", task, models.model_config("transformer", "cpu", task)))
+    config = models.model_config(arch, "cpu", task)
+    count = models.n_params(models.build(arch, task, config))
+    assert abs(count / reference - 1) <= 0.05, (arch, count, reference)
+    assert config["d_model"] is not None
+
+
+def test_paper_mamba_is_capacity_matched_to_the_paper_transformer():
+    task = tasks.make("bijection")
+    reference = models.n_params(models.build("transformer", task, models.model_config("transformer", "paper", task)))
+    with torch.device("meta"):
+        count = models.n_params(models.build("mamba", task, models.model_config("mamba", "paper", task)))
+    assert abs(count / reference - 1) <= 0.05
+
+
+def test_explicit_width_is_not_rematched():
+    assert models.model_config("lstm", "cpu", "bijection", d_model=40)["d_model"] == 40
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(d_model=16, n_layers=0), "n_layers must be a positive integer"),
+    (dict(d_model="wide"), "d_model must be a positive integer"),
+    (dict(d_model=16, d_state=True), "d_state must be a positive integer"),
+    (dict(d_model=16, heads=2), "unknown mamba setting(s) heads"),
+    (dict(n_layers=2), "d_model is not set"),
+])
+def test_bad_mamba_configs_get_one_line_errors(settings, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        models.build("mamba", tasks.make("bijection", V=6, L=5), settings)
+
+
+@pytest.mark.parametrize("arch", OTHERS)
+def test_attention_analyses_refuse_and_the_others_run(arch):
+    task = tasks.make("hmm", K=5)
+    sized = {"n_ctx": 64} if arch == "mlp" else {}  # recurrent models take any length; the MLP has a position table
+    model = models.build(arch, task, SMALL | sized, seed=0).eval()
+    for name in ("key-orthogonality", "qk-alignment", "head-ablation", "frame-precision"):
+        with pytest.raises(AnalysisError, match=f"{arch} has no attention heads"):
+            analyses.run(name, model)
+    for name in ("calibration", "layer-ablation", "value-manifold", "belief-clusters"):
+        result = analyses.run(name, model, n=40)
+        json.dumps(result.metrics)
+        assert result.figures
+    lengths = analyses.run("length-generalization", model, lengths="5,9", n=20)
+    assert set(lengths.metrics["lengths"]) == {"5", "9"}
+    ablation = analyses.run("layer-ablation", model, n=40)
+    assert ablation.metrics["attention_only"]["mae_ratio"] == [None, None]
