@@ -238,3 +238,15 @@ def test_attention_analyses_refuse_and_the_others_run(arch):
     assert set(lengths.metrics["lengths"]) == {"5", "9"}
     ablation = analyses.run("layer-ablation", model, n=40)
     assert ablation.metrics["attention_only"]["mae_ratio"] == [None, None]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or models.mamba.selective_scan_fn is None,
+                    reason="needs a GPU and mamba-ssm")
+def test_cuda_kernels_match_our_scan():
+    task = tasks.make("bijection", V=6, L=5)
+    model = models.build("mamba", task, SMALL, seed=0).eval().cuda()
+    tokens = task.sample(8, generator=torch.Generator().manual_seed(0)).tokens.cuda()
+    with torch.no_grad():
+        kernels = model(tokens)  # mamba-ssm's selective_scan_fn
+        ours, _ = model.run_with_cache(tokens)  # hooking hook_h routes every block through our scan
+    torch.testing.assert_close(kernels, ours, rtol=1e-4, atol=1e-4)
