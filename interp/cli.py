@@ -212,6 +212,29 @@ def list_command():
 
 
 @main.command()
+@click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
+@click.option("--only", default=",".join(["bijection", "hmm", "regression", "recall"]), show_default=True,
+              help="comma-separated tasks")
+@click.option("--archs", default="transformer,mamba,lstm,mlp", show_default=True, help="comma-separated architectures")
+@click.option("--runs", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
+              help="where the runs live (RUNS/TASK-ARCH-PRESET, as `interp train` names them)")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("figures/reproduction"), show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
+def reproduce(preset, only, archs, runs, out, device):
+    """Train (or reuse, or resume) every task x architecture model, run the diagnostics, and write
+    OUT/reproduction.md and .json: the paper's table with our numbers and figures."""
+    from .reproduce import Reproduction
+    from .train import PRESETS
+
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    split = lambda spec: tuple(x.strip() for x in spec.split(",") if x.strip())  # noqa: E731
+    job = Reproduction(preset, runs, out, split(only), split(archs), device=device)
+    table = job.execute()
+    click.echo(f"wrote {out / 'reproduction.md'} and {out / 'reproduction.json'} ({len(table['rows'])} rows)")
+
+
+@main.command()
 @click.option("--ckpt", required=True, help="run folder (a step slider replays its checkpoints), .safetensors "
                                              "checkpoint, or shipped model name")
 @click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True)

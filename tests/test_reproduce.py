@@ -1,0 +1,50 @@
+"""interp reproduce: reuses finished runs, fills the paper's rows from the analyses, resumes."""
+import json
+
+from interp.reproduce import ROWS, plan
+from tests.cli import run_cli
+
+TINY = ["--steps", "20", "-M", "d_model=16", "-M", "n_layers=2"]
+
+
+def test_plan_covers_every_row():
+    steps = plan(("bijection", "hmm", "regression", "recall"), ("transformer", "mamba", "lstm", "mlp"))
+    analysed = {s[1:] for s in steps if s[0] == "analyse"}
+    for row in ROWS:
+        assert (row.task, row.arch, row.analysis) in analysed
+    assert sum(s[0] == "train" for s in steps) == 16
+
+
+def test_reproduce_fills_rows_from_finished_runs_and_skips_done_work(tmp_path, capsys):
+    runs, out = tmp_path / "runs", tmp_path / "repro"
+    for arch, extra in (("transformer", ["-M", "n_heads=2"]), ("mlp", [])):
+        done = run_cli(capsys, "train", "--task", "bijection", "--arch", arch, "--out", runs / f"bijection-{arch}-cpu",
+                       *TINY, *extra)
+        assert done.code == 0, done.err
+    args = ["reproduce", "--only", "bijection", "--archs", "transformer,mlp", "--runs", runs, "--out", out]
+    first = run_cli(capsys, *args)
+    assert first.code == 0, first.err
+    table = json.loads((out / "reproduction.json").read_text())
+    by_key = {(r["arch"], r["metric"]): r for r in table["rows"]}
+    calibration = json.loads((out / "bijection-transformer-cpu" / "calibration.json").read_text())["metrics"]
+    row = by_key[("transformer", "entropy_mae_bits")]
+    assert row["ours"] == calibration["entropy_mae_bits"] and row["paper"] == 0.007
+    assert abs(row["ratio"] - row["ours"] / 0.007) < 1e-12
+    assert by_key[("mlp", "entropy_mae_bits")]["paper"] == 1.85
+    assert ("transformer", "min_block_ratio") in by_key and ("transformer", "layer0_trained") in by_key
+    assert (out / "bijection-transformer-cpu" / "head-ablation.pdf").stat().st_size > 0
+    assert list((out / "bijection-transformer-cpu").glob("head-ablation*.png"))
+    markdown = (out / "reproduction.md").read_text()
+    assert "| bijection V=20, entropy MAE (bits) | mlp | 1.85 |" in markdown
+    # a second run reuses the finished runs and the analyses written for their final checkpoints
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.json") if p.name != "reproduction.json"}
+    again = run_cli(capsys, *args)
+    assert again.code == 0, again.err
+    assert stamps == {p: p.stat().st_mtime_ns for p in stamps}
+
+
+def test_reproduce_rejects_unknown_names(tmp_path, capsys):
+    bad = run_cli(capsys, "reproduce", "--only", "bijection,maze", "--runs", tmp_path, "--out", tmp_path / "o")
+    assert bad.code == 1 and "unknown task(s) maze" in bad.err and "Traceback" not in bad.err
+    bad = run_cli(capsys, "reproduce", "--archs", "rnn", "--runs", tmp_path, "--out", tmp_path / "o")
+    assert bad.code == 1 and "unknown architecture(s) rnn" in bad.err
