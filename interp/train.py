@@ -26,7 +26,7 @@ import models
 import tasks
 from analyses.base import held_out_batch
 
-from . import checkpoint
+from . import checkpoint, distributed
 from .checkpoint import pick_device
 from .errors import UserError
 from .files import atomic_write_bytes, atomic_write_json, remove_stale_temps
@@ -156,14 +156,31 @@ def _step_of(line: str) -> float:
 
 
 class Trainer:
-    """One training run in ``out``: build or restore, then step, evaluate and checkpoint."""
+    """One training run in ``out``: build or restore, then step, evaluate and checkpoint.
+
+    Under torchrun (see ``distributed``) every process builds the same trainer: a mistake found by
+    any of them stops all of them, each trains on its share of every batch, and only rank 0 writes.
+    """
 
     def __init__(self, out: str | Path, task_config: dict | None = None, arch: str = "transformer",
                  model_config: dict | None = None, settings: TrainSettings | None = None,
                  device: str | None = None, resume: bool = False, progress: bool = True):
         self.out = Path(out)
         self.progress = progress
-        self.device = pick_device(device)
+        self.dist, self.device = distributed.start(pick_device(device))
+        try:
+            with self.dist.together():  # every process checks and builds before rank 0 writes anything
+                self._build(task_config, arch, model_config, settings, resume)
+            with self.dist.together():
+                if resume:
+                    self._restore()
+                elif self.dist.is_main:
+                    atomic_write_json(self.out / "run.json", self.record)
+        except BaseException:
+            self.dist.close()
+            raise
+
+    def _build(self, task_config, arch, model_config, settings, resume) -> None:
         run_file = self.out / "run.json"
         if resume:
             if not run_file.exists():
@@ -183,6 +200,9 @@ class Trainer:
         elif run_file.exists() or checkpoint.list_checkpoints(self.out):
             raise UserError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
         self.settings = (settings or TrainSettings()).validate()
+        if self.settings.batch_size % self.dist.world_size:
+            raise UserError(f"batch-size {self.settings.batch_size} is not divisible by the {self.dist.world_size} "
+                            f"training processes; each takes an equal share of every batch")
         try:
             self.task = tasks.from_config(task_config or {"name": "bijection"})
             self.model = models.build(arch, self.task, config=model_config, seed=self.settings.seed)
@@ -196,20 +216,18 @@ class Trainer:
                                       {"params": no_decay, "weight_decay": 0.0}], lr=s.lr, betas=s.betas)
         self.step, self.elapsed = 0, 0.0
         self.eval_batch = held_out_batch(self.task, s.eval_size, s.seed).to(self.device)
-        if resume:
-            self._restore()
-        else:
+        if not resume:
             self.record = dict(task=self.task.config(), arch=arch, model=self.model.config.to_dict(),
                                train=asdict(s), n_params=models.n_params(self.model), device=self.device,
-                               versions=versions(), status="running",
+                               world_size=self.dist.world_size, versions=versions(), status="running",
                                started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-            atomic_write_json(run_file, self.record)
 
     # -- persistence -------------------------------------------------------------------------
     def _restore(self) -> None:
         resume_file = self.out / "resume.safetensors"
         for folder in (self.out, self.out / "checkpoints"):  # a SIGKILL mid-write leaves its temp file
-            remove_stale_temps(folder)
+            if self.dist.is_main:
+                remove_stale_temps(folder)
         # Without a resume state the run was interrupted before its first one: it starts over,
         # which gives the same result because every batch is a function of (seed, step).
         if resume_file.exists():
@@ -223,7 +241,7 @@ class Trainer:
             self.step, self.elapsed = int(meta["step"]), float(meta.get("elapsed_s", 0.0))
         # Drop metric lines written after the resume point, so the log reads as one clean run.
         metrics = self.out / "metrics.jsonl"
-        if metrics.exists():
+        if metrics.exists() and self.dist.is_main:
             kept = [line for line in metrics.read_text().splitlines() if _step_of(line) <= self.step]
             atomic_write_bytes(metrics, ("\n".join(kept) + "\n" if kept else "").encode())
 
@@ -249,15 +267,23 @@ class Trainer:
         return {k: v for k, v in numbers.items() if k in ("entropy_mae_bits", "kl_bits", "accuracy", "infeasible_mass")}
 
     def run(self) -> dict:
+        try:
+            return self._run()
+        finally:
+            self.dist.close()
+
+    def _run(self) -> dict:
         from tqdm.auto import tqdm
 
         s = self.settings
+        main = self.dist.is_main  # only rank 0 writes files and shows progress
+        loss_of = self.dist.wrap(self.model, lambda model, batch: loss_fn(model, batch, s.loss))
         saves = set(checkpoint_steps(s.steps))
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.startswith("cuda") else nullcontext()
-        if self.step == 0:
+        if self.step == 0 and main:
             checkpoint.save(self.out / "checkpoints" / checkpoint.checkpoint_name(0), self.model, 0, s.seed)
         bar = tqdm(total=s.steps, initial=self.step, desc=f"train {self.out.name}", unit="step",
-                   disable=not self.progress, dynamic_ncols=True)
+                   disable=not (self.progress and main), dynamic_ncols=True)
         last_eval = {}
         self.model.train()
         started = time.perf_counter() - self.elapsed
@@ -266,12 +292,16 @@ class Trainer:
             for group in self.opt.param_groups:
                 group["lr"] = lr
             generator = torch.Generator().manual_seed(s.seed * 1_000_003 + self.step)
-            batch = self.task.sample(s.batch_size, generator=generator).to(self.device)
+            # Every process draws the same full batch and trains on its own rows of it.
+            batch = self.dist.shard(self.task.sample(s.batch_size, generator=generator)).to(self.device)
             with autocast:
-                loss = loss_fn(self.model, batch, s.loss)
-            if not torch.isfinite(loss):
+                loss = loss_of(batch)
+            # The whole batch's loss (the mean of the processes' means: they have equally many
+            # query positions), so every process sees the same value and stops together.
+            loss_value = self.dist.mean(loss.detach())
+            if not torch.isfinite(loss_value):
                 bar.close()
-                raise UserError(f"loss became {loss.item()} at step {self.step}; stopped without saving it "
+                raise UserError(f"loss became {loss_value.item()} at step {self.step}; stopped without saving it "
                                 f"(the last good checkpoint is kept). Try a lower --lr")
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -279,7 +309,9 @@ class Trainer:
             self.opt.step()
             self.step += 1
             self.elapsed = time.perf_counter() - started
-            record = dict(step=self.step, loss=round(loss.item(), 6), lr=lr, elapsed_s=round(self.elapsed, 2))
+            record = dict(step=self.step, loss=round(loss_value.item(), 6), lr=lr, elapsed_s=round(self.elapsed, 2))
+            if not main:
+                continue
             if self.step % s.eval_every == 0 or self.step == s.steps or self.step in saves:
                 last_eval = self.evaluate()
                 record.update({f"eval_{k}": v for k, v in last_eval.items()})
@@ -292,16 +324,17 @@ class Trainer:
             if self.step in saves or self.step % s.resume_every == 0:
                 self._save_resume()
             bar.update(1)
-            postfix = {"loss": f"{loss.item():.4f}"}
+            postfix = {"loss": f"{loss_value.item():.4f}"}
             if last_eval:
                 postfix["MAE"] = f"{last_eval['entropy_mae_bits']:.4f}b"
             bar.set_postfix(postfix, refresh=False)
         bar.close()
-        final = self.evaluate()
-        self.record.update(status="finished", final=final, wall_time_s=round(self.elapsed, 1),
-                           finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-        atomic_write_json(self.out / "run.json", self.record)
-        (self.out / "resume.safetensors").unlink(missing_ok=True)
+        final = self.evaluate()  # on every process (the weights are the same), so each returns it
+        if main:
+            self.record.update(status="finished", final=final, wall_time_s=round(self.elapsed, 1),
+                               finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            atomic_write_json(self.out / "run.json", self.record)
+            (self.out / "resume.safetensors").unlink(missing_ok=True)
         return final
 
 
