@@ -102,12 +102,14 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
         model_config = models.model_config(arch, preset, task, **parse_assignments(model_options, "model option"))
         trainer = Trainer(out, task.config(), arch, model_config, settings, device=device)
     s = trainer.settings
-    click.echo(f"training {trainer.task!r} {trainer.model.arch} ({sum(p.numel() for p in trainer.model.parameters()):,} "
-               f"params) on {trainer.device}: {s.steps} steps, batch {s.batch_size}, lr {s.lr}, {s.loss} targets -> {out}",
-               err=True)
+    say = click.echo if trainer.dist.is_main else (lambda *a, **k: None)  # under torchrun, rank 0 speaks
+    processes = f" x {trainer.dist.world_size} processes" if trainer.dist.world_size > 1 else ""
+    say(f"training {trainer.task!r} {trainer.model.arch} ({sum(p.numel() for p in trainer.model.parameters()):,} "
+        f"params) on {trainer.device}{processes}: {s.steps} steps, batch {s.batch_size}, lr {s.lr}, {s.loss} targets "
+        f"-> {out}", err=True)
     final = trainer.run()
-    click.echo(f"done: entropy MAE {final['entropy_mae_bits']:.4f} bits, KL {final['kl_bits']:.4f} bits, "
-               f"{trainer.elapsed / 60:.1f} min; checkpoints in {out / 'checkpoints'}")
+    say(f"done: entropy MAE {final['entropy_mae_bits']:.4f} bits, KL {final['kl_bits']:.4f} bits, "
+        f"{trainer.elapsed / 60:.1f} min; checkpoints in {out / 'checkpoints'}")
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
