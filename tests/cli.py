@@ -1,4 +1,5 @@
 """Run the ``interp`` console entry point in-process and capture what a user would see."""
+import os
 import sys
 from dataclasses import dataclass
 
@@ -24,3 +25,26 @@ def run_cli(capsys, *args) -> Outcome:
         sys.argv = argv
     captured = capsys.readouterr()
     return Outcome(code, captured.out, captured.err)
+
+
+def fork_cli(log, *args, prepare=None) -> int:
+    """Run ``interp ARGS`` in a forked child (output to the file ``log``) and return its pid.
+
+    The child shares the already-imported modules, so it starts at once where a fresh Python would
+    spend ~10 s importing transformer-lens. ``prepare`` runs in the child first (e.g. to set limits).
+    """
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:  # the child: never returns into pytest
+        sys.stdout = sys.stderr = open(log, "w", buffering=1)
+        if prepare:
+            prepare()
+        sys.argv = ["interp", *map(str, args)]
+        entry()
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 1
+    finally:
+        os._exit(code)

@@ -22,7 +22,10 @@ import os
 import pickle
 import shlex
 import shutil
+import socket
 import sys
+import tempfile
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,10 +41,11 @@ class Case:
     call: str  # an `interp ...` command line, or a Python expression (with interp, tasks, models, analyses)
     message: str  # the exact line the user sees (CLI: stderr; Python: "ExceptionType: message"), see expected()
     code: int = 1  # CLI exit status
-    fault: str | None = None  # an injected fault: "full-disk" or "read-only" (see inject)
+    fault: str | None = None  # an injected fault: "full-disk", "read-only" or "port-in-use" (see injected)
 
 
 TRAIN = "interp train --out new-run"  # a fresh run folder; every bad input must leave it uncreated
+BUSY_PORT = 48213  # held open by the "port-in-use" fault
 TINY_RUN = "-T V=6 -T L=5 -M d_model=16 -M n_layers=1 -M n_heads=2"
 
 CATALOGUE = [
@@ -210,6 +214,10 @@ CATALOGUE = [
          'interp: error: cannot write to notes.txt/tiny: notes.txt is a file, not a folder; choose another folder with --out'),
     Case("output folder that cannot be written", "interp run calibration --ckpt tiny --format json --out read-only",
          'interp: error: cannot write to read-only/tiny: Permission denied; choose another folder with --out', fault="read-only"),
+    Case("port already in use", f"interp explore --ckpt tiny --port {BUSY_PORT}",
+         f"interp: error: port {BUSY_PORT} on 127.0.0.1 is already in use; pick another with --port", fault="port-in-use"),
+    Case("pickle given to the explorer", f"interp explore --ckpt evil.pt --port {BUSY_PORT + 1}",
+         'interp: error: evil.pt looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
     Case("disk full while writing figures", "interp run calibration --ckpt tiny --format json,html",
          'interp: error: could not write figures/tiny/calibration.json: No space left on device; it was left as it was (free some space, or write elsewhere with --out)',
          fault="full-disk"),
@@ -282,26 +290,36 @@ def snapshot(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def inject(fault: str | None, root: Path, monkeypatch) -> None:
-    """Simulate a full disk or an unwritable folder without root, inside this process."""
-    if fault == "full-disk":
-        # The data reaches the temp file, then the disk reports it is full (as fsync does when
-        # the file system defers allocation): the temp file must not survive.
-        def full(fd):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        monkeypatch.setattr(os, "fsync", full)
-    elif fault == "read-only":
-        folder = root / "read-only"
-        folder.chmod(0o555)
-        if os.geteuid() == 0:  # root ignores permissions: refuse like the kernel would for anyone else
-            import tempfile
-            real = tempfile.mkstemp
+@contextmanager
+def injected(fault: str | None, root: Path):
+    """Simulate a full disk, an unwritable folder or a taken port, without root, for one case."""
+    with pytest.MonkeyPatch.context() as patch, ExitStack() as undo:
+        if fault == "full-disk":
+            # The data reaches the temp file, then the disk reports it is full (as fsync does when
+            # the file system defers allocation): the temp file must not survive.
+            def full(fd):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            patch.setattr(os, "fsync", full)
+        elif fault == "read-only":
+            folder = root / "read-only"
+            folder.chmod(0o555)
+            undo.callback(folder.chmod, 0o755)
+            if os.geteuid() == 0:  # root ignores permissions: refuse like the kernel does for anyone else
+                real = tempfile.mkstemp
 
-            def refuse(*args, dir=None, **kwargs):
-                if dir is not None and folder.resolve() in (Path(dir).resolve(), *Path(dir).resolve().parents):
-                    raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dir))
-                return real(*args, dir=dir, **kwargs)
-            monkeypatch.setattr(tempfile, "mkstemp", refuse)
+                def refuse(*args, dir=None, **kwargs):
+                    if dir is not None and folder.resolve() in (Path(dir).resolve(), *Path(dir).resolve().parents):
+                        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dir))
+                    return real(*args, dir=dir, **kwargs)
+                patch.setattr(tempfile, "mkstemp", refuse)
+        elif fault == "port-in-use":
+            listener = undo.enter_context(socket.socket())
+            try:
+                listener.bind(("127.0.0.1", BUSY_PORT))
+                listener.listen()
+            except OSError:  # something else already holds it: just as taken
+                pass
+        yield
 
 
 def expected(case: Case) -> str:
@@ -351,16 +369,38 @@ def test_bad_input(case, workspace_template, tmp_path, monkeypatch, capsys):
     shutil.copytree(workspace_template, root)
     monkeypatch.chdir(root)
     before = snapshot(root)
-    inject(case.fault, root, monkeypatch)
-    try:
+    with injected(case.fault, root):
         code, shown = outcome(case, capsys)
-    finally:
-        monkeypatch.undo()
-        (root / "read-only").chmod(0o755)
     assert (code, shown) == (case.code, expected(case))
     assert "\n" not in shown and "Traceback" not in shown
     assert not (root / MARKER).exists(), "a pickle was unpickled"
     assert snapshot(root) == before, "a bad input changed, created or deleted a file"
+
+
+def test_a_real_file_size_limit_leaves_no_half_written_file(workspace_template, tmp_path):
+    """Not simulated: the kernel refuses writes past RLIMIT_FSIZE (EFBIG, with SIGXFSZ ignored), so
+    the HTML (~4 MB: plotly.js inline) fails half way through while the small JSON fits."""
+    import resource
+    import signal
+
+    from tests.cli import fork_cli
+
+    root = tmp_path / "work"
+    shutil.copytree(workspace_template, root)
+    log = tmp_path / "interp.log"
+
+    def limit():
+        os.chdir(root)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+
+    _, status = os.waitpid(fork_cli(log, "run", "calibration", "--ckpt", "tiny", "--format", "json,html", prepare=limit), 0)
+    assert os.WEXITSTATUS(status) == 1
+    assert log.read_text() == ("interp: error: could not write figures/tiny/calibration.html: File too large; it was "
+                               "left as it was (free some space, or write elsewhere with --out)\n")
+    written = sorted(p.name for p in (root / "figures" / "tiny").iterdir())
+    assert written == ["calibration.json"]  # complete, and no temp file of the HTML left behind
+    assert json.loads((root / "figures" / "tiny" / "calibration.json").read_text())["analysis"] == "calibration"
 
 
 def render() -> str:

@@ -6,9 +6,9 @@ state. At the end the resumed run's checkpoints, final weights and metrics log e
 uninterrupted run's exactly (CPU, one thread in both).
 
 The kill moments come from a seeded RNG (set CRASH_SEED to try others; a failure prints it).
-Each killed `interp train` is a forked child running the real CLI entry point: a fresh Python
-would spend ~10 s importing transformer-lens per start, while a fork starts training at once, so
-several kills fit in a few seconds.
+Each killed `interp train` is a forked child running the real CLI entry point (tests.cli.fork_cli):
+a fresh Python would spend ~10 s importing transformer-lens per start, while a fork starts training
+at once, so several kills fit in a few seconds.
 """
 from __future__ import annotations
 
@@ -16,40 +16,20 @@ import json
 import os
 import random
 import signal
-import sys
 import time
 
 import torch
 from safetensors.torch import load_file
 
 from interp import checkpoint
-from interp.cli import entry
 from interp.train import Trainer
-from tests.cli import run_cli
+from tests.cli import fork_cli, run_cli
 
 # 600 steps: checkpoints (and resume states) every 100 steps; about 5 s uninterrupted here.
 ARGS = ["--steps", "600", "--batch-size", "16", "--warmup", "10", "-T", "V=6", "-T", "L=5",
         "-M", "d_model=16", "-M", "n_layers=1", "-M", "n_heads=2"]
 KILLS = 6
 SEED = int(os.environ.get("CRASH_SEED", "0"))
-
-
-def start_child(log, *args) -> int:
-    """Fork and run `interp ARGS` in the child, its output going to ``log``; returns its pid."""
-    pid = os.fork()
-    if pid:
-        return pid
-    code = 1
-    try:  # the child: quiet, single-threaded like the reference, never returns into pytest
-        sys.stdout = sys.stderr = open(log, "w")
-        torch.set_num_threads(1)
-        sys.argv = ["interp", *map(str, args)]
-        entry()
-        code = 0
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else 1
-    finally:
-        os._exit(code)
 
 
 def wait_for_new_checkpoint(run_dir, timeout: float = 60) -> None:
@@ -101,7 +81,8 @@ def test_random_sigkills_then_resume_equal_an_uninterrupted_run(tmp_path, capsys
             # What --resume will do: continue from the last complete resume state.
             assert Trainer(run_dir, resume=True, progress=False).step == start, note
         log = tmp_path / f"child-{len(history)}.log"
-        pid = start_child(log, "train", "--out", run_dir, *(ARGS if start is None else ["--resume"]))
+        pid = fork_cli(log, "train", "--out", run_dir, *(ARGS if start is None else ["--resume"]),
+                       prepare=lambda: torch.set_num_threads(1))  # one thread, like the reference
         # Even kills: any moment from the start (start-up included). Odd kills: just after the
         # next checkpoint appears, where a checkpoint, its resume state and the log are written.
         if len(history) % 2:
