@@ -17,7 +17,7 @@ import torch
 
 import models
 import tasks
-from interp.train import loss_fn
+from interp.train import loss_fn, retain_freed_memory
 
 
 def main() -> None:
@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    retain_freed_memory()  # as `interp train` does, for every architecture alike
 
     task = tasks.make(args.task)
     setups = {}

@@ -161,6 +161,7 @@ class FusedScan(torch.autograd.Function):
             STEP(h[t - 1] if t else zeros, drive[t], delta[t], A, B[t], C[t], h[t], y[t], compile=training)
         ctx.save_for_backward(x, delta, A, B, C, h)
         ctx.mark_non_differentiable(h)
+        ctx.set_materialize_grads(False)  # else autograd zero-fills a [T, B, E, N] gradient for h
         return y, h
 
     @staticmethod
@@ -212,6 +213,18 @@ def reference_scan(x, delta, A, B, C, D):
     return torch.stack(ys, 1), torch.stack(hs, 1)
 
 
+def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``conv1d``'s causal depthwise convolution on [B, T, E] (weight [E, 1, k]) as k shifted
+    multiply-adds: the same numbers, without the transposes, and several times faster to
+    differentiate on a CPU than the grouped convolution's backward."""
+    k, T = weight.shape[-1], x.shape[1]
+    padded = F.pad(x, (0, 0, k - 1, 0))  # k-1 zeros before the first position
+    out = bias + padded[:, k - 1:] * weight[:, 0, k - 1]
+    for j in range(k - 1):
+        out = out + padded[:, j:j + T] * weight[:, 0, j]
+    return out
+
+
 class MambaMixer(nn.Module):
     def __init__(self, d_model: int, d_state: int, d_conv: int, expand: int, dt_rank: int | None,
                  dt_min: float = 0.001, dt_max: float = 0.1):
@@ -237,9 +250,8 @@ class MambaMixer(nn.Module):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         E, N, R = self.sizes
-        T = u.shape[1]
         x, z = self.hook_in_proj(self.in_proj(u)).chunk(2, dim=-1)
-        x = F.silu(self.hook_conv(self.conv1d(x.transpose(1, 2))[..., :T].transpose(1, 2)))
+        x = F.silu(self.hook_conv(causal_depthwise_conv(x, self.conv1d.weight, self.conv1d.bias)))
         dt, B, C = self.x_proj(x).split([R, N, N], dim=-1)
         delta = self.hook_delta(F.softplus(self.dt_proj(dt)))
         B, C = self.hook_B(B), self.hook_C(C)

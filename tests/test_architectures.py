@@ -250,3 +250,11 @@ def test_cuda_kernels_match_our_scan():
         kernels = model(tokens)  # mamba-ssm's selective_scan_fn
         ours, _ = model.run_with_cache(tokens)  # hooking hook_h routes every block through our scan
     torch.testing.assert_close(kernels, ours, rtol=1e-4, atol=1e-4)
+
+
+def test_causal_conv_matches_torch_conv1d():
+    from models.mamba import causal_depthwise_conv
+    conv = torch.nn.Conv1d(6, 6, 4, groups=6, padding=3).double()
+    x = torch.randn(2, 9, 6, dtype=torch.float64)
+    expected = conv(x.transpose(1, 2))[..., :9].transpose(1, 2)
+    torch.testing.assert_close(causal_depthwise_conv(x, conv.weight, conv.bias), expected)
