@@ -7,8 +7,10 @@ architecture, so layer ablation and residual-stream analyses treat it the same w
 
 Hooks, per block l (``blocks.{l}.mixer.``): ``hook_gates`` (the four gate pre-activations i, f, g, o,
 [B, T, 4H]), ``hook_hidden`` (h_t, [B, T, H]), ``hook_cell`` (c_t, [B, T, H]) and ``hook_out`` (the
-projected output added to the residual stream). The recurrence is written out step by step rather
-than with ``nn.LSTM`` because ``nn.LSTM`` returns the cell state of the last position only.
+projected output added to the residual stream). The recurrence is PyTorch's own ``nn.LSTM``
+(``blocks.{l}.mixer.lstm``), fast on CPU and GPU; it returns only the last cell state, so when
+``hook_gates`` or ``hook_cell`` is hooked the gates and cells of every position are recomputed from
+the hidden states (for reading: patching them does not change the output; patch ``hook_hidden``).
 """
 from __future__ import annotations
 
@@ -43,30 +45,39 @@ TASK_PRESETS = {("hmm", "cpu"): LSTMConfig(n_layers=4)}
 class LSTMMixer(nn.Module):
     def __init__(self, d_model: int, d_hidden: int):
         super().__init__()
-        self.W_ih = nn.Linear(d_model, 4 * d_hidden)  # gate order i, f, g, o as in nn.LSTM
-        self.W_hh = nn.Linear(d_hidden, 4 * d_hidden, bias=False)
-        nn.init.uniform_(self.W_hh.weight, -d_hidden ** -0.5, d_hidden ** -0.5)
+        self.lstm = nn.LSTM(d_model, d_hidden, batch_first=True)  # gate order i, f, g, o
         with torch.no_grad():  # forget-gate bias 1: remember by default early in training
-            self.W_ih.bias.zero_()
-            self.W_ih.bias[d_hidden:2 * d_hidden] = 1.0
+            self.lstm.bias_ih_l0[d_hidden:2 * d_hidden] = 1.0
+            self.lstm.bias_hh_l0.zero_()
         self.out_proj = nn.Linear(d_hidden, d_model)
         for name in ("gates", "hidden", "cell", "out"):
             setattr(self, f"hook_{name}", HookPoint())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        inputs = self.W_ih(x)  # the input half of every gate at once; only h @ W_hh is sequential
-        H = inputs.shape[-1] // 4
-        h = c = inputs.new_zeros(inputs.shape[0], H)
-        gates, hidden, cell = [], [], []
-        for t in range(inputs.shape[1]):
-            g = inputs[:, t] + self.W_hh(h)
-            i, f, u, o = g.chunk(4, dim=-1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(u)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            gates.append(g), hidden.append(h), cell.append(c)
-        self.hook_gates(torch.stack(gates, 1))
-        self.hook_cell(torch.stack(cell, 1))
-        return self.hook_out(self.out_proj(self.hook_hidden(torch.stack(hidden, 1))))
+        hidden, _ = self.lstm(x)  # PyTorch's fused recurrence (cuDNN on GPU)
+        if self.hook_gates.fwd_hooks or self.hook_cell.fwd_hooks:
+            gates, cell = self.gates_and_cells(x, hidden)
+            self.hook_gates(gates)
+            self.hook_cell(cell)
+        return self.hook_out(self.out_proj(self.hook_hidden(hidden)))
+
+    def gates_and_cells(self, x: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every position's gate pre-activations and cell state, recovered from the hidden states.
+
+        With h_{t-1} known from the output, all gates come from one matrix product; only the cell
+        update c_t = f_t c_{t-1} + i_t g_t remains sequential. For hooks to read (``nn.LSTM``
+        returns the last cell state only); editing them does not change the output.
+        """
+        lstm = self.lstm
+        previous = torch.cat([hidden.new_zeros(hidden[:, :1].shape), hidden[:, :-1]], dim=1)
+        gates = x @ lstm.weight_ih_l0.T + previous @ lstm.weight_hh_l0.T + lstm.bias_ih_l0 + lstm.bias_hh_l0
+        i, f, g, _ = gates.chunk(4, dim=-1)
+        write, keep = torch.sigmoid(i) * torch.tanh(g), torch.sigmoid(f)
+        cells, c = [], torch.zeros_like(write[:, 0])
+        for t in range(x.shape[1]):
+            c = keep[:, t] * c + write[:, t]
+            cells.append(c)
+        return gates, torch.stack(cells, 1)
 
 
 class WindTunnelLSTM(HookedSequenceModel):

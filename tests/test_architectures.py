@@ -73,31 +73,28 @@ def test_compiled_scan_kernels_match_the_plain_ones(monkeypatch):
         torch.testing.assert_close(g, e)
 
 
-def test_lstm_mixer_matches_torch_lstm():
+def test_lstm_gates_and_cells_match_a_step_by_step_lstm():
     from models.lstm import LSTMMixer
     torch.manual_seed(0)
     mixer = LSTMMixer(d_model=6, d_hidden=5).double()
-    reference = torch.nn.LSTM(6, 5, batch_first=True).double()
     with torch.no_grad():
-        reference.weight_ih_l0.copy_(mixer.W_ih.weight)
-        reference.bias_ih_l0.copy_(mixer.W_ih.bias)
-        reference.weight_hh_l0.copy_(mixer.W_hh.weight)
-        reference.bias_hh_l0.zero_()
-    x = torch.randn(3, 8, 6, dtype=torch.float64)
-    hidden, (h_last, c_last) = reference(x)
-    _, cache = run_mixer_with_cache(mixer, x)
-    torch.testing.assert_close(cache["hook_hidden"], hidden)
-    torch.testing.assert_close(cache["hook_cell"][:, -1], c_last[0])
-
-
-def run_mixer_with_cache(mixer, x):
+        mixer.lstm.bias_hh_l0.normal_()
+    lstm, x = mixer.lstm, torch.randn(3, 8, 6, dtype=torch.float64)
+    h = c = torch.zeros(3, 5, dtype=torch.float64)
+    hidden, cell, gates = [], [], []
+    for t in range(8):  # the textbook LSTM cell
+        z = x[:, t] @ lstm.weight_ih_l0.T + lstm.bias_ih_l0 + h @ lstm.weight_hh_l0.T + lstm.bias_hh_l0
+        i, f, g, o = z.chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        hidden.append(h), cell.append(c), gates.append(z)
     cache = {}
-    for name in ("hook_hidden", "hook_cell"):
+    for name in ("hook_gates", "hook_hidden", "hook_cell"):
         getattr(mixer, name).add_hook(lambda t, hook, name=name: cache.__setitem__(name, t))
-    out = mixer(x)
-    for name in ("hook_hidden", "hook_cell"):
-        getattr(mixer, name).remove_hooks()
-    return out, cache
+    mixer(x)
+    torch.testing.assert_close(cache["hook_hidden"], torch.stack(hidden, 1))
+    torch.testing.assert_close(cache["hook_cell"], torch.stack(cell, 1))
+    torch.testing.assert_close(cache["hook_gates"], torch.stack(gates, 1))
 
 
 @pytest.mark.parametrize("arch", OTHERS)
