@@ -32,12 +32,17 @@ def fork_cli(log, *args, prepare=None) -> int:
 
     The child shares the already-imported modules, so it starts at once where a fresh Python would
     spend ~10 s importing transformer-lens. ``prepare`` runs in the child first (e.g. to set limits).
+    The child computes on one thread: a fork keeps none of the parent's OpenMP worker threads, and
+    a parallel region in the child would wait for them forever.
     """
+    import torch
+
     pid = os.fork()
     if pid:
         return pid
     code = 1
     try:  # the child: never returns into pytest
+        torch.set_num_threads(1)
         sys.stdout = sys.stderr = open(log, "w", buffering=1)
         if prepare:
             prepare()
@@ -48,3 +53,19 @@ def fork_cli(log, *args, prepare=None) -> int:
         code = done.code if isinstance(done.code, int) else 1
     finally:
         os._exit(code)
+
+
+def wait_for(pid: int, timeout: float = 120) -> int:
+    """The wait status of a forked child; a child still running after ``timeout`` s is killed and fails the test."""
+    import signal
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError(f"the forked interp (pid {pid}) hung for {timeout} s and was killed")

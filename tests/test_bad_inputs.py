@@ -383,7 +383,7 @@ def test_a_real_file_size_limit_leaves_no_half_written_file(workspace_template, 
     import resource
     import signal
 
-    from tests.cli import fork_cli
+    from tests.cli import fork_cli, wait_for
 
     root = tmp_path / "work"
     shutil.copytree(workspace_template, root)
@@ -394,7 +394,7 @@ def test_a_real_file_size_limit_leaves_no_half_written_file(workspace_template, 
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
-    _, status = os.waitpid(fork_cli(log, "run", "calibration", "--ckpt", "tiny", "--format", "json,html", prepare=limit), 0)
+    status = wait_for(fork_cli(log, "run", "calibration", "--ckpt", "tiny", "--format", "json,html", prepare=limit))
     assert os.WEXITSTATUS(status) == 1
     assert log.read_text() == ("interp: error: could not write figures/tiny/calibration.html: File too large; it was "
                                "left as it was (free some space, or write elsewhere with --out)\n")

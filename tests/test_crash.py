@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from interp import checkpoint
 from interp.train import Trainer
-from tests.cli import fork_cli, run_cli
+from tests.cli import fork_cli, run_cli, wait_for
 
 # 600 steps: checkpoints (and resume states) every 100 steps; about 5 s uninterrupted here.
 ARGS = ["--steps", "600", "--batch-size", "16", "--warmup", "10", "-T", "V=6", "-T", "L=5",
@@ -64,7 +64,7 @@ def check_after_kill(run_dir, reference, note: str) -> int | None:
 
 
 def test_random_sigkills_then_resume_equal_an_uninterrupted_run(tmp_path, capsys):
-    torch.set_num_threads(1)  # the children run single-threaded too: same kernels, same bits
+    torch.set_num_threads(1)  # fork_cli's children run on one thread too: same kernels, same bits
     reference = tmp_path / "straight"
     assert run_cli(capsys, "train", "--out", reference, *ARGS).code == 0
 
@@ -81,8 +81,7 @@ def test_random_sigkills_then_resume_equal_an_uninterrupted_run(tmp_path, capsys
             # What --resume will do: continue from the last complete resume state.
             assert Trainer(run_dir, resume=True, progress=False).step == start, note
         log = tmp_path / f"child-{len(history)}.log"
-        pid = fork_cli(log, "train", "--out", run_dir, *(ARGS if start is None else ["--resume"]),
-                       prepare=lambda: torch.set_num_threads(1))  # one thread, like the reference
+        pid = fork_cli(log, "train", "--out", run_dir, *(ARGS if start is None else ["--resume"]))
         # Even kills: any moment from the start (start-up included). Odd kills: just after the
         # next checkpoint appears, where a checkpoint, its resume state and the log are written.
         if len(history) % 2:
@@ -90,7 +89,7 @@ def test_random_sigkills_then_resume_equal_an_uninterrupted_run(tmp_path, capsys
         delay = rng.uniform(0.0, 2.5 if len(history) % 2 == 0 else 0.3)
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
+        status = wait_for(pid)
         killed = os.WIFSIGNALED(status)
         assert killed or os.WEXITSTATUS(status) == 0, f"{note}: the child failed: {log.read_text()[-2000:]}"
         history.append((round(delay, 3), start, killed))
