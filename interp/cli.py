@@ -272,7 +272,22 @@ def entry() -> None:
         click.echo(f"interp: error: {err.format_message()}", err=True)
         sys.exit(err.exit_code)
     except Exception as err:
-        if not is_user_error(err):
+        message = str(err) if is_user_error(err) else out_of_memory(err)
+        if message is None:
             raise
-        click.echo(f"interp: error: {err}", err=True)
+        click.echo(f"interp: error: {message}", err=True)
         sys.exit(1)
+
+
+def out_of_memory(err: Exception) -> str | None:
+    """One line for an allocation that failed (a model or batch too big for this machine), else None."""
+    import re
+
+    text = str(err)
+    if not (isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError"
+            or (isinstance(err, RuntimeError) and "can't allocate memory" in text)):
+        return None
+    wanted = re.search(r"allocate (\d+) bytes", text)
+    size = f" ({int(wanted.group(1)) / 2 ** 30:,.0f} GiB in one tensor)" if wanted else ""
+    return (f"out of memory{size}: the model or batch is too big for this machine; use smaller -M sizes, "
+            f"--batch-size or --n")

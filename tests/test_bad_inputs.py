@@ -104,6 +104,9 @@ CATALOGUE = [
          'interp: error: transformer: n_layers must be a positive integer, got 0'),
     Case("NaN in a model setting", f"{TRAIN} -M d_model=NaN",
          'interp: error: transformer: d_model must be a positive integer, got nan'),
+    # One weight of 2^23 x 2^23 floats (256 TiB) exceeds any 64-bit address space: refused at once.
+    Case("model too big for memory", f"{TRAIN} -T V=6 -T L=5 -M d_model=8388608 -M n_heads=1 -M n_layers=1",
+         'interp: error: out of memory (262,144 GiB in one tensor): the model or batch is too big for this machine; use smaller -M sizes, --batch-size or --n'),
     Case("width not divisible by heads", f"{TRAIN} -M d_model=30 -M n_heads=4",
          'interp: error: transformer: d_model=30 is not divisible by n_heads=4'),
     # -- training settings -------------------------------------------------------------------------
