@@ -236,10 +236,14 @@ def gap_by_layer_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
     return fig
 
 
-def gap_by_position_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
+def per_position(numbers: dict) -> tuple[dict, dict, list]:
+    """The per-position numbers, their means over heads, and the query-index axis."""
     pp = numbers["per_position"]
-    lm = pp["layer_mean"]
-    x = pp["query_index"]
+    return pp, pp["layer_mean"], pp["query_index"]
+
+
+def gap_by_position_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
+    pp, lm, x = per_position(numbers)
     fig = go.Figure()
     for l, gaps in enumerate(lm["gap"]):
         heads = pp["gap"][l]
@@ -261,9 +265,7 @@ def gap_by_position_figure(numbers: dict, task_name: str, group: str) -> go.Figu
 
 
 def entropy_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
-    pp = numbers["per_position"]
-    lm = pp["layer_mean"]
-    x = pp["query_index"]
+    pp, lm, x = per_position(numbers)
     masses = [k for k in pp["attention_mass"]]
     fig = go.Figure()
     fig.add_scatter(x=x, y=pp["uniform_attention_entropy_bits"], name="uniform over attended positions",

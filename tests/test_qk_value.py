@@ -120,10 +120,7 @@ def test_qk_alignment_runs_and_serialises(small_model):
             assert total == pytest.approx(1, abs=1e-5)
             assert m["per_head"]["gap"][l][h] == pytest.approx(
                 m["per_head"]["feasible_cos"][l][h] - m["per_head"]["eliminated_cos"][l][h], abs=1e-9)
-    json.dumps(m, allow_nan=False)
-    assert "posterior_c == 0" in result.definition
-    for fig in result.figures.values():
-        assert fig.layout.title.text
+    assert_complete(result, "posterior_c == 0")
 
 
 def test_qk_alignment_refuses_tasks_without_eliminated_hypotheses():
@@ -179,10 +176,7 @@ def test_value_manifold_runs_and_serialises(small_model):
     scatter = result.figures["residual-pca"]
     assert len(scatter.data) == 2 and len(scatter.data[0].x) == 50
     assert scatter.data[0].customdata.shape == (50, 4)  # sequence, position, entropy, top posterior
-    json.dumps(m, allow_nan=False)
-    assert "random half" in result.definition
-    for fig in result.figures.values():
-        assert fig.layout.title.text
+    assert_complete(result, "random half")
 
 
 def test_value_manifold_on_a_continuous_task():
@@ -197,3 +191,11 @@ def test_value_manifold_on_a_continuous_task():
 def test_options_are_listed():
     assert analyses.options("qk-alignment") == {"n": 500, "seed": 1234}
     assert analyses.options("value-manifold") == {"n": 1000, "seed": 1234, "max_points": 2000}
+
+
+def assert_complete(result, phrase: str) -> None:
+    """Strict JSON numbers, the definition in words, and a title on every figure."""
+    json.dumps(result.metrics, allow_nan=False)
+    assert phrase in result.definition
+    for fig in result.figures.values():
+        assert fig.layout.title.text
