@@ -175,6 +175,8 @@ CATALOGUE = [
          'interp: error: evil-run/checkpoints/step-00000100.safetensors looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
     Case("pickle among several checkpoints", "interp run compare --ckpt tiny --ckpt evil.pt",
          'interp: error: evil.pt looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
+    Case("pickle among a run's earlier checkpoints", "interp run frame-precision --ckpt half-evil",
+         'interp: error: half-evil/checkpoints/step-00000010.safetensors looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
     Case("pickle as the resume state", "interp train --resume --out evil-resume",
          'interp: error: evil-resume/resume.safetensors looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
     Case("pickle (Python)", "interp.load('evil.pt')",
@@ -280,6 +282,9 @@ def build_workspace(root: Path) -> None:
     ]:
         (root / folder).mkdir(exist_ok=True)
         (root / folder / "run.json").write_text(content)
+    # A run whose latest checkpoint is fine but an earlier one (read by frame-precision) is a pickle.
+    shutil.copytree(root / "tiny", root / "half-evil")
+    (root / "half-evil" / "checkpoints" / checkpoint.checkpoint_name(10)).write_bytes(evil)
     # A resume state whose run.json describes another task.
     (root / "mixed-run").mkdir()
     (root / "mixed-run" / "run.json").write_text(json.dumps(dict(running, task=dict(record["task"], V=8, L=7))))
