@@ -243,6 +243,9 @@ def reproduce(preset, only, archs, runs, out, device):
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every interface)")
 def explore(ckpt, port, host):
     """Open a local web app to look inside a model: posteriors, attention, geometry, ablations."""
+    from .ports import check_port
+
+    check_port(host, port)  # at once, not after the ~10 s of imports below
     from .explore import serve
     from .pretrained import locate
 

@@ -20,10 +20,8 @@ lays the views out:
 """
 from __future__ import annotations
 
-import errno
 import math
 import re
-import socket
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,19 +41,7 @@ from tasks import ConfigError
 
 from .checkpoint import list_checkpoints, load, resolve
 from .errors import UserError
-
-
-def check_port(host: str, port: int) -> None:
-    """Refuse a port another process listens on, before any slow start-up work."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        # The server sets SO_REUSEADDR too, so a port left in TIME_WAIT is not reported as taken.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as err:
-            if err.errno == errno.EADDRINUSE:
-                raise UserError(f"port {port} on {host} is already in use; pick another with --port") from None
-            raise UserError(f"cannot listen on {host}:{port} ({err.strerror}); try another --host or --port") from None
+from .ports import check_port
 
 
 def parse_tokens(task, text: str) -> list[int]:
