@@ -208,14 +208,14 @@ def test_end_to_end_in_chromium(server, browser, tmp_path):
     assert browser.find_element(By.ID, "calibration-summary").text != summary
     assert figure(browser, "posterior")["data"][0]["z"] == bayes  # ablation changes the model, not Bayes
 
-    # the screenshot is kept: in $EXPLORE_ARTIFACTS if set, else pytest's tmp folder, and for the README
+    # the screenshot is kept: in $EXPLORE_ARTIFACTS if set (CI sets it), else pytest's tmp folder; with
+    # UPDATE_README_FIGURES=1 it also replaces the README's picture (a plain test run leaves the tree alone)
     shot = Path(os.environ.get("EXPLORE_ARTIFACTS", tmp_path)) / "explorer.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     wait.until(lambda d: d.execute_script("return !document.querySelector('[data-dash-is-loading]')"))
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
-    readme = REPO / "figures" / "readme" / "explorer.png"
-    readme.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(shot, readme)
+    if os.environ.get("UPDATE_README_FIGURES") == "1":
+        shutil.copyfile(shot, REPO / "figures" / "readme" / "explorer.png")
 
     # a typed sequence: k0 bound to v3, then k0 again (a delta on v3) and a new key k1
     text = browser.find_element(By.ID, "tokens-text")
