@@ -48,3 +48,12 @@ def answer_probs(model, tokens: torch.Tensor, chunk: int = 1024, **kwargs) -> to
     """``model.answer_probs`` in chunks, without gradients, as float32."""
     return torch.cat([model.answer_probs(tokens[i:i + chunk], **kwargs).float()
                       for i in range(0, len(tokens), chunk)])
+
+
+def untrained_twin(model):
+    """The same architecture, config and seed as ``model`` at initialisation: its step-0 weights,
+    on the model's device, for baselines that separate what training did from what the shape gives."""
+    import models
+
+    twin = models.build(model.arch, model.task, config=model.config.to_dict(), seed=getattr(model, "seed", 0))
+    return twin.to(next(model.parameters()).device).eval()

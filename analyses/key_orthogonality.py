@@ -19,9 +19,7 @@ import math
 import plotly.graph_objects as go
 import torch
 
-import models
-
-from .base import AnalysisError, Result, require_attention
+from .base import AnalysisError, Result, require_attention, untrained_twin
 
 DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
 
@@ -84,8 +82,7 @@ def run(model, group: str = "", layer: int = 0, head: int = 0) -> Result:
     if not 0 <= layer < n_layers or not 0 <= head < n_heads:
         raise AnalysisError(f"layer {layer}, head {head} out of range: the model has {n_layers} layers "
                             f"of {n_heads} heads")
-    init = models.build(model.arch, model.task, config=model.config.to_dict(), seed=getattr(model, "seed", 0))
-    init.to(next(model.parameters()).device)
+    init = untrained_twin(model)
 
     metrics = {"groups": {}, "d_head": d_head, "shown": dict(group=group, layer=layer, head=head)}
     for name, ids in groups.items():

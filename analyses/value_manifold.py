@@ -16,8 +16,10 @@ constant. The scatter figures show PC1 against PC2 of a seeded random subsample 
 max_points points (the same points in every panel); the reference implementation ran the PCA on the
 final residual stream only, coloured by log2(#unseen values), which for bijection is this entropy.
 For bijection that entropy is a function of the query position alone, so anything that carries
-the position (even the untrained position embeddings) can read it out linearly: compare with an
-untrained model before reading a high R² as a learned belief geometry.
+the position (even the untrained position embeddings) can read it out linearly:
+final_residual_readout_r2_untrained is the same read-out, on the same points and halves, from the
+final residual stream of the untrained model (same architecture, config and seed at step 0), the
+part of R² that needs no training.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from sklearn.decomposition import PCA
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score
 
-from .base import AnalysisError, Result, eval_batch
+from .base import AnalysisError, Result, eval_batch, untrained_twin
 
 DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
 
@@ -158,10 +160,14 @@ def run(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> Resul
         per_stream[s] = dict(hook=f"blocks.<layer>.{STREAMS[s]}", **table)
 
     last = {k: v[-1] for k, v in per_stream["residual"].items() if isinstance(v, list)}
+    final = hook_name("residual", n_layers - 1)
+    untrained_r2 = readout_r2(collect(untrained_twin(model), batch, [final])[final].astype(np.float64),
+                              entropy, fit, test)
     metrics = dict(
         final_residual_pc1_variance=last["pc1_variance"], final_residual_pc12_variance=last["pc12_variance"],
         final_residual_pc1_pearson_abs=last["pc1_pearson_abs"],
         final_residual_pc1_spearman_abs=last["pc1_spearman_abs"], final_residual_readout_r2=last["readout_r2"],
+        final_residual_readout_r2_untrained=untrained_r2,
         n_sequences=len(batch), n_points=n_points, n_points_shown=len(shown), n_fit=len(fit), n_test=len(test),
         n_layers=n_layers, seed=seed, entropy_mean_bits=float(entropy.mean()), entropy_std_bits=float(entropy.std()),
         readout="LinearRegression (with intercept) of the Bayes entropy on the full activation vector, "

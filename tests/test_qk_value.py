@@ -199,3 +199,15 @@ def assert_complete(result, phrase: str) -> None:
     assert phrase in result.definition
     for fig in result.figures.values():
         assert fig.layout.title.text
+
+
+def test_value_manifold_untrained_baseline_is_the_model_itself_at_init():
+    model = models.build("transformer", tasks.make("bijection", V=6, L=5),
+                         config=dict(d_model=16, n_layers=2, n_heads=2), seed=3).eval()
+    model.seed = 3  # as interp.load sets it: the twin is rebuilt from the same seed
+    m = analyses.run("value-manifold", model, n=64).metrics
+    assert m["final_residual_readout_r2_untrained"] == m["final_residual_readout_r2"]
+    with torch.no_grad():  # a trained model differs from its twin
+        model.blocks[1].mlp.W_out.mul_(3)
+    m = analyses.run("value-manifold", model, n=64).metrics
+    assert m["final_residual_readout_r2_untrained"] != m["final_residual_readout_r2"]
