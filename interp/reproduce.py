@@ -178,6 +178,7 @@ class Reproduction:
                              claim_holds=(ours > row.paper) if row.claim == "over" and ours is not None else None,
                              analysis=row.analysis, metric=row.metric, run=str(run_dir),
                              n_params=record.get("n_params"), train_minutes=record.get("wall_time_s", 0) / 60,
+                             train_steps=(record.get("train") or {}).get("steps"),
                              figure=f"{run_dir.name}/{row.analysis}.pdf"))
         table = dict(preset=self.preset, rows=rows)
         atomic_write_json(self.out / "reproduction.json", table)
@@ -199,11 +200,11 @@ def markdown(table: dict) -> str:
         ratio = fmt(r["ratio"]) + "x" if r["ratio"] is not None else "–"
         if r["claim"] == "over" and r["claim_holds"] is not None:
             ratio += " (claim holds)" if r["claim_holds"] else " (claim fails)"
-        lines.append(f"| {r['experiment']} | {r['arch']} | {r['paper_text']} | {fmt(r['ours'])} | {ratio} | "
-                     f"{r['n_params']:,} | {r['train_minutes']:.1f} min | [pdf]({r['figure']}) |"
-                     if r["n_params"] else
-                     f"| {r['experiment']} | {r['arch']} | {r['paper_text']} | {fmt(r['ours'])} | {ratio} | – | – | "
-                     f"[pdf]({r['figure']}) |")
+        params = f"{r['n_params']:,}" if r["n_params"] else "–"
+        training = f"{r['train_minutes']:.1f} min, {r['train_steps']:,} steps" if r["train_steps"] else "–"
+        experiment = r["experiment"].replace("|", "\\|")  # a literal | would end the table cell
+        lines.append(f"| {experiment} | {r['arch']} | {r['paper_text']} | {fmt(r['ours'])} | {ratio} | {params} | "
+                     f"{training} | [pdf]({r['figure']}) |")
     lines += ["", "Numbers: `reproduction.json` (each row names the analysis and metric it reads). "
               "Definitions: each analysis's JSON."]
     return "\n".join(lines) + "\n"
