@@ -128,3 +128,10 @@ class Task:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")
         return f"{type(self).__name__}({args})"
+
+
+def checked_batch_size(batch_size) -> int:
+    """``batch_size`` itself if it is a positive integer; a one-line ConfigError otherwise."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return batch_size

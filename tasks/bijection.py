@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Batch, ConfigError, Task, batch_at_queries
+from .base import Batch, ConfigError, Task, checked_batch_size, batch_at_queries
 
 
 def key_posteriors(keys: torch.Tensor, values: torch.Tensor, V: int) -> torch.Tensor:
@@ -64,7 +64,7 @@ class Bijection(Task):
                     paired=self.paired)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
-        V, L, B = self.V, self.L, batch_size
+        V, L, B = self.V, self.L, checked_batch_size(batch_size)
         # A uniform random permutation per row: argsort of i.i.d. uniform noise.
         perm = torch.rand(B, V, generator=generator).argsort(dim=1)  # perm[b, key] = value
         if self.replacement:

@@ -50,7 +50,7 @@ import math
 
 import torch
 
-from .base import Batch, ConfigError, Task, batch_at_queries
+from .base import Batch, ConfigError, Task, checked_batch_size, batch_at_queries
 
 TRANS, EMIT, SEP = 101, 102, 103
 OBS0 = 104
@@ -186,7 +186,7 @@ class HMM(Task):
         return dict(name=self.name, S=self.S, O=self.O, K=self.K, concentration=self.concentration)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
-        S, O, K, B = self.S, self.O, self.K, batch_size
+        S, O, K, B = self.S, self.O, self.K, checked_batch_size(batch_size)
         T_units = quantise_units(dirichlet((B, S, S), self.concentration, generator))
         E_units = quantise_units(dirichlet((B, S, O), self.concentration, generator))
         T, E = T_units.double() / UNITS, E_units.double() / UNITS

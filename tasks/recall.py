@@ -46,7 +46,7 @@ import numbers
 
 import torch
 
-from .base import Batch, ConfigError, Task, batch_at_queries
+from .base import Batch, ConfigError, Task, checked_batch_size, batch_at_queries
 
 
 class Recall(Task):
@@ -87,7 +87,7 @@ class Recall(Task):
                     queries=self.queries, p_unbound=self.p_unbound)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
-        N, K, V, M, B = self.N, self.n_keys, self.n_values, self.queries, batch_size
+        N, K, V, M, B = self.N, self.n_keys, self.n_values, self.queries, checked_batch_size(batch_size)
         # Distinct draws as argsort of i.i.d. uniform noise. The first N of the key permutation are
         # bound; the rest is the pool of never-bound keys unbound queries draw from.
         key_perm = torch.rand(B, K, generator=generator).argsort(dim=1)

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .base import Batch, ConfigError, Task
+from .base import Batch, ConfigError, Task, checked_batch_size
 
 
 def gaussian_entropy_bits(var: torch.Tensor) -> torch.Tensor:
@@ -52,7 +52,7 @@ class Regression(Task):
         return dict(name=self.name, d=self.d, n=self.n, weight_std=self.weight_std, noise_std=self.noise_std)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
-        B, d, n = batch_size, self.d, self.n
+        B, d, n = checked_batch_size(batch_size), self.d, self.n
         w = torch.randn(B, d, generator=generator, dtype=torch.float64) * self.weight_std
         x = torch.randn(B, n, d, generator=generator, dtype=torch.float64)
         y = (x @ w[:, :, None])[..., 0] + self.noise_std * torch.randn(B, n, generator=generator, dtype=torch.float64)

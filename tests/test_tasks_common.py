@@ -49,3 +49,10 @@ def test_shapes_and_posteriors(name):
     # the label at every query is an answer the Bayes posterior allows
     allowed = batch.posterior.gather(-1, batch.targets.clamp_min(0)[..., None])[..., 0]
     assert (allowed[batch.query_mask] > 0).all()
+
+
+@pytest.mark.parametrize("name", tasks.NAMES)
+@pytest.mark.parametrize("batch_size", [0, -1, 2.5, True])
+def test_a_bad_batch_size_gets_a_one_line_error(name, batch_size):
+    with pytest.raises(tasks.ConfigError, match="batch_size must be a positive integer"):
+        tasks.make(name).sample(batch_size)
