@@ -166,6 +166,8 @@ class FusedScan(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_y, _grad_h):
+        if grad_y is None:  # y did not reach the loss (grads are not materialised as zeros)
+            return None, None, None, None, None
         x, delta, A, B, C, h = ctx.saved_tensors
         drive = delta * x
         grad_drive, grad_delta = torch.empty_like(x), torch.empty_like(x)
