@@ -73,11 +73,14 @@ def main():
 @click.option("--seed", type=int, help="seed of the init and of every batch (default 0)")
 @click.option("--loss", type=click.Choice(["soft", "hard"]), help="soft: Bayes-posterior targets; hard: sampled answers")
 @click.option("--warmup", type=int, help="linear warm-up steps (overrides the preset)")
+@click.option("--checkpoint-every", type=int, help="also save a checkpoint every N steps (a dense series, e.g. for "
+              "frame-precision); default: 0-1k every 100, then every 1k, then every 10k")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="task setting, e.g. -T V=10 -T L=9")
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="model setting, e.g. -M d_model=128")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 @click.option("--resume", is_flag=True, help="continue an interrupted run in --out exactly where it stopped")
-def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, task_options, model_options, device, resume):
+def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, checkpoint_every, task_options,
+          model_options, device, resume):
     """Train a model on a wind tunnel; writes run.json, metrics.jsonl and safetensors checkpoints."""
     import dataclasses
 
@@ -90,15 +93,17 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
     if resume:
         given = [flag for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--lr", lr),
                                           ("--seed", seed), ("--loss", loss), ("--warmup", warmup),
-                                          ("-T", task_options), ("-M", model_options)) if value]
+                                          ("--checkpoint-every", checkpoint_every), ("-T", task_options),
+                                          ("-M", model_options)) if value]
         if given:
             raise UserError(f"--resume continues with the settings in {out / 'run.json'}; drop {', '.join(given)}")
         trainer = Trainer(out, resume=True, device=device)
     else:
         overrides = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
-                                           warmup=warmup).items() if v is not None}
+                                           warmup=warmup, checkpoint_every=checkpoint_every).items()
+                     if v is not None}
         task = tasks.make(task_name, **parse_assignments(task_options, "task option"))
-        settings = dataclasses.replace(preset_settings(preset, task_name), **overrides)
+        settings = dataclasses.replace(preset_settings(preset, task_name, arch), **overrides)
         model_config = models.model_config(arch, preset, task, **parse_assignments(model_options, "model option"))
         trainer = Trainer(out, task.config(), arch, model_config, settings, device=device)
     s = trainer.settings
@@ -208,7 +213,10 @@ def list_command():
     for name, path in shipped().items():
         info = summary(path)
         mae = f"{info['entropy_mae_bits']:.4f} bits" if info["entropy_mae_bits"] is not None else "n/a"
-        click.echo(f"  {name:<32} {info['task']}/{info['arch']}, {info['n_params']:,} params, MAE {mae}")
+        accuracy = f", accuracy {info['accuracy']:.1%}" if info["task"] == "recall" and info["accuracy"] is not None else ""
+        series = f", {info['n_checkpoints']} checkpoints" if info["n_checkpoints"] > 1 else ""
+        click.echo(f"  {name:<30} {info['task'] + '/' + info['arch']:<22} {info['n_params']:>8,} params, "
+                   f"MAE {mae}{accuracy}; {info['steps']:,} steps in {info['minutes']:.0f} min{series}")
     if not shipped():
         click.echo("  (none)")
 

@@ -1,8 +1,18 @@
-"""Reference models shipped in ``models/pretrained/``, addressable by folder name."""
+"""Reference models shipped in ``models/pretrained/``, addressable by folder name.
+
+A shipped model is a copy of a finished run folder (run.json, metrics.jsonl, checkpoints: the final
+one, or all of them for a checkpoint series) with a model card, README.md, written from its run.json.
+Maintainers add one with
+
+    python -m interp.pretrained runs/hmm-mamba-cpu [--name hmm-mamba-cpu] [--all-checkpoints]
+"""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+
+from .errors import UserError
 
 PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "models" / "pretrained"
 
@@ -24,5 +34,109 @@ def locate(path) -> Path:
 
 def summary(run_dir: Path) -> dict:
     record = json.loads((run_dir / "run.json").read_text())
+    final = record.get("final") or {}
     return dict(task=record["task"]["name"], arch=record["arch"], n_params=record.get("n_params"),
-                entropy_mae_bits=(record.get("final") or {}).get("entropy_mae_bits"))
+                entropy_mae_bits=final.get("entropy_mae_bits"), accuracy=final.get("accuracy"),
+                steps=(record.get("train") or {}).get("steps"), minutes=record.get("wall_time_s", 0) / 60,
+                n_checkpoints=len(list((run_dir / "checkpoints").glob("step-*.safetensors"))))
+
+
+def train_command(record: dict, preset: str) -> str:
+    """The ``interp train`` command that reproduces the run: the preset plus whatever differs from it."""
+    from dataclasses import asdict
+
+    import models
+    import tasks
+
+    from .train import TrainSettings, preset_settings
+
+    task_name, arch = record["task"]["name"], record["arch"]
+    task = tasks.from_config(record["task"])
+    default_task = tasks.make(task_name).config()
+    parts = [f"interp train --task {task_name} --arch {arch} --preset {preset}"]
+    parts += [f"-T {k}={v}" for k, v in record["task"].items() if k != "name" and default_task.get(k) != v]
+    preset_model = models.model_config(arch, preset, task)
+    parts += [f"-M {k}={v}" for k, v in record["model"].items() if preset_model.get(k) != v]
+    preset_train = asdict(preset_settings(preset, task_name, arch))
+    ran = asdict(TrainSettings()) | record["train"]
+    flags = dict(steps="--steps", batch_size="--batch-size", lr="--lr", seed="--seed", loss="--loss",
+                 warmup="--warmup", checkpoint_every="--checkpoint-every")
+    parts += [f"{flag} {ran[k]}" for k, flag in flags.items() if ran[k] != preset_train[k]]
+    return " ".join(parts)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.2e}" if abs(value) < 1e-3 and value != 0 else f"{value:.4f}"
+
+
+ARCH_NAMES = {"transformer": "transformer", "mamba": "Mamba", "lstm": "LSTM", "mlp": "MLP"}
+
+
+def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], note: str = "") -> str:
+    import tasks
+
+    s, final = record["train"], record.get("final") or {}
+    config = ", ".join(f"{k} {v}" for k, v in record["model"].items() if v is not None)
+    threads = f", {record['threads']} thread(s)" if record.get("threads") else ""
+    versions = ", ".join(f"{k} {v}" for k, v in (record.get("versions") or {}).items())
+    metrics = "; ".join(f"{k.replace('_', ' ')} {_fmt(v)}" for k, v in final.items() if isinstance(v, (int, float)))
+    size = sum(p.stat().st_size for p in checkpoints) / 1e6
+    shipped_ckpts = (f"All {len(checkpoints)} checkpoints are shipped (steps "
+                     f"{', '.join(str(int(p.stem.split('-')[1])) for p in checkpoints)}; {size:.1f} MB), "
+                     "a checkpoint series for training-dynamics analyses such as frame-precision."
+                     if len(checkpoints) > 1 else f"Only the final checkpoint is shipped ({size:.1f} MB).")
+    lines = [
+        f"# {name}", "",
+        f"A {ARCH_NAMES.get(record['arch'], record['arch'])} ({record.get('n_params', 0):,} parameters; {config}) "
+        f"trained on `{tasks.from_config(record['task'])!r}` by", "",
+        f"    {train_command(record, preset)}", "",
+        f"{s['steps']:,} steps of {s['batch_size']} fresh sequences, AdamW lr {s['lr']} ({s['warmup']} warm-up "
+        f"steps, cosine to 0), weight decay {s['weight_decay']}, grad clip {s['grad_clip']}, {s['loss']} targets"
+        f"{' (cross-entropy against the exact Bayes posterior)' if s['loss'] == 'soft' else ''}, seed {s['seed']}.",
+        f"Training took {record.get('wall_time_s', 0) / 60:.1f} minutes on {record.get('device', 'cpu')}{threads} "
+        f"({versions}).", "",
+        f"Held-out metrics at the end ({s['eval_size']:,} sequences): {metrics}.", "",
+        f"{shipped_ckpts} `run.json` has every setting; `metrics.jsonl` the whole training curve.", "",
+    ]
+    return "\n".join(lines + ([note, ""] if note else []))
+
+
+def ship(run_dir: Path, name: str | None = None, all_checkpoints: bool = False, preset: str = "cpu",
+         note: str = "", dest_root: Path = PRETRAINED_DIR) -> Path:
+    """Copy a finished run into ``dest_root/name`` with its model card; replaces an older copy whole."""
+    from .checkpoint import list_checkpoints
+
+    run_dir = Path(run_dir)
+    record_file = run_dir / "run.json"
+    if not record_file.exists():
+        raise UserError(f"{run_dir} is not a run folder (no run.json)")
+    record = json.loads(record_file.read_text())
+    if record.get("status") != "finished":
+        raise UserError(f"{run_dir} has not finished training; finish it with `interp train --out {run_dir} --resume`")
+    checkpoints = [path for _, path in list_checkpoints(run_dir)]
+    checkpoints = checkpoints if all_checkpoints else checkpoints[-1:]
+    name = name or run_dir.resolve().name
+    dest, staging = dest_root / name, dest_root / f".{name}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "checkpoints").mkdir(parents=True)
+    for path in checkpoints:
+        shutil.copy2(path, staging / "checkpoints" / path.name)
+    for file in ("run.json", "metrics.jsonl"):
+        shutil.copy2(run_dir / file, staging / file)
+    (staging / "README.md").write_text(model_card(name, record, preset, checkpoints, note))
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)
+    return dest
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Ship a finished run as a reference model (maintainers).")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--name")
+    parser.add_argument("--all-checkpoints", action="store_true")
+    parser.add_argument("--preset", default="cpu")
+    parser.add_argument("--note", default="")
+    args = parser.parse_args()
+    print(ship(args.run_dir, args.name, args.all_checkpoints, args.preset, args.note))

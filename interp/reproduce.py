@@ -108,22 +108,51 @@ class Reproduction:
         path = self.run_dir(task, arch) / "run.json"
         return json.loads(path.read_text()) if path.exists() else None
 
-    def train(self, task: str, arch: str) -> None:
+    def recipe(self, task: str, arch: str) -> dict:
+        """What the preset trains for this cell: the task, model and training settings of its run.json."""
+        from dataclasses import asdict
+
         import models
         import tasks
 
-        from .train import Trainer, preset_settings
+        from .train import preset_settings
+
+        task_obj = tasks.make(task)
+        return dict(task=task_obj.config(), arch=arch, model=models.model_config(arch, self.preset, task_obj),
+                    train=asdict(preset_settings(self.preset, task, arch)))
+
+    def check_recipe(self, task: str, arch: str, record: dict) -> None:
+        """Refuse to reuse (or resume) a run trained with other settings than the preset's: its numbers
+        would silently stand in for the preset's in the table."""
+        from dataclasses import asdict
+
+        from .train import TrainSettings
+
+        want = self.recipe(task, arch)
+        # settings added after a run was made take their default value in it
+        have = dict(record, train=asdict(TrainSettings()) | record.get("train", {}))
+        want["train"]["betas"] = list(want["train"]["betas"])
+        have["train"]["betas"] = list(have["train"]["betas"])
+        diff = [f"{part}.{k}: {have[part].get(k)!r} (preset {v!r})" for part in ("task", "model", "train")
+                for k, v in want[part].items() if have.get(part, {}).get(k) != v]
+        diff += [f"arch: {have.get('arch')!r} (preset {arch!r})"] if have.get("arch") != arch else []
+        if diff:
+            raise UserError(f"{self.run_dir(task, arch)} was not trained with the {self.preset} preset "
+                            f"({'; '.join(diff[:3])}); move it away or pass --runs with another folder")
+
+    def train(self, task: str, arch: str) -> None:
+        from .train import Trainer, TrainSettings
 
         out = self.run_dir(task, arch)
         record = self.record(task, arch)
-        if record and record.get("status") == "finished":
-            return
         if record:
+            self.check_recipe(task, arch, record)
+            if record.get("status") == "finished":
+                return
             trainer = Trainer(out, resume=True, device=self.device)
         else:
-            task_obj = tasks.make(task)
-            trainer = Trainer(out, task_obj.config(), arch, models.model_config(arch, self.preset, task_obj),
-                              preset_settings(self.preset, task), device=self.device)
+            r = self.recipe(task, arch)
+            trainer = Trainer(out, r["task"], arch, r["model"], TrainSettings(**r["train"]), device=self.device)
         trainer.run()
 
     def analyse(self, task: str, arch: str, name: str) -> dict:

@@ -16,7 +16,7 @@ import math
 import platform
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -45,8 +45,12 @@ class TrainSettings:
     eval_every: int = 250
     eval_size: int = 2000
     resume_every: int = 500  # steps between resume states (also written at every checkpoint)
+    checkpoint_every: int = 0  # 0: the log-spaced schedule of checkpoint_steps; N: also every N steps
 
     def validate(self) -> "TrainSettings":
+        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
+                or self.checkpoint_every < 0:
+            raise UserError(f"checkpoint-every must be a non-negative integer, got {self.checkpoint_every!r}")
         for name in ("steps", "batch_size", "eval_every", "eval_size", "resume_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -65,26 +69,42 @@ class TrainSettings:
         return self
 
 
-# Training recipes that go with the model presets of the same name; (task, preset) entries override.
+# Training recipes that go with the model presets of the same name. More specific entries override:
+# (task, arch, preset) over (task, preset) over preset. The cpu schedules are sized so that
+# `interp reproduce --preset cpu` trains all 16 task x architecture models in under 3 hours on a 2-core
+# CPU (measured times in README.md); a model that has plateaued (MLP) or converges fast gets fewer steps.
 PRESETS = {
     "cpu": TrainSettings(),
     "paper": TrainSettings(steps=50_000, batch_size=256, lr=3e-4, warmup=2000, betas=(0.9, 0.999),
                            loss="hard", eval_every=1000),
 }
+_HMM_CPU = TrainSettings(steps=5_000, batch_size=64, lr=2e-3, warmup=300, eval_every=500)
 TASK_PRESETS = {
-    ("hmm", "cpu"): TrainSettings(steps=11_000, batch_size=64, lr=2e-3, warmup=300, eval_every=500),
+    ("bijection", "mamba", "cpu"): TrainSettings(steps=2_000),
+    ("bijection", "lstm", "cpu"): TrainSettings(steps=2_000),
+    ("bijection", "mlp", "cpu"): TrainSettings(steps=1_000),
+    ("hmm", "cpu"): _HMM_CPU,
+    ("hmm", "mamba", "cpu"): replace(_HMM_CPU, steps=3_000),
+    ("hmm", "mlp", "cpu"): replace(_HMM_CPU, steps=2_000),
+    ("regression", "cpu"): TrainSettings(steps=2_000, batch_size=64),
+    ("recall", "cpu"): TrainSettings(steps=3_000),
+    ("recall", "mamba", "cpu"): TrainSettings(steps=2_000),
+    ("recall", "lstm", "cpu"): TrainSettings(steps=2_000),
+    ("recall", "mlp", "cpu"): TrainSettings(steps=1_000),
 }
 
 
-def preset_settings(preset: str, task: str) -> TrainSettings:
+def preset_settings(preset: str, task: str, arch: str = "transformer") -> TrainSettings:
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    return TASK_PRESETS.get((task, preset), PRESETS[preset])
+    return replace(TASK_PRESETS.get((task, arch, preset)) or TASK_PRESETS.get((task, preset))
+                               or PRESETS[preset])
 
 
-def checkpoint_steps(total: int) -> list[int]:
-    """0, 100, 200, ..., 900, 1000, 2000, ..., 9000, 10000, 20000, ... up to ``total``, plus ``total``."""
-    steps = {0, total}
+def checkpoint_steps(total: int, every: int = 0) -> list[int]:
+    """0, 100, 200, ..., 900, 1000, 2000, ..., 9000, 10000, 20000, ... up to ``total``, plus ``total``;
+    with ``every`` > 0 also every ``every`` steps (a dense series for training-dynamics analyses)."""
+    steps = {0, total, *(range(every, total, every) if every else ())}
     scale = 100
     while scale <= total:
         steps.update(k * scale for k in range(1, 10) if k * scale <= total)
@@ -239,7 +259,7 @@ class Trainer:
         if not resume:
             self.record = dict(task=self.task.config(), arch=arch, model=self.model.config.to_dict(),
                                train=asdict(s), n_params=models.n_params(self.model), device=self.device,
-                               world_size=self.dist.world_size, versions=versions(), status="running",
+                               threads=torch.get_num_threads(), world_size=self.dist.world_size, versions=versions(), status="running",
                                started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     # -- persistence -------------------------------------------------------------------------
@@ -298,7 +318,7 @@ class Trainer:
         s = self.settings
         main = self.dist.is_main  # only rank 0 writes files and shows progress
         loss_of = self.dist.wrap(self.model, lambda model, batch: loss_fn(model, batch, s.loss))
-        saves = set(checkpoint_steps(s.steps))
+        saves = set(checkpoint_steps(s.steps, s.checkpoint_every))
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.startswith("cuda") else nullcontext()
         if self.step == 0 and main:
             checkpoint.save(self.out / "checkpoints" / checkpoint.checkpoint_name(0), self.model, 0, s.seed)

@@ -1,10 +1,24 @@
 """interp reproduce: reuses finished runs, fills the paper's rows from the analyses, resumes."""
 import json
 
-from interp.reproduce import ROWS, plan
+import pytest
+
+from interp.reproduce import ROWS, Reproduction, plan
 from tests.cli import run_cli
 
-TINY = ["--steps", "20", "-M", "d_model=16", "-M", "n_layers=2"]
+
+@pytest.fixture
+def tiny_recipes(monkeypatch):
+    """The cpu preset's recipes shrunk to seconds: 20 steps, width 16 (2 heads for the transformer)."""
+    real = Reproduction.recipe
+
+    def tiny(self, task, arch):
+        recipe = real(self, task, arch)
+        recipe["model"].update(d_model=16, n_layers=2, **({"n_heads": 2} if arch == "transformer" else {}))
+        recipe["train"].update(steps=20)
+        return recipe
+
+    monkeypatch.setattr(Reproduction, "recipe", tiny)
 
 
 def test_plan_covers_every_row():
@@ -15,12 +29,8 @@ def test_plan_covers_every_row():
     assert sum(s[0] == "train" for s in steps) == 16
 
 
-def test_reproduce_fills_rows_from_finished_runs_and_skips_done_work(tmp_path, capsys):
+def test_reproduce_trains_fills_rows_and_skips_done_work(tmp_path, capsys, tiny_recipes):
     runs, out = tmp_path / "runs", tmp_path / "repro"
-    for arch, extra in (("transformer", ["-M", "n_heads=2"]), ("mlp", [])):
-        done = run_cli(capsys, "train", "--task", "bijection", "--arch", arch, "--out", runs / f"bijection-{arch}-cpu",
-                       *TINY, *extra)
-        assert done.code == 0, done.err
     args = ["reproduce", "--only", "bijection", "--archs", "transformer,mlp", "--runs", runs, "--out", out]
     first = run_cli(capsys, *args)
     assert first.code == 0, first.err
@@ -41,6 +51,21 @@ def test_reproduce_fills_rows_from_finished_runs_and_skips_done_work(tmp_path, c
     again = run_cli(capsys, *args)
     assert again.code == 0, again.err
     assert stamps == {p: p.stat().st_mtime_ns for p in stamps}
+    record = json.loads((runs / "bijection-mlp-cpu" / "run.json").read_text())
+    assert record["status"] == "finished" and record["train"]["steps"] == 20
+
+
+def test_reproduce_refuses_a_run_trained_with_other_settings(tmp_path, capsys, tiny_recipes):
+    runs = tmp_path / "runs"
+    done = run_cli(capsys, "train", "--task", "bijection", "--arch", "mlp", "--out", runs / "bijection-mlp-cpu",
+                   "--steps", "10", "-M", "d_model=16", "-M", "n_layers=2")
+    assert done.code == 0, done.err
+    before = sorted(p.name for p in runs.rglob("*"))
+    bad = run_cli(capsys, "reproduce", "--only", "bijection", "--archs", "mlp", "--runs", runs, "--out", tmp_path / "o")
+    assert bad.code == 1 and "Traceback" not in bad.err
+    assert "bijection-mlp-cpu was not trained with the cpu preset (train.steps: 10 (preset 20))" in bad.err
+    assert "move it away or pass --runs" in bad.err
+    assert sorted(p.name for p in runs.rglob("*")) == before
 
 
 def test_reproduce_rejects_unknown_names(tmp_path, capsys):

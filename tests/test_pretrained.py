@@ -1,0 +1,109 @@
+"""The shipped reference models: one per task x architecture plus a checkpoint series, each with its
+run.json and a model card; their weights reproduce the metrics recorded at the end of training, and
+every analysis runs on them (or refuses with the documented reason)."""
+import json
+import math
+
+import pytest
+import torch
+
+import analyses
+import models
+import tasks
+from analyses.base import AnalysisError, held_out_batch
+from analyses.calibration import measure
+from interp import load
+from interp.checkpoint import list_checkpoints
+from interp.pretrained import PRETRAINED_DIR, model_card, ship, shipped, summary, train_command
+from tests.cli import run_cli
+
+SHIPPED = shipped()
+SERIES = [name for name, path in SHIPPED.items() if len(list_checkpoints(path)) >= 3]
+
+
+def test_one_model_per_task_and_architecture_and_a_checkpoint_series():
+    cells = {(summary(p)["task"], summary(p)["arch"]) for name, p in SHIPPED.items() if name not in SERIES}
+    assert cells == {(t, a) for t in tasks.NAMES for a in models.ARCHS}
+    assert [summary(SHIPPED[name])["task"] for name in SERIES] == ["bijection"]
+    assert len(list_checkpoints(SHIPPED[SERIES[0]])) >= 20
+
+
+def test_shipped_models_fit_the_size_budget_and_carry_no_resume_state():
+    files = [p for p in PRETRAINED_DIR.rglob("*") if p.is_file()]
+    assert sum(p.stat().st_size for p in files) <= 40e6
+    assert not [p for p in files if p.name == "resume.safetensors" or ".tmp" in p.name]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_model_card_is_the_one_written_from_run_json(name):
+    path = SHIPPED[name]
+    record = json.loads((path / "run.json").read_text())
+    assert record["status"] == "finished"
+    card = (path / "README.md").read_text()
+    expected = model_card(name, record, "cpu", [p for _, p in list_checkpoints(path)])
+    assert card.startswith(expected)  # a maintainer's note may follow
+    assert train_command(record, "cpu") in card and f"{record['train']['steps']:,} steps" in card
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_weights_reproduce_the_recorded_final_metrics(name):
+    """The trainer's last evaluation (same held-out batch) recomputed from the shipped final checkpoint."""
+    path = SHIPPED[name]
+    record = json.loads((path / "run.json").read_text())
+    model = load(name)
+    assert model.step == record["train"]["steps"]
+    batch = held_out_batch(model.task, record["train"]["eval_size"], record["train"]["seed"])
+    ours = measure(model, batch)
+    for key, value in record["final"].items():
+        assert math.isclose(ours[key], value, rel_tol=1e-4, abs_tol=1e-6), (key, ours[key], value)
+
+
+def test_interp_list_shows_every_shipped_model(capsys):
+    listed = run_cli(capsys, "list")
+    assert listed.code == 0
+    for name in SHIPPED:
+        assert name in listed.out
+
+
+def test_ship_copies_a_finished_run_with_its_card_and_refuses_an_unfinished_one(tmp_path, capsys):
+    run = tmp_path / "runs" / "tiny"
+    done = run_cli(capsys, "train", "--out", run, "--steps", "30", "--checkpoint-every", "10", "-M", "d_model=16",
+                   "-M", "n_heads=2")
+    assert done.code == 0, done.err
+    dest = ship(run, "tiny-series", all_checkpoints=True, dest_root=tmp_path / "pretrained")
+    assert [s for s, _ in list_checkpoints(dest)] == [0, 10, 20, 30]
+    card = (dest / "README.md").read_text()
+    assert "interp train --task bijection --arch transformer --preset cpu -M d_model=16 -M n_heads=2 --steps 30 " \
+           "--checkpoint-every 10" in card
+    assert "All 4 checkpoints are shipped (steps 0, 10, 20, 30" in card
+    assert torch.equal(load(dest).W_E, load(run).W_E)
+    final_only = ship(run, "tiny", dest_root=tmp_path / "pretrained")
+    assert [s for s, _ in list_checkpoints(final_only)] == [30]
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps(dict(record, status="running")))
+    with pytest.raises(Exception, match="has not finished training"):
+        ship(run, "again", dest_root=tmp_path / "pretrained")
+
+
+# Why an analysis may refuse a shipped model; anything else is a failure.
+REFUSALS = {
+    "needs an attention model": lambda m: not m.has_attention(),
+    'needs an "hmm" model': lambda m: m.task.name != "hmm",
+    "needs a run folder with several checkpoints": lambda m: m.run_dir is None or len(list_checkpoints(m.run_dir)) < 3,
+    "defines no hypothesis tokens": lambda m: m.task.name == "regression",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_analysis_runs_on_every_shipped_model(name):
+    model = load(name)  # loaded by name, as a user would: frame-precision finds the run's checkpoints
+    for analysis in analyses.NAMES:
+        subject = [model, load(SERIES[0])] if analysis == "compare" else model
+        try:
+            result = analyses.run(analysis, subject, **({"n": 64} if "n" in analyses.options(analysis) else {}))
+        except AnalysisError as refused:
+            assert any(reason in str(refused) and applies(model) for reason, applies in REFUSALS.items()), \
+                f"{analysis} refused {name}: {refused}"
+            continue
+        assert result.metrics and result.figures, analysis
