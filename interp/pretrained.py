@@ -69,7 +69,7 @@ def _fmt(value: float) -> str:
     return f"{value:.2e}" if abs(value) < 1e-3 and value != 0 else f"{value:.4f}"
 
 
-ARCH_NAMES = {"transformer": "transformer", "mamba": "Mamba", "lstm": "LSTM", "mlp": "MLP"}
+ARCH_NAMES = {"transformer": "A transformer", "mamba": "A Mamba model", "lstm": "An LSTM", "mlp": "An MLP"}
 
 
 def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], note: str = "") -> str:
@@ -87,7 +87,7 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
                      if len(checkpoints) > 1 else f"Only the final checkpoint is shipped ({size:.1f} MB).")
     lines = [
         f"# {name}", "",
-        f"A {ARCH_NAMES.get(record['arch'], record['arch'])} ({record.get('n_params', 0):,} parameters; {config}) "
+        f"{ARCH_NAMES.get(record['arch'], 'A ' + record['arch'])} ({record.get('n_params', 0):,} parameters; {config}) "
         f"trained on `{tasks.from_config(record['task'])!r}` by", "",
         f"    {train_command(record, preset)}", "",
         f"{s['steps']:,} steps of {s['batch_size']} fresh sequences, AdamW lr {s['lr']} ({s['warmup']} warm-up "
