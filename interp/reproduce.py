@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,16 +170,21 @@ class Reproduction:
             saved = json.loads(json_path.read_text())
             if saved.get("checkpoint") == str(file):
                 return saved
+        started = time.perf_counter()
         model = load(file, device=self.device)
         result = analyses.run(name, model, **OPTIONS.get(name, {}))
         context = dict(run=run_dir.name, checkpoint=str(file), step=model.step, task=model.task.config(),
-                       arch=model.arch, options=OPTIONS.get(name, {}))
+                       arch=model.arch, options=OPTIONS.get(name, {}), figures=list(result.figures),
+                       seconds=round(time.perf_counter() - started, 1))
         write_result(result, self.out / run_dir.name, ("pdf", "png", "json"), context)
         return json.loads(json_path.read_text())
 
     def execute(self, progress: bool = True) -> dict:
         from tqdm.auto import tqdm
 
+        for step in self.steps:  # before hours of training: every run there to reuse must fit the preset
+            if step[0] == "train" and (record := self.record(step[1], step[2])):
+                self.check_recipe(step[1], step[2], record)
         bar = tqdm(self.steps, desc="reproduce", unit="step", disable=not progress, position=0)
         for step in bar:
             bar.set_postfix_str(" ".join(step[1:]) + (" (train)" if step[0] == "train" else ""))
@@ -188,6 +194,9 @@ class Reproduction:
                 self.analyse(*step[1:])
         bar.close()
         return self.write_table()
+
+    def saved(self, task: str, arch: str, name: str) -> dict:
+        return json.loads((self.out / self.run_dir(task, arch).name / f"{name}.json").read_text())
 
     def write_table(self) -> dict:
         from .files import atomic_write_json, atomic_write_text
@@ -199,7 +208,7 @@ class Reproduction:
                 continue
             run_dir = self.run_dir(row.task, row.arch)
             record = self.record(row.task, row.arch) or {}
-            saved = json.loads((self.out / run_dir.name / f"{row.analysis}.json").read_text())
+            saved = self.saved(row.task, row.arch, row.analysis)
             ours = dig(saved["metrics"], row.metric)
             ratio = ours / row.paper if isinstance(ours, (int, float)) and row.paper else None
             rows.append(dict(experiment=row.experiment, task=row.task, arch=row.arch, paper=row.paper,
@@ -208,8 +217,14 @@ class Reproduction:
                              analysis=row.analysis, metric=row.metric, run=str(run_dir),
                              n_params=record.get("n_params"), train_minutes=record.get("wall_time_s", 0) / 60,
                              train_steps=(record.get("train") or {}).get("steps"),
-                             figure=f"{run_dir.name}/{row.analysis}.pdf"))
-        table = dict(preset=self.preset, rows=rows)
+                             figure=f"{run_dir.name}/{row.analysis}.pdf",
+                             png=f"{run_dir.name}/{row.analysis}-{saved['figures'][0]}.png"
+                             if saved.get("figures") else None))
+        cells = sorted(done)
+        train_s = sum((self.record(*cell) or {}).get("wall_time_s", 0) for cell in cells)
+        analyse_s = sum(self.saved(*s[1:]).get("seconds", 0) for s in self.steps if s[0] == "analyse")
+        table = dict(preset=self.preset, rows=rows, runs=len(cells), train_minutes=train_s / 60,
+                     analysis_minutes=analyse_s / 60)
         atomic_write_json(self.out / "reproduction.json", table)
         atomic_write_text(self.out / "reproduction.md", markdown(table))
         return table
@@ -232,8 +247,11 @@ def markdown(table: dict) -> str:
         params = f"{r['n_params']:,}" if r["n_params"] else "–"
         training = f"{r['train_minutes']:.1f} min, {r['train_steps']:,} steps" if r["train_steps"] else "–"
         experiment = r["experiment"].replace("|", "\\|")  # a literal | would end the table cell
+        figures = f"[pdf]({r['figure']})" + (f" · [png]({r['png']})" if r.get("png") else "")
         lines.append(f"| {experiment} | {r['arch']} | {r['paper_text']} | {fmt(r['ours'])} | {ratio} | {params} | "
-                     f"{training} | [pdf]({r['figure']}) |")
-    lines += ["", "Numbers: `reproduction.json` (each row names the analysis and metric it reads). "
+                     f"{training} | {figures} |")
+    lines += ["", f"Training: {table.get('train_minutes', 0):.0f} min for {table.get('runs', 0)} runs (the sum of "
+              f"each run's recorded wall time); analyses: {table.get('analysis_minutes', 0):.0f} min.",
+              "", "Numbers: `reproduction.json` (each row names the analysis and metric it reads). "
               "Definitions: each analysis's JSON."]
     return "\n".join(lines) + "\n"

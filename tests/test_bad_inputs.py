@@ -145,6 +145,10 @@ CATALOGUE = [
          "interp: error: odd-record/run.json is not a valid run record (TrainSettings.__init__() got an unexpected keyword argument 'stepz'); it cannot be resumed"),
     Case("resume state of another run", "interp train --resume --out mixed-run",
          'interp: error: mixed-run/resume.safetensors is the state of another run than mixed-run/run.json (their task, architecture or model differ); it cannot be resumed'),
+    Case("reproduce over a run trained with other settings",
+         "interp reproduce --only bijection --archs transformer --runs old-runs --out repro",
+         "interp: error: old-runs/bijection-transformer-cpu was not trained with the cpu preset (task.V: 6 (preset 20); "
+         "task.L: 5 (preset 19); model.d_model: 16 (preset 96)); move it away or pass --runs with another folder"),
     Case("--out is a file", f"interp train --out notes.txt {TINY_RUN}",
          'interp: error: cannot write to notes.txt: notes.txt is a file, not a folder; choose another folder with --out'),
     Case("output folder that cannot be written", f"interp train --out read-only/run {TINY_RUN}",
@@ -262,6 +266,7 @@ def build_workspace(root: Path) -> None:
     with_meta("odd-model.safetensors", lambda m: m["model"].update(colour="red"))
     with_meta("reshaped.safetensors", lambda m: m["model"].update(d_model=32))
     (root / "plain.safetensors").write_bytes(save_bytes(tensors))
+    shutil.copytree(root / "tiny", root / "old-runs" / "bijection-transformer-cpu")
     (root / "bad-json.safetensors").write_bytes(save_bytes(tensors, metadata={"interp": "{task: bijection"}))
     (root / "truncated.safetensors").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
     (root / "empty.safetensors").write_bytes(b"")

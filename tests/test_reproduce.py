@@ -46,6 +46,9 @@ def test_reproduce_trains_fills_rows_and_skips_done_work(tmp_path, capsys, tiny_
     assert list((out / "bijection-transformer-cpu").glob("head-ablation*.png"))
     markdown = (out / "reproduction.md").read_text()
     assert "| bijection V=20, entropy MAE (bits) | mlp | 1.85 |" in markdown
+    png = by_key[("transformer", "hypothesis_frame_head.mae_ratio_to_intact")]["png"]
+    assert (out / png).stat().st_size > 0 and f"· [png]({png})" in markdown
+    assert table["runs"] == 2 and table["train_minutes"] > 0 and "min for 2 runs" in markdown
     # a second run reuses the finished runs and the analyses written for their final checkpoints
     stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.json") if p.name != "reproduction.json"}
     again = run_cli(capsys, *args)
