@@ -227,7 +227,8 @@ def list_command():
               help="comma-separated tasks")
 @click.option("--archs", default="transformer,mamba,lstm,mlp", show_default=True, help="comma-separated architectures")
 @click.option("--runs", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
-              help="where the runs live (RUNS/TASK-ARCH-PRESET, as `interp train` names them)")
+              help="where the runs live (RUNS/TASK-ARCH-PRESET, as `interp train` names them); `shipped`: the "
+                   "shipped reference models, so the table is filled without training")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("figures/reproduction"), show_default=True)
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 def reproduce(preset, only, archs, runs, out, device):
@@ -239,6 +240,10 @@ def reproduce(preset, only, archs, runs, out, device):
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
     split = lambda spec: tuple(x.strip() for x in spec.split(",") if x.strip())  # noqa: E731
+    if str(runs) == "shipped" and not runs.exists():
+        from .pretrained import PRETRAINED_DIR
+
+        runs = PRETRAINED_DIR
     job = Reproduction(preset, runs, out, split(only), split(archs), device=device)
     table = job.execute()
     click.echo(f"wrote {out / 'reproduction.md'} and {out / 'reproduction.json'} ({len(table['rows'])} rows)")

@@ -76,3 +76,15 @@ def test_reproduce_rejects_unknown_names(tmp_path, capsys):
     assert bad.code == 1 and "unknown task(s) maze" in bad.err and "Traceback" not in bad.err
     bad = run_cli(capsys, "reproduce", "--archs", "rnn", "--runs", tmp_path, "--out", tmp_path / "o")
     assert bad.code == 1 and "unknown architecture(s) rnn" in bad.err
+
+
+def test_reproduce_from_the_shipped_models_trains_nothing(tmp_path, capsys):
+    from interp.pretrained import PRETRAINED_DIR
+
+    before = {p: p.stat().st_mtime_ns for p in PRETRAINED_DIR.rglob("*")}
+    done = run_cli(capsys, "reproduce", "--runs", "shipped", "--only", "recall", "--archs", "transformer",
+                   "--out", tmp_path)
+    assert done.code == 0, done.err
+    (row,) = json.loads((tmp_path / "reproduction.json").read_text())["rows"]
+    assert row["ours"] == 1.0 and row["train_steps"] == 3000
+    assert before == {p: p.stat().st_mtime_ns for p in PRETRAINED_DIR.rglob("*")}
