@@ -19,19 +19,24 @@ Hooks, per block l (``blocks.{l}.mixer.``): ``hook_in_proj`` (x and z, [B, T, 2E
 states, so patching them changes the output), ``hook_y`` (scan output with the
 D skip, before the gate) and ``hook_out_proj``.
 
-Scan. On CPU (and whenever ``hook_h`` is hooked) the recurrence runs as one custom autograd function:
-a loop over positions of fused multiply-adds on contiguous [B, E, N] slices forward, and the reverse
-recurrence backward, so autograd records one node per layer instead of one per position. On CUDA with
-mamba-ssm installed, ``selective_scan_fn`` computes the same y (it never materialises h, which is why a
-hooked ``hook_h`` falls back to our scan). tests/test_mamba.py checks our scan against a direct
-sequential reference; the CUDA equivalence test runs where a GPU and mamba-ssm exist.
+Scan. On CPU the recurrence runs in a small C++ kernel (``models/selective_scan.cpp``, built on
+first use by torch's extension loader and cached per machine): per batch row and block of 16
+channels, the state stays in a cache-sized buffer, forward and (hand-written) backward, so no
+[B, T, E, N] tensor is allocated; backward recomputes the states instead of storing them. When
+``hook_h`` is hooked, or the kernel cannot be built, the states are materialised and the recurrence
+runs as one autograd function over positions (``LinearRecurrence``). On CUDA with mamba-ssm
+installed, ``selective_scan_fn`` computes the same y (it never materialises h either, so a hooked
+``hook_h`` takes the materialised path there too). tests/test_architectures.py checks every path
+against a direct sequential reference; the CUDA equivalence test runs where a GPU and mamba-ssm exist.
 """
 from __future__ import annotations
 
 import math
 import os
+import sys
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -94,114 +99,74 @@ class LinearRecurrence(torch.autograd.Function):
         return grad_a, grad_b
 
 
-def scan_step(h_prev, drive_t, delta_t, A, B_t, C_t, h_out, y_out):
-    """One position of the scan: h_t = exp(delta_t A) h_{t-1} + drive_t B_t; y_t = C_t . h_t (in place)."""
-    h = torch.exp(delta_t[:, :, None] * A) * h_prev + drive_t[:, :, None] * B_t[:, None, :]
-    h_out.copy_(h)
-    y_out.copy_((h * C_t[:, None, :]).sum(-1))
+_SCAN_KERNEL = {}  # the compiled C++ scan module, or None when it cannot be built here
 
 
-def scan_step_backward(g, grad_y_t, C_t, h_t, h_prev, delta_t, A, B_t, drive_t,
-                       grad_C_t, grad_drive_t, grad_B_t, grad_delta_t, grad_dA):
-    """The reverse of ``scan_step``. ``g`` holds dL/dh_t from later positions on entry and the
-    gradient reaching h_{t-1} on exit; the other gradients are written (grad_dA accumulated) in place."""
-    g_t = g + grad_y_t[:, :, None] * C_t[:, None, :]  # all of dL/dh_t
-    grad_C_t.copy_((h_t * grad_y_t[:, :, None]).sum(1))
-    grad_drive_t.copy_((g_t * B_t[:, None, :]).sum(-1))
-    grad_B_t.copy_((g_t * drive_t[:, :, None]).sum(1))
-    carry = torch.exp(delta_t[:, :, None] * A) * g_t  # a_t dL/dh_t: what reaches h_{t-1}
-    q = carry * h_prev  # dL/d(delta_t A)
-    grad_delta_t.copy_((q * A).sum(-1))
-    grad_dA.add_(q * delta_t[:, :, None])
-    g.copy_(carry)
-
-
-class Kernel:
-    """A function run through ``torch.compile``, which fuses a step's elementwise work into one loop
-    (about 2x faster on CPU than op by op), falling back to plain PyTorch where compiling is
-    unavailable or fails (no C++ compiler, say), or when INTERP_COMPILE=0. Compiling costs ~20 s
-    once per machine (inductor caches it on disk), so it is used for training only: a forward pass
-    that will not be differentiated runs uncompiled."""
-
-    def __init__(self, fn):
-        self.fn, self.compiled, self.failed = fn, None, False
-
-    def __call__(self, *args, compile: bool = True):
-        if compile and not self.failed and os.environ.get("INTERP_COMPILE", "1") != "0":
+def scan_kernel():
+    """``models/selective_scan.cpp``, compiled by torch's C++ extension loader on first use (about a
+    minute, once per machine: the build is cached under ~/.cache/torch_extensions), or None where it
+    cannot be built (no C++ compiler or ninja) or when INTERP_CPP_SCAN=0; callers then fall back to
+    the materialised recurrence, which gives the same numbers more slowly."""
+    if "module" not in _SCAN_KERNEL:
+        module = None
+        if os.environ.get("INTERP_CPP_SCAN", "1") != "0":
             try:
-                if self.compiled is None:
-                    self.compiled = torch.compile(self.fn, dynamic=None)
-                return self.compiled(*args)
-            except Exception as err:  # noqa: BLE001 - any compiler failure: run uncompiled instead
-                self.failed = True
-                warnings.warn(f"torch.compile of the Mamba scan failed ({type(err).__name__}); "
-                              f"running it uncompiled, which is slower")
-        return self.fn(*args)
+                from torch.utils.cpp_extension import load
+
+                if not _kernel_cached():
+                    print("interp: compiling the Mamba CPU scan (once per machine, about a minute)...",
+                          file=sys.stderr, flush=True)
+                flags = ["-O3", "-ffast-math", "-fopenmp", "-march=native"]
+                module = load("interp_selective_scan", [str(SCAN_SOURCE)], extra_cflags=flags,
+                              extra_ldflags=["-fopenmp"], verbose=False)
+            except Exception as err:  # noqa: BLE001 - no compiler, no ninja, a failed build
+                warnings.warn(f"could not build the Mamba CPU scan ({type(err).__name__}: {err}); using the "
+                              f"materialised recurrence instead, which is slower")
+        _SCAN_KERNEL["module"] = module
+    return _SCAN_KERNEL["module"]
 
 
-STEP, STEP_BACKWARD = Kernel(scan_step), Kernel(scan_step_backward)
+SCAN_SOURCE = Path(__file__).with_name("selective_scan.cpp")
 
 
-class FusedScan(torch.autograd.Function):
-    """The whole selective scan, position by position, without materialising the [T, B, E, N] decay
-    and drive tensors: every step works on one cache-sized [B, E, N] slice. Inputs are positions-first
-    (x, delta [T, B, E]; B, C [T, B, N]); returns y [T, B, E] (without the D skip) and the states h
-    [T, B, E, N] (an observation only: gradients flow through y). Backward runs the reverse
-    recurrence and recomputes each decay from delta instead of storing it."""
+def _kernel_cached() -> bool:
+    from torch.utils.cpp_extension import _get_build_directory
 
-    @staticmethod
-    def forward(ctx, x, delta, A, B, C):
-        T, batch, E = x.shape
-        drive = delta * x  # [T, B, E]
-        h = x.new_empty(T, batch, E, A.shape[1])
-        y = torch.empty_like(x)
-        zeros = x.new_zeros(batch, E, A.shape[1])
-        training = any(ctx.needs_input_grad)
-        for t in range(T):
-            STEP(h[t - 1] if t else zeros, drive[t], delta[t], A, B[t], C[t], h[t], y[t], compile=training)
-        ctx.save_for_backward(x, delta, A, B, C, h)
-        ctx.mark_non_differentiable(h)
-        ctx.set_materialize_grads(False)  # else autograd zero-fills a [T, B, E, N] gradient for h
-        return y, h
+    return any(Path(_get_build_directory("interp_selective_scan", verbose=False)).glob("*.so"))
+
+
+class CompiledScan(torch.autograd.Function):
+    """y = selective scan of (x, delta, A, B, C) plus D x, on [B, T, ...] inputs, by the C++ kernel.
+    Forward keeps only the inputs; backward recomputes each channel block's decays and states in a
+    cache-sized buffer, so no [B, T, E, N] tensor is ever allocated."""
 
     @staticmethod
-    def backward(ctx, grad_y, _grad_h):
-        if grad_y is None:  # y did not reach the loss (grads are not materialised as zeros)
-            return None, None, None, None, None
-        x, delta, A, B, C, h = ctx.saved_tensors
-        drive = delta * x
-        grad_drive, grad_delta = torch.empty_like(x), torch.empty_like(x)
-        grad_B, grad_C = torch.empty_like(B), torch.empty_like(C)
-        grad_dA = torch.zeros_like(h[0])  # dL/d(delta A) * delta summed over positions, per batch row
-        g = torch.zeros_like(h[0])
-        zeros = torch.zeros_like(h[0])
-        grad_y = grad_y.contiguous()
-        for t in range(x.shape[0] - 1, -1, -1):
-            STEP_BACKWARD(g, grad_y[t], C[t], h[t], h[t - 1] if t else zeros, delta[t], A, B[t], drive[t],
-                          grad_C[t], grad_drive[t], grad_B[t], grad_delta[t], grad_dA)
-        grad_x = grad_drive * delta
-        grad_delta += grad_drive * x
-        return grad_x, grad_delta, grad_dA.sum(0), grad_B, grad_C
+    def forward(ctx, x, delta, A, B, C, D):
+        inputs = [t.contiguous() for t in (x, delta, A, B, C, D)]
+        ctx.save_for_backward(*inputs)
+        return scan_kernel().forward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        return tuple(scan_kernel().backward(*ctx.saved_tensors, grad_y.contiguous()))
 
 
 def selective_scan(x, delta, A, B, C, D, hook_h=None):
-    """The selective scan on [B, T, ...] inputs: returns y [B, T, E] and the states h [B, T, E, N].
+    """The selective scan on [B, T, ...] inputs: returns y [B, T, E] and the states h [B, T, E, N]
+    (None when the C++ kernel ran, which never forms them).
 
-    Internally positions come first, so each step of the recurrence touches one contiguous slice.
-    When ``hook_h`` (a HookPoint) has hooks, they see the states as [B, T, E, N] and may replace
-    them, and y is read from what they return; otherwise the fused scan runs.
+    When ``hook_h`` (a HookPoint) has hooks, they see the states and may replace them, and y is read
+    from what they return; so the states are materialised, as they are where the kernel is missing.
     """
-    x_t, delta_t = x.transpose(0, 1).contiguous(), delta.transpose(0, 1).contiguous()  # [T, B, E]
-    B_t, C_t = B.transpose(0, 1).contiguous(), C.transpose(0, 1).contiguous()  # [T, B, N]
-    if hook_h is None or not hook_h.fwd_hooks:
-        y, h = FusedScan.apply(x_t, delta_t, A, B_t, C_t)
-    else:
-        decay = torch.exp(delta_t.unsqueeze(-1) * A)  # [T, B, E, N]
-        drive = (delta_t * x_t).unsqueeze(-1) * B_t.unsqueeze(-2)  # [T, B, E, N]
-        h = hook_h(LinearRecurrence.apply(decay, drive).transpose(0, 1)).transpose(0, 1)
-        y = (h @ C_t.unsqueeze(-1)).squeeze(-1)
-    y = y + D * x_t  # [T, B, E]
-    return y.transpose(0, 1), h.transpose(0, 1)
+    if (hook_h is None or not hook_h.fwd_hooks) and not x.is_cuda and scan_kernel() is not None:
+        return CompiledScan.apply(x, delta, A.to(x.dtype), B, C, D.to(x.dtype)), None
+    decay = torch.exp(delta.unsqueeze(-1) * A).transpose(0, 1)  # [T, B, E, N]: positions first, so
+    drive = ((delta * x).unsqueeze(-1) * B.unsqueeze(-2)).transpose(0, 1)  # each step is one slice
+    h = LinearRecurrence.apply(decay.contiguous(), drive.contiguous()).transpose(0, 1)  # [B, T, E, N]
+    if hook_h is not None:
+        h = hook_h(h)
+    y = (h @ C.unsqueeze(-1)).squeeze(-1) + D * x
+    return y, h
 
 
 def reference_scan(x, delta, A, B, C, D):

@@ -3,9 +3,6 @@ import os
 import pytest
 import torch
 
-# The Mamba scan is compiled for training only, and compiling costs ~20 s; tests run it uncompiled
-# (tests/test_architectures.py checks the compiled kernels against the plain ones, marked slow).
-os.environ.setdefault("INTERP_COMPILE", "0")
 
 import models
 import tasks
