@@ -1,8 +1,5 @@
-import os
-
 import pytest
 import torch
-
 
 import models
 import tasks
