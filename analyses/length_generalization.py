@@ -34,24 +34,37 @@ def parse_lengths(spec: str, trained: int) -> list[int]:
     return sorted(set(lengths))
 
 
+def variant_at(task, length: int, n_ctx: int | None):
+    """The task rebuilt at ``length``; AnalysisError when the task or the model's positions refuse it."""
+    try:
+        variant = task.with_length(length)
+    except ConfigError as err:
+        raise AnalysisError(f"{task.length_setting}={length}: {err}") from None
+    if n_ctx is not None and variant.seq_len > n_ctx:  # recurrent models take any length
+        raise AnalysisError(
+            f"{task.length_setting}={length} needs {variant.seq_len} positions but the model has n_ctx={n_ctx}; "
+            f"retrain with -M n_ctx={variant.seq_len} to size the position table for it")
+    return variant
+
+
 def run(model, lengths: str = "", n: int = 1000, seed: int = 1234) -> Result:
-    """Calibration of ``model`` at each length in ``lengths`` (default: the training length, 1.5x, 2.5x)."""
+    """Calibration of ``model`` at each length in ``lengths`` (default: the training length, 1.5x and
+    2.5x, leaving out those the task or the model's position table cannot take, with the reason)."""
     task = model.task
     if task.length_setting is None:
         raise AnalysisError(f"task {task.name!r} has no length setting to vary")
     trained = task.config()[task.length_setting]
     n_ctx = model.cfg.n_ctx
     trained_queries = int(held_out_batch(task, 1, seed).query_mask[0].sum())
-    per_length = {}
+    per_length, skipped = {}, {}
     for length in parse_lengths(lengths, trained):
         try:
-            variant = task.with_length(length)
-        except ConfigError as err:
-            raise AnalysisError(f"{task.length_setting}={length}: {err}") from None
-        if n_ctx is not None and variant.seq_len > n_ctx:  # recurrent models take any length
-            raise AnalysisError(
-                f"{task.length_setting}={length} needs {variant.seq_len} positions but the model has n_ctx={n_ctx}; "
-                f"retrain with -M n_ctx={variant.seq_len} to size the position table for it")
+            variant = variant_at(task, length, n_ctx)
+        except AnalysisError as err:
+            if lengths:  # lengths the user asked for must all run
+                raise
+            skipped[str(length)] = str(err)
+            continue
         numbers = measure(model, held_out_batch(variant, n, seed).to(next(model.parameters()).device))
         errors = numbers["per_position"]["abs_error_bits"]
         beyond = errors[trained_queries:]
@@ -61,7 +74,7 @@ def run(model, lengths: str = "", n: int = 1000, seed: int = 1234) -> Result:
             abs_error_bits=errors, bayes_entropy_bits=numbers["per_position"]["bayes_entropy_bits"],
         )
     metrics = dict(length_setting=task.length_setting, trained_length=trained, trained_queries=trained_queries,
-                   n_ctx=n_ctx, n_sequences=n, seed=seed, lengths=per_length)
+                   n_ctx=n_ctx, n_sequences=n, seed=seed, lengths=per_length, skipped_lengths=skipped)
     return Result("length-generalization", DEFINITION, metrics, {
         "error-by-position": curve_figure(per_length, trained_queries, task.length_setting, task.name),
         "mae-by-length": bar_figure(per_length, task.length_setting),

@@ -34,3 +34,12 @@ def test_past_n_ctx_is_refused_with_the_fix():
     # The model itself refuses a too-long input with the same advice instead of a shape error.
     with pytest.raises(tasks.ConfigError, match="n_ctx=9"):
         model(task.with_length(8).sample(2, generator=torch.Generator().manual_seed(0)).tokens)
+
+
+def test_default_lengths_leave_out_what_the_task_or_positions_refuse_and_say_why():
+    task = tasks.make("bijection", V=10, L=5)  # 1.5x = 8 needs 15 positions (n_ctx 9); 2.5x = 12 > V
+    model = models.build("transformer", task, config=dict(d_model=16, n_layers=1, n_heads=2))
+    m = analyses.run("length-generalization", model, n=16).metrics
+    assert list(m["lengths"]) == ["5"]
+    assert "retrain with -M n_ctx=15" in m["skipped_lengths"]["8"]
+    assert "L=12 > V=10" in m["skipped_lengths"]["12"]

@@ -99,7 +99,7 @@ REFUSALS = {
 def test_every_analysis_runs_on_every_shipped_model(name):
     model = load(name)  # loaded by name, as a user would: frame-precision finds the run's checkpoints
     for analysis in analyses.NAMES:
-        subject = [model, load(SERIES[0])] if analysis == "compare" else model
+        subject = [model, load("bijection-transformer-cpu")] if analysis == "compare" else model
         try:
             result = analyses.run(analysis, subject, **({"n": 64} if "n" in analyses.options(analysis) else {}))
         except AnalysisError as refused:
