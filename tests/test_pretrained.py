@@ -94,6 +94,10 @@ REFUSALS = {
     'needs an "hmm" model': lambda m: m.task.name != "hmm",
     "needs a run folder with several checkpoints": lambda m: m.run_dir is None or len(list_checkpoints(m.run_dir)) < 3,
     "defines no hypothesis tokens": lambda m: m.task.name == "regression",
+    # qk-alignment compares feasible with eliminated hypotheses: regression has none, and an HMM
+    # with dense transitions never rules a hidden state out
+    "needs a discrete task whose posterior can rule hypotheses out": lambda m: m.task.name == "regression",
+    "has both a feasible and an eliminated hypothesis": lambda m: m.task.name == "hmm",
 }
 
 
