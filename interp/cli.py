@@ -213,7 +213,8 @@ def list_command():
     for name, path in shipped().items():
         info = summary(path)
         mae = f"{info['entropy_mae_bits']:.4f} bits" if info["entropy_mae_bits"] is not None else "n/a"
-        accuracy = f", accuracy {info['accuracy']:.1%}" if info["task"] == "recall" and info["accuracy"] is not None else ""
+        recall = info["task"] == "recall" and info["accuracy"] is not None
+        accuracy = f", accuracy {info['accuracy']:.1%}" if recall else ""
         series = f", {info['n_checkpoints']} checkpoints" if info["n_checkpoints"] > 1 else ""
         click.echo(f"  {name:<30} {info['task'] + '/' + info['arch']:<22} {info['n_params']:>8,} params, "
                    f"MAE {mae}{accuracy}; {info['steps']:,} steps in {info['minutes']:.0f} min{series}")

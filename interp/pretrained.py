@@ -43,26 +43,20 @@ def summary(run_dir: Path) -> dict:
 
 def train_command(record: dict, preset: str) -> str:
     """The ``interp train`` command that reproduces the run: the preset plus whatever differs from it."""
-    from dataclasses import asdict
-
-    import models
     import tasks
 
-    from .train import TrainSettings, preset_settings
+    from .train import preset_recipe, recorded_settings
 
     task_name, arch = record["task"]["name"], record["arch"]
-    task = tasks.from_config(record["task"])
     default_task = tasks.make(task_name).config()
-    parts = [f"interp train --task {task_name} --arch {arch} --preset {preset}"]
-    parts += [f"-T {k}={v}" for k, v in record["task"].items() if k != "name" and default_task.get(k) != v]
-    preset_model = models.model_config(arch, preset, task)
-    parts += [f"-M {k}={v}" for k, v in record["model"].items() if preset_model.get(k) != v]
-    preset_train = asdict(preset_settings(preset, task_name, arch))
-    ran = asdict(TrainSettings()) | record["train"]
+    recipe = preset_recipe(preset, tasks.from_config(record["task"]), arch)  # on the run's own task
+    ran = recorded_settings(record["train"])
     flags = dict(steps="--steps", batch_size="--batch-size", lr="--lr", seed="--seed", loss="--loss",
                  warmup="--warmup", checkpoint_every="--checkpoint-every")
-    parts += [f"{flag} {ran[k]}" for k, flag in flags.items() if ran[k] != preset_train[k]]
-    return " ".join(parts)
+    return " ".join([f"interp train --task {task_name} --arch {arch} --preset {preset}"]
+                    + [f"-T {k}={v}" for k, v in record["task"].items() if k != "name" and default_task.get(k) != v]
+                    + [f"-M {k}={v}" for k, v in record["model"].items() if recipe["model"].get(k) != v]
+                    + [f"{flag} {ran[k]}" for k, flag in flags.items() if ran[k] != recipe["train"][k]])
 
 
 def _fmt(value: float) -> str:

@@ -111,29 +111,17 @@ class Reproduction:
 
     def recipe(self, task: str, arch: str) -> dict:
         """What the preset trains for this cell: the task, model and training settings of its run.json."""
-        from dataclasses import asdict
+        from .train import preset_recipe
 
-        import models
-        import tasks
-
-        from .train import preset_settings
-
-        task_obj = tasks.make(task)
-        return dict(task=task_obj.config(), arch=arch, model=models.model_config(arch, self.preset, task_obj),
-                    train=asdict(preset_settings(self.preset, task, arch)))
+        return preset_recipe(self.preset, task, arch)
 
     def check_recipe(self, task: str, arch: str, record: dict) -> None:
         """Refuse to reuse (or resume) a run trained with other settings than the preset's: its numbers
         would silently stand in for the preset's in the table."""
-        from dataclasses import asdict
-
-        from .train import TrainSettings
+        from .train import recorded_settings
 
         want = self.recipe(task, arch)
-        # settings added after a run was made take their default value in it
-        have = dict(record, train=asdict(TrainSettings()) | record.get("train", {}))
-        want["train"]["betas"] = list(want["train"]["betas"])
-        have["train"]["betas"] = list(have["train"]["betas"])
+        have = dict(record, train=recorded_settings(record.get("train", {})))
         diff = [f"{part}.{k}: {have[part].get(k)!r} (preset {v!r})" for part in ("task", "model", "train")
                 for k, v in want[part].items() if have.get(part, {}).get(k) != v]
         diff += [f"arch: {have.get('arch')!r} (preset {arch!r})"] if have.get("arch") != arch else []

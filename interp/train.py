@@ -70,9 +70,9 @@ class TrainSettings:
 
 
 # Training recipes that go with the model presets of the same name. More specific entries override:
-# (task, arch, preset) over (task, preset) over preset. The cpu schedules are sized so that
-# `interp reproduce --preset cpu` trains all 16 task x architecture models in under 3 hours on a 2-core
-# CPU (measured times in README.md); a model that has plateaued (MLP) or converges fast gets fewer steps.
+# (task, arch, preset) over (task, preset) over preset. The cpu schedules are sized for about 3 hours
+# of training for all 16 task x architecture models on a 2-core CPU (measured per run; see README.md);
+# a model that plateaus early (MLP) or converges fast gets fewer steps.
 PRESETS = {
     "cpu": TrainSettings(),
     "paper": TrainSettings(steps=50_000, batch_size=256, lr=3e-4, warmup=2000, betas=(0.9, 0.999),
@@ -97,8 +97,21 @@ TASK_PRESETS = {
 def preset_settings(preset: str, task: str, arch: str = "transformer") -> TrainSettings:
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    return replace(TASK_PRESETS.get((task, arch, preset)) or TASK_PRESETS.get((task, preset))
-                               or PRESETS[preset])
+    return replace(TASK_PRESETS.get((task, arch, preset)) or TASK_PRESETS.get((task, preset)) or PRESETS[preset])
+
+
+def recorded_settings(train: dict) -> dict:
+    """Training settings as run.json holds them (JSON types), with any setting added since the run
+    was written at its default."""
+    return json.loads(json.dumps(asdict(TrainSettings()) | train))
+
+
+def preset_recipe(preset: str, task, arch: str) -> dict:
+    """What ``interp train --task T --arch A --preset P`` trains, as its run.json records it (task,
+    arch, model, train). ``task`` is a task name (its defaults) or a Task."""
+    task = tasks.make(task) if isinstance(task, str) else task
+    return dict(task=task.config(), arch=arch, model=models.model_config(arch, preset, task),
+                train=recorded_settings(asdict(preset_settings(preset, task.name, arch))))
 
 
 def checkpoint_steps(total: int, every: int = 0) -> list[int]:
@@ -259,7 +272,8 @@ class Trainer:
         if not resume:
             self.record = dict(task=self.task.config(), arch=arch, model=self.model.config.to_dict(),
                                train=asdict(s), n_params=models.n_params(self.model), device=self.device,
-                               threads=torch.get_num_threads(), world_size=self.dist.world_size, versions=versions(), status="running",
+                               threads=torch.get_num_threads(), world_size=self.dist.world_size,
+                               versions=versions(), status="running",
                                started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
     # -- persistence -------------------------------------------------------------------------
