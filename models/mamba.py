@@ -99,32 +99,34 @@ class LinearRecurrence(torch.autograd.Function):
         return grad_a, grad_b
 
 
-SCAN_SOURCE = Path(__file__).with_name("selective_scan.cpp")
-_SCAN_KERNEL = {}  # the compiled C++ scan module, or None when it cannot be built here
+KERNELS_SOURCE = Path(__file__).with_name("mamba_kernels.cpp")
+KERNELS_NAME = "interp_mamba_kernels"
+_KERNELS = {}  # the compiled C++ module, or None when it cannot be built here
 
 
-def scan_kernel():
-    """``models/selective_scan.cpp``, compiled by torch's C++ extension loader on first use (about a
-    minute, once per machine: the build is cached under ~/.cache/torch_extensions), or None where it
-    cannot be built (no C++ compiler or ninja) or when INTERP_CPP_SCAN=0; callers then fall back to
-    the materialised recurrence, which gives the same numbers more slowly."""
-    if "module" not in _SCAN_KERNEL:
+def cpu_kernels():
+    """``models/mamba_kernels.cpp`` (the scan, the causal conv and the gate), compiled by torch's C++
+    extension loader on first use (about a minute, once per machine: the build is cached under
+    ~/.cache/torch_extensions), or None where it cannot be built (no C++ compiler or ninja) or when
+    INTERP_CPP_SCAN=0; callers then fall back to eager torch (the scan to the materialised
+    recurrence), which gives the same numbers more slowly."""
+    if "module" not in _KERNELS:
         module = None
         if os.environ.get("INTERP_CPP_SCAN", "1") != "0":
             try:
                 from torch.utils.cpp_extension import load
 
                 if not _kernel_cached():
-                    print("interp: compiling the Mamba CPU scan (once per machine, about a minute)...",
+                    print("interp: compiling the Mamba CPU kernels (once per machine, about a minute)...",
                           file=sys.stderr, flush=True)
                 flags = ["-O3", "-ffast-math", "-fopenmp", "-march=native"]
-                module = load("interp_selective_scan", [str(SCAN_SOURCE)], extra_cflags=flags,
+                module = load(KERNELS_NAME, [str(KERNELS_SOURCE)], extra_cflags=flags,
                               extra_ldflags=["-fopenmp"], verbose=False)
             except Exception as err:  # noqa: BLE001 - no compiler, no ninja, a failed build
-                warnings.warn(f"could not build the Mamba CPU scan ({type(err).__name__}: {err}); using the "
-                              f"materialised recurrence instead, which is slower")
-        _SCAN_KERNEL["module"] = module
-    return _SCAN_KERNEL["module"]
+                warnings.warn(f"could not build the Mamba CPU kernels ({type(err).__name__}: {err}); using "
+                              f"eager torch and the materialised recurrence instead, which are slower")
+        _KERNELS["module"] = module
+    return _KERNELS["module"]
 
 
 def _kernel_cached() -> bool:
@@ -132,7 +134,7 @@ def _kernel_cached() -> bool:
     try:  # a private helper of torch's loader: if it moves, we merely announce a build needlessly
         from torch.utils.cpp_extension import _get_build_directory
 
-        return any(Path(_get_build_directory("interp_selective_scan", verbose=False)).glob("*.so"))
+        return any(Path(_get_build_directory(KERNELS_NAME, verbose=False)).glob("*.so"))
     except Exception:  # noqa: BLE001
         return False
 
@@ -146,11 +148,46 @@ class CompiledScan(torch.autograd.Function):
     def forward(ctx, x, delta, A, B, C, D):
         inputs = [t.contiguous() for t in (x, delta, A, B, C, D)]
         ctx.save_for_backward(*inputs)
-        return scan_kernel().forward(*inputs)
+        return cpu_kernels().forward(*inputs)
 
     @staticmethod
     def backward(ctx, grad_y):
-        return tuple(scan_kernel().backward(*ctx.saved_tensors, grad_y.contiguous()))
+        return tuple(cpu_kernels().backward(*ctx.saved_tensors, grad_y.contiguous()))
+
+
+class CompiledConv(torch.autograd.Function):
+    """``causal_depthwise_conv`` by the C++ kernel: one pass forward, one backward (eager torch
+    makes a pass per tap, and as many again for each gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        ctx.save_for_backward(x, weight)
+        return cpu_kernels().conv_forward(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return tuple(cpu_kernels().conv_backward(*ctx.saved_tensors, grad_out.contiguous()))
+
+
+class CompiledGate(torch.autograd.Function):
+    """``gate`` by the C++ kernel: one pass forward, one backward."""
+
+    @staticmethod
+    def forward(ctx, y, z):
+        ctx.save_for_backward(y, z)
+        return cpu_kernels().gate_forward(y, z)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return tuple(cpu_kernels().gate_backward(*ctx.saved_tensors, grad_out.contiguous()))
+
+
+def _use_kernels(*tensors) -> bool:
+    """Whether the C++ kernels take these: on CPU, one dtype, channels contiguous (strided views
+    over batch and position, such as halves of in_proj's output, are read in place)."""
+    first = tensors[0]
+    return (not first.is_cuda and all(t.dtype == first.dtype and t.stride(-1) == 1 for t in tensors)
+            and cpu_kernels() is not None)
 
 
 def selective_scan(x, delta, A, B, C, D, hook_h=None):
@@ -160,7 +197,7 @@ def selective_scan(x, delta, A, B, C, D, hook_h=None):
     When ``hook_h`` (a HookPoint) has hooks, they see the states and may replace them, and y is read
     from what they return; so the states are materialised, as they are where the kernel is missing.
     """
-    if (hook_h is None or not hook_h.fwd_hooks) and not x.is_cuda and scan_kernel() is not None:
+    if (hook_h is None or not hook_h.fwd_hooks) and _use_kernels(x):
         return CompiledScan.apply(x, delta, A.to(x.dtype), B, C, D.to(x.dtype)), None
     decay = torch.exp(delta.unsqueeze(-1) * A).transpose(0, 1)  # [T, B, E, N]: positions first, so
     drive = ((delta * x).unsqueeze(-1) * B.unsqueeze(-2)).transpose(0, 1)  # each step is one slice
@@ -169,6 +206,13 @@ def selective_scan(x, delta, A, B, C, D, hook_h=None):
         h = hook_h(h)
     y = (h @ C.unsqueeze(-1)).squeeze(-1) + D * x
     return y, h
+
+
+def gate(y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """The mixer's output gate, y * SiLU(z)."""
+    if _use_kernels(y, z):
+        return CompiledGate.apply(y.contiguous(), z)
+    return y * F.silu(z)
 
 
 def reference_scan(x, delta, A, B, C, D):
@@ -183,9 +227,10 @@ def reference_scan(x, delta, A, B, C, D):
 
 
 def causal_depthwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """``conv1d``'s causal depthwise convolution on [B, T, E] (weight [E, 1, k]) as k shifted
-    multiply-adds: the same numbers, without the transposes, and several times faster to
-    differentiate on a CPU than the grouped convolution's backward."""
+    """``conv1d``'s causal depthwise convolution on [B, T, E] (weight [E, 1, k]): the C++ kernel on
+    CPU, elsewhere k shifted multiply-adds (the same numbers, without conv1d's transposes)."""
+    if _use_kernels(x, weight, bias):
+        return CompiledConv.apply(x, weight, bias)
     k, T = weight.shape[-1], x.shape[1]
     padded = F.pad(x, (0, 0, k - 1, 0))  # k-1 zeros before the first position
     out = bias + padded[:, k - 1:] * weight[:, 0, k - 1]
@@ -232,7 +277,7 @@ class MambaMixer(nn.Module):
         else:
             y, _ = selective_scan(x, delta, A, B, C, self.D, hook_h=self.hook_h)
         y = self.hook_y(y)
-        return self.hook_out_proj(self.out_proj(y * F.silu(z)))
+        return self.hook_out_proj(self.out_proj(gate(y, z)))
 
 
 class WindTunnelMamba(HookedSequenceModel):

@@ -11,7 +11,7 @@ import models
 import tasks
 from analyses.base import AnalysisError
 from interp import checkpoint
-from models.mamba import reference_scan, scan_kernel, selective_scan
+from models.mamba import causal_depthwise_conv, cpu_kernels, gate, reference_scan, selective_scan
 from tasks import ConfigError
 
 SMALL = dict(d_model=16, n_layers=2)
@@ -34,8 +34,8 @@ def values_and_grads(fn, inputs, seed=1):
     return [y.detach(), None if h is None else h.detach(), *torch.autograd.grad((y * weights).sum(), inputs)]
 
 
-def test_the_cpp_scan_kernel_builds_here():
-    assert scan_kernel() is not None  # else every Mamba here silently runs the slower fallback
+def test_the_cpp_kernels_build_here():
+    assert cpu_kernels() is not None  # else every Mamba here silently runs the slower fallback
 
 
 # E=37: two full blocks of 16 channels and a partial one; T=7 positions
@@ -47,7 +47,7 @@ def test_selective_scan_matches_the_sequential_reference(path, monkeypatch):
     if path == "hooked-states":
         hook.add_hook(lambda h, hook: h)
     if path == "fallback":
-        monkeypatch.setitem(models.mamba._SCAN_KERNEL, "module", None)
+        monkeypatch.setitem(models.mamba._KERNELS, "module", None)
     got = values_and_grads(lambda *a: selective_scan(*a, hook_h=hook), inputs)
     if path == "kernel":
         assert got[1] is None  # the kernel never forms the states
@@ -251,9 +251,41 @@ def test_cuda_kernels_match_our_scan():
     torch.testing.assert_close(kernels, ours, rtol=1e-4, atol=1e-4)
 
 
-def test_causal_conv_matches_torch_conv1d():
-    from models.mamba import causal_depthwise_conv
-    conv = torch.nn.Conv1d(6, 6, 4, groups=6, padding=3).double()
-    x = torch.randn(2, 9, 6, dtype=torch.float64)
-    expected = conv(x.transpose(1, 2))[..., :9].transpose(1, 2)
-    torch.testing.assert_close(causal_depthwise_conv(x, conv.weight, conv.bias), expected)
+def grads_of(fn, inputs, seed=1):
+    out = fn(*inputs)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    return [out.detach(), *torch.autograd.grad((out * weights).sum(), inputs)]
+
+
+# T=2 is shorter than the kernel (4 taps), so every output there sees the zero padding
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+@pytest.mark.parametrize("T", [9, 2])
+def test_causal_conv_matches_torch_conv1d(path, T, monkeypatch):
+    conv = torch.nn.Conv1d(37, 37, 4, groups=37, padding=3).double()
+    xz = torch.randn(3, T, 74, dtype=torch.float64, requires_grad=True)  # x is a strided half, as in the mixer
+    inputs = [xz, conv.weight, conv.bias]
+    expected = grads_of(lambda xz, w, b: torch.nn.functional.conv1d(
+        xz[..., :37].transpose(1, 2), w, b, padding=3, groups=37)[..., :T].transpose(1, 2), inputs)
+    if path == "fallback":
+        monkeypatch.setitem(models.mamba._KERNELS, "module", None)
+    got = grads_of(lambda xz, w, b: causal_depthwise_conv(xz[..., :37], w, b), inputs)
+    ran = type(causal_depthwise_conv(xz[..., :37], conv.weight, conv.bias).grad_fn).__name__
+    assert ("Compiled" in ran) == (path == "kernel")
+    for e, g in zip(expected, got):  # output, then the gradients of x, weight, bias
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+def test_gate_matches_y_times_silu_z(path, monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(3, 5, 37, generator=g, dtype=torch.float64, requires_grad=True)
+    xz = torch.randn(3, 5, 74, generator=g, dtype=torch.float64) * 4
+    xz[0, 0, 37:39] = torch.tensor([-120.0, 120.0], dtype=torch.float64)  # where exp(-z) would overflow
+    xz.requires_grad_()
+    expected = grads_of(lambda y, xz: y * torch.nn.functional.silu(xz[..., 37:]), [y, xz])
+    if path == "fallback":
+        monkeypatch.setitem(models.mamba._KERNELS, "module", None)
+    got = grads_of(lambda y, xz: gate(y, xz[..., 37:]), [y, xz])
+    assert ("Compiled" in type(gate(y, xz[..., 37:]).grad_fn).__name__) == (path == "kernel")
+    for e, g in zip(expected, got):  # output, then the gradients of y and z
+        torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)

@@ -1,8 +1,11 @@
-// The Mamba-1 selective scan on CPU, forward and backward, one (batch row, channel) at a time with
-// its N-sized state held in a small local buffer: no [B, T, E, N] tensor is ever written to memory.
-// Compiled on first use by torch.utils.cpp_extension (models/mamba.py); batch rows run in parallel
-// on torch's intra-op threads, and each thread owns its rows' gradients for B and C (shared by all
-// channels), so nothing is written by two threads.
+// Mamba-1's CPU kernels: the selective scan, the causal depthwise convolution and the SiLU gate,
+// each forward and backward. Compiled on first use by torch.utils.cpp_extension (models/mamba.py).
+// Batch rows run in parallel on torch's intra-op threads; whatever all rows share (the gradients of
+// A, D and the conv weights) is accumulated per row and summed afterwards, so no thread writes
+// another's memory. Each kernel makes one pass over its tensors where eager torch makes several.
+//
+// Selective scan, one (batch row, block of channels) at a time with its state in a small local
+// buffer: no [B, T, E, N] tensor is ever written to memory.
 //
 //   h_t = exp(delta_t A) h_{t-1} + delta_t x_t B_t,   y_t = C_t . h_t + D x_t
 //
@@ -184,7 +187,134 @@ std::vector<torch::Tensor> scan_backward(torch::Tensor x, torch::Tensor delta, t
   return {gx, gdelta, gAt_rows.sum(0).t().contiguous(), gB, gC, gD_rows.sum(0)};
 }
 
+// Causal depthwise convolution over positions, K taps per channel (x is 0 before position 0):
+//   out[b, t, e] = bias[e] + sum_j w[e, j] x[b, t - (K-1) + j, e]
+// x may be a strided view (the first half of in_proj's output) whose channels are contiguous; the
+// weights are passed transposed, [K, E], so every loop runs along channels.
+template <typename scalar_t>
+void conv_forward_rows(int64_t b0, int64_t b1, int64_t T, int64_t E, int64_t K, const scalar_t* x,
+                       int64_t sb, int64_t st, const scalar_t* wt, const scalar_t* bias, scalar_t* out) {
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      scalar_t* o = out + (b * T + t) * E;
+      std::memcpy(o, bias, E * sizeof(scalar_t));
+      for (int64_t j = std::max<int64_t>(0, K - 1 - t); j < K; ++j) {
+        const scalar_t *xs = x + b * sb + (t - (K - 1) + j) * st, *wj = wt + j * E;
+#pragma omp simd
+        for (int64_t e = 0; e < E; ++e) o[e] += wj[e] * xs[e];
+      }
+    }
+  }
+}
+
+// dL/dx[b, s] = sum_j g[b, s + (K-1) - j] w[j];  dL/dw[j] = sum_{b,t} g[b, t] x[b, t - (K-1) + j];
+// dL/dbias = sum_{b,t} g[b, t]. gx is zeroed by the caller; gwt_rows, gbias_rows hold one row each.
+template <typename scalar_t>
+void conv_backward_rows(int64_t b0, int64_t b1, int64_t T, int64_t E, int64_t K, const scalar_t* x,
+                        int64_t sb, int64_t st, const scalar_t* wt, const scalar_t* gout, scalar_t* gx,
+                        scalar_t* gwt_rows, scalar_t* gbias_rows) {
+  for (int64_t b = b0; b < b1; ++b) {
+    scalar_t *gwt = gwt_rows + b * K * E, *gbias = gbias_rows + b * E;
+    for (int64_t t = 0; t < T; ++t) {
+      const scalar_t* g = gout + (b * T + t) * E;
+#pragma omp simd
+      for (int64_t e = 0; e < E; ++e) gbias[e] += g[e];
+      for (int64_t j = std::max<int64_t>(0, K - 1 - t); j < K; ++j) {
+        const int64_t s = t - (K - 1) + j;
+        const scalar_t *xs = x + b * sb + s * st, *wj = wt + j * E;
+        scalar_t *gxs = gx + (b * T + s) * E, *gwj = gwt + j * E;
+#pragma omp simd
+        for (int64_t e = 0; e < E; ++e) {
+          gxs[e] += g[e] * wj[e];
+          gwj[e] += g[e] * xs[e];
+        }
+      }
+    }
+  }
+}
+
+torch::Tensor conv_forward(torch::Tensor x, torch::Tensor weight, torch::Tensor bias) {
+  const int64_t Bn = x.size(0), T = x.size(1), E = x.size(2), K = weight.size(-1);
+  auto out = torch::empty({Bn, T, E}, x.options());
+  auto wt = weight.reshape({E, K}).t().contiguous();
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv_forward", [&] {
+    at::parallel_for(0, Bn, 1, [&](int64_t b0, int64_t b1) {
+      conv_forward_rows<scalar_t>(b0, b1, T, E, K, x.data_ptr<scalar_t>(), x.stride(0), x.stride(1),
+                                  wt.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), out.data_ptr<scalar_t>());
+    });
+  });
+  return out;
+}
+
+std::vector<torch::Tensor> conv_backward(torch::Tensor x, torch::Tensor weight, torch::Tensor gout) {
+  const int64_t Bn = x.size(0), T = x.size(1), E = x.size(2), K = weight.size(-1);
+  auto gx = torch::zeros({Bn, T, E}, x.options());
+  auto gwt_rows = torch::zeros({Bn, K, E}, x.options()), gbias_rows = torch::zeros({Bn, E}, x.options());
+  auto wt = weight.reshape({E, K}).t().contiguous();
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv_backward", [&] {
+    at::parallel_for(0, Bn, 1, [&](int64_t b0, int64_t b1) {
+      conv_backward_rows<scalar_t>(b0, b1, T, E, K, x.data_ptr<scalar_t>(), x.stride(0), x.stride(1),
+                                   wt.data_ptr<scalar_t>(), gout.data_ptr<scalar_t>(), gx.data_ptr<scalar_t>(),
+                                   gwt_rows.data_ptr<scalar_t>(), gbias_rows.data_ptr<scalar_t>());
+    });
+  });
+  return {gx, gwt_rows.sum(0).t().reshape(weight.sizes()).contiguous(), gbias_rows.sum(0)};
+}
+
+// The output gate, out = y SiLU(z), with z a strided view like the conv's x (in_proj's second half).
+// exp's argument is capped at 80 so it stays finite (-ffast-math assumes no infinities); the
+// sigmoid there is below 2e-35 either way.
+template <typename scalar_t>
+void gate_rows(int64_t b0, int64_t b1, int64_t T, int64_t E, const scalar_t* y, const scalar_t* z,
+               int64_t sb, int64_t st, const scalar_t* gout, scalar_t* out, scalar_t* gy, scalar_t* gz) {
+  for (int64_t b = b0; b < b1; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t i = (b * T + t) * E;
+      const scalar_t* zt = z + b * sb + t * st;
+      if (gout == nullptr) {  // forward
+#pragma omp simd
+        for (int64_t e = 0; e < E; ++e) out[i + e] = y[i + e] * zt[e] / (scalar_t(1) + std::exp(std::min(-zt[e], scalar_t(80))));
+      } else {  // backward: d SiLU(z)/dz = s (1 + z (1 - s)) with s = sigmoid(z)
+#pragma omp simd
+        for (int64_t e = 0; e < E; ++e) {
+          const scalar_t s = scalar_t(1) / (scalar_t(1) + std::exp(std::min(-zt[e], scalar_t(80))));
+          gy[i + e] = gout[i + e] * zt[e] * s;
+          gz[i + e] = gout[i + e] * y[i + e] * s * (scalar_t(1) + zt[e] * (scalar_t(1) - s));
+        }
+      }
+    }
+  }
+}
+
+torch::Tensor gate_forward(torch::Tensor y, torch::Tensor z) {
+  const int64_t Bn = y.size(0), T = y.size(1), E = y.size(2);
+  auto out = torch::empty_like(y);
+  AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "gate_forward", [&] {
+    at::parallel_for(0, Bn, 1, [&](int64_t b0, int64_t b1) {
+      gate_rows<scalar_t>(b0, b1, T, E, y.data_ptr<scalar_t>(), z.data_ptr<scalar_t>(), z.stride(0), z.stride(1),
+                          nullptr, out.data_ptr<scalar_t>(), nullptr, nullptr);
+    });
+  });
+  return out;
+}
+
+std::vector<torch::Tensor> gate_backward(torch::Tensor y, torch::Tensor z, torch::Tensor gout) {
+  const int64_t Bn = y.size(0), T = y.size(1), E = y.size(2);
+  auto gy = torch::empty_like(y), gz = torch::empty_like(y);
+  AT_DISPATCH_FLOATING_TYPES(y.scalar_type(), "gate_backward", [&] {
+    at::parallel_for(0, Bn, 1, [&](int64_t b0, int64_t b1) {
+      gate_rows<scalar_t>(b0, b1, T, E, y.data_ptr<scalar_t>(), z.data_ptr<scalar_t>(), z.stride(0), z.stride(1),
+                          gout.data_ptr<scalar_t>(), nullptr, gy.data_ptr<scalar_t>(), gz.data_ptr<scalar_t>());
+    });
+  });
+  return {gy, gz};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &scan_forward, "selective scan forward: y [B, T, E]");
   m.def("backward", &scan_backward, "selective scan backward: grads of x, delta, A, B, C, D");
+  m.def("conv_forward", &conv_forward, "causal depthwise conv forward: out [B, T, E]");
+  m.def("conv_backward", &conv_backward, "causal depthwise conv backward: grads of x, weight, bias");
+  m.def("gate_forward", &gate_forward, "y * SiLU(z)");
+  m.def("gate_backward", &gate_backward, "gate backward: grads of y, z");
 }
