@@ -108,11 +108,11 @@ def cpu_kernels():
     """``models/mamba_kernels.cpp`` (the scan, the causal conv and the gate), compiled by torch's C++
     extension loader on first use (about a minute, once per machine: the build is cached under
     ~/.cache/torch_extensions), or None where it cannot be built (no C++ compiler or ninja) or when
-    INTERP_CPP_SCAN=0; callers then fall back to eager torch (the scan to the materialised
+    INTERP_CPP_KERNELS=0; callers then fall back to eager torch (the scan to the materialised
     recurrence), which gives the same numbers more slowly."""
     if "module" not in _KERNELS:
         module = None
-        if os.environ.get("INTERP_CPP_SCAN", "1") != "0":
+        if os.environ.get("INTERP_CPP_KERNELS", "1") != "0":
             try:
                 from torch.utils.cpp_extension import load
 
