@@ -183,11 +183,12 @@ class CompiledGate(torch.autograd.Function):
 
 
 def _use_kernels(*tensors) -> bool:
-    """Whether the C++ kernels take these: on CPU, one dtype, channels contiguous (strided views
-    over batch and position, such as halves of in_proj's output, are read in place)."""
+    """Whether the C++ kernels take these: on CPU, all float32 or all float64 (other dtypes, such
+    as bfloat16, run in eager torch), channels contiguous (strided views over batch and position,
+    such as halves of in_proj's output, are read in place)."""
     first = tensors[0]
-    return (not first.is_cuda and all(t.dtype == first.dtype and t.stride(-1) == 1 for t in tensors)
-            and cpu_kernels() is not None)
+    return (first.device.type == "cpu" and first.dtype in (torch.float32, torch.float64)
+            and all(t.dtype == first.dtype and t.stride(-1) == 1 for t in tensors) and cpu_kernels() is not None)
 
 
 def selective_scan(x, delta, A, B, C, D, hook_h=None):

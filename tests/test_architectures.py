@@ -289,3 +289,15 @@ def test_gate_matches_y_times_silu_z(path, monkeypatch):
     assert ("Compiled" in type(gate(y, xz[..., 37:]).grad_fn).__name__) == (path == "kernel")
     for e, g in zip(expected, got):  # output, then the gradients of y and z
         torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+
+
+def test_a_bfloat16_mamba_runs_on_cpu_in_eager_torch():
+    """The C++ kernels take float32 and float64; other dtypes must fall back, not fail."""
+    task = tasks.make("bijection", V=6, L=5)
+    model = models.build("mamba", task, SMALL, seed=0).eval()
+    tokens = task.sample(4, generator=torch.Generator().manual_seed(0)).tokens
+    with torch.no_grad():
+        full = model(tokens)
+        half = model.to(torch.bfloat16)(tokens)
+    assert half.dtype == torch.bfloat16
+    torch.testing.assert_close(half.float(), full, rtol=0.1, atol=0.1)
