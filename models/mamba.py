@@ -198,7 +198,7 @@ def selective_scan(x, delta, A, B, C, D, hook_h=None):
     When ``hook_h`` (a HookPoint) has hooks, they see the states and may replace them, and y is read
     from what they return; so the states are materialised, as they are where the kernel is missing.
     """
-    if (hook_h is None or not hook_h.fwd_hooks) and _use_kernels(x):
+    if (hook_h is None or not hook_h.fwd_hooks) and _use_kernels(x, delta, B, C):
         return CompiledScan.apply(x, delta, A.to(x.dtype), B, C, D.to(x.dtype)), None
     decay = torch.exp(delta.unsqueeze(-1) * A).transpose(0, 1)  # [T, B, E, N]: positions first, so
     drive = ((delta * x).unsqueeze(-1) * B.unsqueeze(-2)).transpose(0, 1)  # each step is one slice
