@@ -26,8 +26,9 @@ constexpr int64_t W = 16;
 
 // exp for the decays exp(delta A), whose argument is never positive. float: 2^(x log2 e) split into
 // 2^integer (built in the exponent bits) times a degree-6 polynomial for 2^fraction (relative
-// error 5e-9, below float rounding) and plain arithmetic the compiler vectorises inline (std::exp is a libmvec call per
-// vector). double keeps std::exp, so the float64 tests compare the exact recurrence.
+// error 5e-9, below float rounding), plain arithmetic the compiler vectorises inline (std::exp is
+// a libmvec call per vector). double keeps std::exp, so the float64 tests compare the exact
+// recurrence.
 inline double decay_exp(double x) { return std::exp(x); }
 inline float decay_exp(float x) {
   x = std::max(x, -87.0f);  // below this exp underflows to 0 anyway; keeps the exponent in range
