@@ -8,6 +8,7 @@ back instead of recomputed. So an interrupted ``interp reproduce`` picks up wher
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -86,6 +87,13 @@ def dig(metrics: dict, path: str):
     return value
 
 
+def checkpoint_digest(file: Path) -> str:
+    """The checkpoint's content hash: an analysis is reused only for the very weights it was computed
+    on (a run retrained in place, or a re-shipped model, keeps its checkpoint's path and step)."""
+    with open(file, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
 class Reproduction:
     def __init__(self, preset: str, runs: Path, out: Path, only: tuple[str, ...], archs: tuple[str, ...],
                  device: str | None = None):
@@ -154,15 +162,17 @@ class Reproduction:
         run_dir = self.run_dir(task, arch)
         file = resolve(run_dir)
         json_path = self.out / run_dir.name / f"{name}.json"
+        digest = checkpoint_digest(file)
         if json_path.exists():
             saved = json.loads(json_path.read_text())
-            if saved.get("checkpoint") == str(file):
+            if saved.get("checkpoint") == str(file) and saved.get("checkpoint_sha256") == digest:
                 return saved
         started = time.perf_counter()
         model = load(file, device=self.device)
         result = analyses.run(name, model, **OPTIONS.get(name, {}))
-        context = dict(run=run_dir.name, checkpoint=str(file), step=model.step, task=model.task.config(),
-                       arch=model.arch, options=OPTIONS.get(name, {}), figures=list(result.figures),
+        context = dict(run=run_dir.name, checkpoint=str(file), checkpoint_sha256=digest, step=model.step,
+                       task=model.task.config(), arch=model.arch, options=OPTIONS.get(name, {}),
+                       figures=list(result.figures),
                        seconds=round(time.perf_counter() - started, 1))
         write_result(result, self.out / run_dir.name, ("pdf", "png", "json"), context)
         return json.loads(json_path.read_text())

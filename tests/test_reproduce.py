@@ -54,6 +54,18 @@ def test_reproduce_trains_fills_rows_and_skips_done_work(tmp_path, capsys, tiny_
     again = run_cli(capsys, *args)
     assert again.code == 0, again.err
     assert stamps == {p: p.stat().st_mtime_ns for p in stamps}
+    # a checkpoint replaced in place (same path and step, as when a run is retrained or a model
+    # re-shipped) is analysed again: here the MLP's final weights become another seed's
+    final = runs / "bijection-mlp-cpu" / "checkpoints" / "step-00000020.safetensors"
+    other = run_cli(capsys, "train", "--task", "bijection", "--arch", "mlp", "--steps", "20", "--seed", "1",
+                    "-M", "d_model=16", "--out", tmp_path / "other")
+    assert other.code == 0, other.err
+    final.write_bytes((tmp_path / "other" / "checkpoints" / "step-00000020.safetensors").read_bytes())
+    before = by_key[("mlp", "entropy_mae_bits")]["ours"]
+    assert run_cli(capsys, *args).code == 0
+    rows = json.loads((out / "reproduction.json").read_text())["rows"]
+    after = {(r["arch"], r["metric"]): r for r in rows}[("mlp", "entropy_mae_bits")]["ours"]
+    assert after != before
     record = json.loads((runs / "bijection-mlp-cpu" / "run.json").read_text())
     assert record["status"] == "finished" and record["train"]["steps"] == 20
 
