@@ -274,7 +274,8 @@ void gate_rows(int64_t b0, int64_t b1, int64_t T, int64_t E, const scalar_t* y, 
       const scalar_t* zt = z + b * sb + t * st;
       if (gout == nullptr) {  // forward
 #pragma omp simd
-        for (int64_t e = 0; e < E; ++e) out[i + e] = y[i + e] * zt[e] / (scalar_t(1) + std::exp(std::min(-zt[e], scalar_t(80))));
+        for (int64_t e = 0; e < E; ++e)
+          out[i + e] = y[i + e] * zt[e] / (scalar_t(1) + std::exp(std::min(-zt[e], scalar_t(80))));
       } else {  // backward: d SiLU(z)/dz = s (1 + z (1 - s)) with s = sigmoid(z)
 #pragma omp simd
         for (int64_t e = 0; e < E; ++e) {
