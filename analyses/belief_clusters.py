@@ -1,6 +1,17 @@
 """Belief clusters: does an HMM model's residual stream cluster by hidden state?
 
-Definition. On one held-out batch of n HMM sequences, the residual stream after every block l
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from .base import AnalysisError, Result, eval_batch
+
+DEFINITION = " ".join("""
+ On one held-out batch of n HMM sequences, the residual stream after every block l
 (blocks.l.hook_resid_post, the last block being the final layer; it is taken before the final
 norm, where the paper's Mamba figure used the hidden state after the last norm) is read at the
 observation positions (the query positions, in order o_1..o_K of each sequence), giving N = n K
@@ -18,16 +29,7 @@ clusters), and likewise against the Bayes posterior's arg-max. bayes_map_accurac
 points whose Bayes arg-max is the true state, is the context for the true-state numbers: a model
 that represents exactly the Bayes belief cannot separate states the posterior itself confuses.
 The headline numbers are those of the final layer.
-"""
-from __future__ import annotations
-
-import numpy as np
-import plotly.graph_objects as go
-import torch
-
-from .base import AnalysisError, Result, eval_batch
-
-DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+""".split())
 
 SILHOUETTE_POINTS = 2000
 SCATTER_POINTS = 3000  # points drawn in the scatter (PCA is fitted on all of them)

@@ -1,15 +1,6 @@
 """Calibration against the exact Bayes posterior.
 
-Definitions (all in bits, over the task's C answer classes only, at query positions):
-- entropy MAE: mean over sequences and query positions of |H(model) - H(Bayes)|, where H(model) is
-  the entropy of the softmax over the answer-class logits. The absolute value is taken before
-  averaging, so over- and under-confidence cannot cancel.
-- KL: mean of KL(Bayes || model) = sum_c p_c log2(p_c / q_c) over classes with p_c > 0.
-- accuracy: the model's arg-max equals the sampled answer. bayes_accuracy is the same for a
-  predictor that knows the Bayes posterior (the mean of its largest probability), the ceiling.
-- infeasible_mass: the model's probability on answers the Bayes posterior rules out (p_c = 0).
-- Continuous tasks (a Gaussian predictive): differential entropies in bits, KL between the two
-  Gaussians in bits, and mean_sq_error of the model's mean against the Bayes mean instead of accuracy.
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
 """
 from __future__ import annotations
 
@@ -23,7 +14,17 @@ from tasks.regression import gaussian_entropy_bits
 
 from .base import Result, answer_probs, eval_batch
 
-DEFINITION = __doc__.split("Definitions", 1)[1].strip(" (:\n")
+DEFINITION = """\
+all in bits, over the task's C answer classes only, at query positions):
+- entropy MAE: mean over sequences and query positions of |H(model) - H(Bayes)|, where H(model) is
+  the entropy of the softmax over the answer-class logits. The absolute value is taken before
+  averaging, so over- and under-confidence cannot cancel.
+- KL: mean of KL(Bayes || model) = sum_c p_c log2(p_c / q_c) over classes with p_c > 0.
+- accuracy: the model's arg-max equals the sampled answer. bayes_accuracy is the same for a
+  predictor that knows the Bayes posterior (the mean of its largest probability), the ceiling.
+- infeasible_mass: the model's probability on answers the Bayes posterior rules out (p_c = 0).
+- Continuous tasks (a Gaussian predictive): differential entropies in bits, KL between the two
+  Gaussians in bits, and mean_sq_error of the model's mean against the Bayes mean instead of accuracy."""
 
 
 def discrete_terms(model, batch) -> dict[str, torch.Tensor]:

@@ -1,14 +1,6 @@
 """Compare several runs: one table and one bar chart of calibration, and the measured primitives matrix.
 
-Definition. Every model is measured with ``calibration`` on its own task (entropy MAE and KL in
-bits, accuracy for discrete tasks; n held-out sequences, the same seed for all). The primitives
-matrix has one row per architecture and one column per inference primitive, each judged from the
-runs given, never assumed: accumulation from bijection (pass when entropy MAE <= 0.05 bits),
-transport from HMM filtering (pass when entropy MAE <= 0.05 bits), binding from associative recall
-(pass when accuracy >= 0.9). A cell with no run of that task and architecture is "not measured";
-with several, the best run counts. The thresholds sit between the paper's passing and failing
-architectures (bijection 0.007-0.010 vs MLP 1.85 bits; HMM <= 0.024 vs LSTM 0.41 bits; recall
->= 97.8% vs LSTM 0.5%).
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
 """
 from __future__ import annotations
 
@@ -17,7 +9,17 @@ import plotly.graph_objects as go
 from .base import AnalysisError, Result, eval_batch
 from .calibration import measure
 
-DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+DEFINITION = " ".join("""
+ Every model is measured with ``calibration`` on its own task (entropy MAE and KL in
+bits, accuracy for discrete tasks; n held-out sequences, the same seed for all). The primitives
+matrix has one row per architecture and one column per inference primitive, each judged from the
+runs given, never assumed: accumulation from bijection (pass when entropy MAE <= 0.05 bits),
+transport from HMM filtering (pass when entropy MAE <= 0.05 bits), binding from associative recall
+(pass when accuracy >= 0.9). A cell with no run of that task and architecture is "not measured";
+with several, the best run counts. The thresholds sit between the paper's passing and failing
+architectures (bijection 0.007-0.010 vs MLP 1.85 bits; HMM <= 0.024 vs LSTM 0.41 bits; recall
+>= 97.8% vs LSTM 0.5%).
+""".split())
 
 # primitive -> (task, metric, direction, threshold)
 PRIMITIVES = {

@@ -1,6 +1,22 @@
 """Frame-precision dissociation: does the hypothesis frame settle before the posterior gets precise?
 
-Definition. Every checkpoint of the model's run (run_dir/checkpoints/step-*.safetensors at steps
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from .base import AnalysisError, Result, eval_batch, require_attention
+from .calibration import measure
+from .key_orthogonality import key_vectors
+
+DEFINITION = " ".join("""
+ Every checkpoint of the model's run (run_dir/checkpoints/step-*.safetensors at steps
 s_0 < ... < s_N, s_N the final one) is evaluated on one and the same held-out batch of n sequences.
 FRAME, measured against the final checkpoint: (1) attention divergence: per layer l, the
 Jensen-Shannon divergence in bits (log base 2, so between 0 and 1) between the checkpoint's and the
@@ -32,21 +48,7 @@ is true when the frame's settling step is strictly earlier than the precision's 
 claim), false when it is the same step or later. The settling steps of the attention divergence and
 of the read-out R^2 are reported as well. In the figures the step axis is logarithmic and step 0
 is drawn at half the smallest positive checkpoint step (the hover text gives the true step).
-"""
-from __future__ import annotations
-
-import math
-
-import numpy as np
-import plotly.graph_objects as go
-import torch
-from plotly.subplots import make_subplots
-
-from .base import AnalysisError, Result, eval_batch, require_attention
-from .calibration import measure
-from .key_orthogonality import key_vectors
-
-DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+""".split())
 
 SETTLE_FRACTION = 0.9
 MIN_CHECKPOINTS = 3

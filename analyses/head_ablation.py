@@ -1,6 +1,17 @@
 """Head ablation: how much does calibration depend on each single attention head?
 
-Definition. Calibration is measured as in ``calibration`` (entropy MAE in bits over the answer
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import torch
+
+from .base import AnalysisError, Result, eval_batch, require_attention
+from .calibration import measure
+
+DEFINITION = " ".join("""
+ Calibration is measured as in ``calibration`` (entropy MAE in bits over the answer
 classes and KL(Bayes||model) in bits, averaged over query positions; differential entropies and
 Gaussian KL for a continuous task) on one held-out batch of n sequences, first for the intact model
 and then with exactly one head ablated at a time. A head is ablated at its output z (the attention-
@@ -13,16 +24,7 @@ MAE(intact). The hypothesis-frame head is the layer-0 head with the largest delt
 ablation; its dominance is its delta MAE divided by that of the second most damaging layer-0 head
 (top/second; 1 means two equally important heads, reported only when the second delta is positive).
 The reference implementation used zero ablation only.
-"""
-from __future__ import annotations
-
-import plotly.graph_objects as go
-import torch
-
-from .base import AnalysisError, Result, eval_batch, require_attention
-from .calibration import measure
-
-DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+""".split())
 
 KINDS = ("zero", "mean")
 

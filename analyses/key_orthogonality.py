@@ -1,16 +1,6 @@
 """Key orthogonality: do the keys of the task's hypothesis tokens form a near-orthogonal frame?
 
-Definition. For layer l and head h, and a group of hypothesis tokens (for bijection the V value
-tokens, and separately the V key tokens), the key vector of token i is
-
-    k_i = LN_l(W_E[i]) @ W_K[l, h]
-
-(token embedding only, no position; LN_l is the layer's own pre-attention norm; the bias b_K is
-left out because a vector shared by every key adds the same score to every key and cannot change
-an attention pattern). The statistic is the mean of |cos(k_i, k_j)| over all ordered pairs i != j.
-Lower is more orthogonal. It is compared with (a) the same model config at its untrained
-initialisation (same seed as the run) and (b) i.i.d. Gaussian vectors of the same shape (n tokens
-x d_head), averaged over 200 draws; for those E|cos| is about sqrt(2 / (pi d_head)).
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
 """
 from __future__ import annotations
 
@@ -21,7 +11,19 @@ import torch
 
 from .base import AnalysisError, Result, require_attention, untrained_twin
 
-DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+DEFINITION = " ".join("""
+ For layer l and head h, and a group of hypothesis tokens (for bijection the V value
+tokens, and separately the V key tokens), the key vector of token i is
+
+    k_i = LN_l(W_E[i]) @ W_K[l, h]
+
+(token embedding only, no position; LN_l is the layer's own pre-attention norm; the bias b_K is
+left out because a vector shared by every key adds the same score to every key and cannot change
+an attention pattern). The statistic is the mean of |cos(k_i, k_j)| over all ordered pairs i != j.
+Lower is more orthogonal. It is compared with (a) the same model config at its untrained
+initialisation (same seed as the run) and (b) i.i.d. Gaussian vectors of the same shape (n tokens
+x d_head), averaged over 200 draws; for those E|cos| is about sqrt(2 / (pi d_head)).
+""".split())
 
 
 @torch.no_grad()

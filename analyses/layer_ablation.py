@@ -1,6 +1,16 @@
 """Layer ablation: does calibration need every layer?
 
-Definition. Calibration is measured as in ``calibration`` (entropy MAE in bits over the answer
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from .base import AnalysisError, Result, eval_batch
+from .calibration import measure
+
+DEFINITION = " ".join("""
+ Calibration is measured as in ``calibration`` (entropy MAE in bits over the answer
 classes and KL(Bayes||model) in bits, averaged over query positions; differential entropies and
 Gaussian KL for a continuous task) on one held-out batch of n sequences, for the intact model and
 with one block l removed at a time, three ways: block skipped (the block's output residual stream
@@ -13,15 +23,7 @@ and the MAE ratio MAE(ablated) / MAE(intact). The paper claims that removing any
 raises MAE more than 10x; min_block_ratio is the smallest block-skip ratio over layers and
 all_blocks_over_10x says whether every block-skip ratio exceeds 10. No reference script computed
 this number.
-"""
-from __future__ import annotations
-
-import plotly.graph_objects as go
-
-from .base import AnalysisError, Result, eval_batch
-from .calibration import measure
-
-DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+""".split())
 
 PARTS = {"block": "whole block", "attention_only": "attention only", "mlp_only": "MLP only"}
 CLAIMED_RATIO = 10.0

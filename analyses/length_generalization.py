@@ -1,14 +1,6 @@
 """Length generalisation: calibration at sequence lengths beyond the training length.
 
-Definition. For each value n of the task's length setting (bijection L, HMM K, regression n,
-recall queries) the task is rebuilt with that length and the model's calibration is measured as in
-``calibration`` (entropy MAE in bits over the answer classes, KL(Bayes||model)) on held-out
-sequences. Reported per length: the MAE over all query positions (what the paper's figure
-averaged) and over only the query positions past the training length (the honest extrapolation
-number), plus the per-query-position error curve with the training boundary marked. Learned
-absolute positions exist only up to the model's n_ctx; a length that needs more is refused with
-the n_ctx to train with (rows past the training length are then present but never trained, as in
-the paper).
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
 """
 from __future__ import annotations
 
@@ -19,7 +11,17 @@ from tasks import ConfigError
 from .base import AnalysisError, Result, held_out_batch
 from .calibration import measure
 
-DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+DEFINITION = " ".join("""
+ For each value n of the task's length setting (bijection L, HMM K, regression n,
+recall queries) the task is rebuilt with that length and the model's calibration is measured as in
+``calibration`` (entropy MAE in bits over the answer classes, KL(Bayes||model)) on held-out
+sequences. Reported per length: the MAE over all query positions (what the paper's figure
+averaged) and over only the query positions past the training length (the honest extrapolation
+number), plus the per-query-position error curve with the training boundary marked. Learned
+absolute positions exist only up to the model's n_ctx; a length that needs more is refused with
+the n_ctx to train with (rows past the training length are then present but never trained, as in
+the paper).
+""".split())
 
 
 def parse_lengths(spec: str, trained: int) -> list[int]:

@@ -1,6 +1,19 @@
 """QK alignment: does a query look toward the hypotheses that are still feasible?
 
-Definition. On one held-out batch of n sequences, at every query position i of the task (where
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+import torch
+
+from .base import AnalysisError, Result, eval_batch, require_attention
+from .key_orthogonality import key_vectors
+
+DEFINITION = " ".join("""
+ On one held-out batch of n sequences, at every query position i of the task (where
 batch.query_mask is set) and for every layer l and head h, let q_i be the query the model actually
 computes, blocks.l.attn.hook_q (LN_l of the residual stream at i, times W_Q, plus b_Q). The
 hypothesis frame is the task's group of hypothesis tokens that name its C answer classes, token c
@@ -24,18 +37,7 @@ masses sum to 1. These are means over all sequences and query positions. Layer m
 the layer's heads. The paper describes early layers attending broadly and deep layers concentrating
 on the feasible set: a rising gap and a falling entropy with depth; the numbers here are what the
 model does, whichever way they go.
-"""
-from __future__ import annotations
-
-import math
-
-import plotly.graph_objects as go
-import torch
-
-from .base import AnalysisError, Result, eval_batch, require_attention
-from .key_orthogonality import key_vectors
-
-DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+""".split())
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 

@@ -1,6 +1,24 @@
 """Value manifold: is the posterior entropy a principal direction of the model's representations?
 
-Definition. On one held-out batch of n sequences, the activations at every query position (where
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+from scipy import stats
+from sklearn.decomposition import PCA
+from sklearn.linear_model import LinearRegression
+from sklearn.metrics import r2_score
+
+from .base import AnalysisError, Result, eval_batch, untrained_twin
+
+DEFINITION = " ".join("""
+ On one held-out batch of n sequences, the activations at every query position (where
 batch.query_mask is set) are collected per layer l from two streams: the residual stream after the
 block, blocks.l.hook_resid_post, and the attention output of the block, blocks.l.hook_attn_out
 (skipped, with the reason in the metrics, when the model has no attention hooks). Each point is
@@ -20,23 +38,7 @@ the position (even the untrained position embeddings) can read it out linearly:
 final_residual_readout_r2_untrained is the same read-out, on the same points and halves, from the
 final residual stream of the untrained model (same architecture, config and seed at step 0), the
 part of R² that needs no training.
-"""
-from __future__ import annotations
-
-import math
-
-import numpy as np
-import plotly.graph_objects as go
-import torch
-from plotly.subplots import make_subplots
-from scipy import stats
-from sklearn.decomposition import PCA
-from sklearn.linear_model import LinearRegression
-from sklearn.metrics import r2_score
-
-from .base import AnalysisError, Result, eval_batch, untrained_twin
-
-DEFINITION = " ".join(__doc__.split("Definition.", 1)[1].split())
+""".split())
 
 STREAMS = {"residual": "hook_resid_post", "attention_out": "hook_attn_out"}
 TITLES = {"residual": "residual stream after the block", "attention_out": "attention output"}

@@ -11,8 +11,10 @@ __version__ = "0.1.0"
 
 def load(path, task: str | None = None, device: str | None = None):
     """Load a run folder (its last checkpoint), a checkpoint file or a shipped model name as a hooked model."""
+    # Deferred: the loader imports torch and TransformerLens (~10 s), which `import interp` and the
+    # CLI's start (``interp --help``, argument errors) should not pay for.
+    from .catalog import locate
     from .checkpoint import load as _load
-    from .pretrained import locate
 
     return _load(locate(path), task=task, device=device)
 

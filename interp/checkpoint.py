@@ -22,6 +22,7 @@ import models
 import tasks
 from tasks import ConfigError
 
+from .catalog import shipped
 from .errors import UserError
 from .files import atomic_write_bytes, sniff_weights
 
@@ -71,8 +72,6 @@ def resolve(path: str | Path) -> Path:
     """A checkpoint file from a run folder (its last checkpoint) or a checkpoint file itself."""
     path = Path(path)
     if not path.exists():
-        from .pretrained import shipped
-
         names = ", ".join(shipped()) or "none"
         raise UserError(f"checkpoint not found: {path} (pass a run folder, a .safetensors file or a shipped "
                         f"model: {names})")
@@ -119,8 +118,9 @@ def build_from_meta(meta: dict, where: Path):
 def load(path: str | Path, task: str | None = None, device: str | None = None):
     """Load a run folder (its last checkpoint) or one checkpoint file as a hooked model.
 
-    The model carries ``.task``, ``.step``, ``.seed`` and ``.checkpoint_path``. Pass ``task`` to
-    insist on a task name (a checkpoint of another task is refused).
+    The model carries ``.task`` and ``.provenance`` (seed, step, checkpoint file, run folder and the
+    run's checkpoint series, which ``.seed``, ``.step``, ``.checkpoint_path`` and ``.run_dir`` read).
+    Pass ``task`` to insist on a task name (a checkpoint of another task is refused).
     """
     file = resolve(path)
     meta, tensors = read(file)
@@ -139,8 +139,10 @@ def load(path: str | Path, task: str | None = None, device: str | None = None):
         raise UserError(f"{file}: weights do not match the config in its metadata ({detail})")
     model.load_state_dict(weights)
     model.eval()
-    model.step, model.seed, model.checkpoint_path = int(meta["step"]), int(meta.get("seed", 0)), file
-    model.run_dir = file.parent.parent if file.parent.name == "checkpoints" else None
+    run_dir = file.parent.parent if file.parent.name == "checkpoints" else None
+    series = tuple(list_checkpoints(run_dir)) if run_dir is not None else ()
+    model.provenance = models.Provenance(seed=int(meta.get("seed", 0)), step=int(meta["step"]), path=file,
+                                         run_dir=run_dir, checkpoints=series, loader=load)
     if device:
         model.to(pick_device(device))
     return model

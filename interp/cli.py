@@ -103,7 +103,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
                                            warmup=warmup, checkpoint_every=checkpoint_every).items()
                      if v is not None}
         task = tasks.make(task_name, **parse_assignments(task_options, "task option"))
-        settings = dataclasses.replace(preset_settings(preset, task_name, arch), **overrides)
+        settings = dataclasses.replace(preset_settings(preset, task, arch), **overrides)
         model_config = models.model_config(arch, preset, task, **parse_assignments(model_options, "model option"))
         trainer = Trainer(out, task.config(), arch, model_config, settings, device=device)
     s = trainer.settings

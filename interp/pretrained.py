@@ -1,4 +1,4 @@
-"""Reference models shipped in ``models/pretrained/``, addressable by folder name.
+"""Shipping reference models into ``models/pretrained/`` and writing their model cards.
 
 A shipped model is a copy of a finished run folder (run.json, metrics.jsonl, checkpoints: the final
 one, or all of them for a checkpoint series) with a model card, README.md, written from its run.json.
@@ -8,45 +8,22 @@ Maintainers add one with
 """
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 from pathlib import Path
 
+import models
+import tasks
+
+from .catalog import PRETRAINED_DIR, locate, shipped, summary
+from .checkpoint import list_checkpoints
 from .errors import UserError
-
-PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "models" / "pretrained"
-
-
-def shipped() -> dict[str, Path]:
-    """Name -> run folder of every shipped reference model."""
-    if not PRETRAINED_DIR.is_dir():
-        return {}
-    return {p.name: p for p in sorted(PRETRAINED_DIR.iterdir()) if (p / "run.json").exists()}
-
-
-def locate(path) -> Path:
-    """``path`` itself if it exists, else the shipped model of that name, else ``path`` (to fail later)."""
-    candidate = Path(path)
-    if candidate.exists():
-        return candidate
-    return shipped().get(str(path), candidate)
-
-
-def summary(run_dir: Path) -> dict:
-    record = json.loads((run_dir / "run.json").read_text())
-    final = record.get("final") or {}
-    return dict(task=record["task"]["name"], arch=record["arch"], n_params=record.get("n_params"),
-                entropy_mae_bits=final.get("entropy_mae_bits"), accuracy=final.get("accuracy"),
-                steps=(record.get("train") or {}).get("steps"), minutes=record.get("wall_time_s", 0) / 60,
-                n_checkpoints=len(list((run_dir / "checkpoints").glob("step-*.safetensors"))))
+from .train import preset_recipe, recorded_settings
 
 
 def train_command(record: dict, preset: str) -> str:
     """The ``interp train`` command that reproduces the run: the preset plus whatever differs from it."""
-    import tasks
-
-    from .train import preset_recipe, recorded_settings
-
     task_name, arch = record["task"]["name"], record["arch"]
     default_task = tasks.make(task_name).config()
     recipe = preset_recipe(preset, tasks.from_config(record["task"]), arch)  # on the run's own task
@@ -63,12 +40,13 @@ def _fmt(value: float) -> str:
     return f"{value:.2e}" if abs(value) < 1e-3 and value != 0 else f"{value:.4f}"
 
 
-ARCH_NAMES = {"transformer": "A transformer", "mamba": "A Mamba model", "lstm": "An LSTM", "mlp": "An MLP"}
+def arch_label(arch: str) -> str:
+    """How a model card names an architecture ("A transformer"), from its declaration."""
+    cls = models.REGISTRY.get(arch)
+    return cls.label if cls is not None and cls.label else f"A {arch}"
 
 
 def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], note: str = "") -> str:
-    import tasks
-
     s, final = record["train"], record.get("final") or {}
     config = ", ".join(f"{k} {v}" for k, v in record["model"].items() if v is not None)
     threads = f", {record['threads']} thread(s)" if record.get("threads") else ""
@@ -81,7 +59,7 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
                      if len(checkpoints) > 1 else f"Only the final checkpoint is shipped ({size:.1f} MB).")
     lines = [
         f"# {name}", "",
-        f"{ARCH_NAMES.get(record['arch'], 'A ' + record['arch'])} ({record.get('n_params', 0):,} parameters; {config}) "
+        f"{arch_label(record['arch'])} ({record.get('n_params', 0):,} parameters; {config}) "
         f"trained on `{tasks.from_config(record['task'])!r}` by", "",
         f"    {train_command(record, preset)}", "",
         f"{s['steps']:,} steps of {s['batch_size']} fresh sequences, AdamW lr {s['lr']} ({s['warmup']} warm-up "
@@ -98,8 +76,6 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
 def ship(run_dir: Path, name: str | None = None, all_checkpoints: bool = False, preset: str = "cpu",
          note: str = "", dest_root: Path = PRETRAINED_DIR) -> Path:
     """Copy a finished run into ``dest_root/name`` with its model card; replaces an older copy whole."""
-    from .checkpoint import list_checkpoints
-
     run_dir = Path(run_dir)
     record_file = run_dir / "run.json"
     if not record_file.exists():
@@ -124,8 +100,6 @@ def ship(run_dir: Path, name: str | None = None, all_checkpoints: bool = False, 
 
 
 if __name__ == "__main__":
-    import argparse
-
     parser = argparse.ArgumentParser(description="Ship a finished run as a reference model (maintainers).")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--name")

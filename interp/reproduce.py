@@ -15,55 +15,41 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UserError
+from tqdm.auto import tqdm
 
-TASKS = ("bijection", "hmm", "regression", "recall")
+import analyses
+import models
+import tasks
+
+from .checkpoint import load, pick_device, resolve
+from .errors import UserError
+from .export import write_result
+from .files import atomic_write_json, atomic_write_text
+from .train import Trainer, TrainSettings, preset_recipe, recorded_settings
 
 
 @dataclass(frozen=True)
 class Row:
-    experiment: str
+    """One line of the table: a task's ``PaperRow`` for one architecture."""
+
     task: str
     arch: str
-    analysis: str
-    metric: str  # dotted path into the analysis's metrics
-    paper: float | None  # None: the paper gives no number
-    paper_text: str  # how the paper states it
-    claim: str = "value"  # "value": compare ours/paper; "over": the paper claims ours > paper
+    row: tasks.PaperRow
+
+    def __getattr__(self, name):  # experiment, analysis, metric, paper, paper_text, claim, options
+        return getattr(self.row, name)
 
 
-# The paper's table (../shared/DESIGN.md), plus the task x architecture cells it leaves empty.
-ROWS = [
-    Row("bijection V=20, entropy MAE (bits)", "bijection", "transformer", "calibration", "entropy_mae_bits", 0.007, "0.007"),
-    Row("bijection V=20, entropy MAE (bits)", "bijection", "mamba", "calibration", "entropy_mae_bits", 0.010, "0.010"),
-    Row("bijection V=20, entropy MAE (bits)", "bijection", "lstm", "calibration", "entropy_mae_bits", 0.009, "0.009"),
-    Row("bijection V=20, entropy MAE (bits)", "bijection", "mlp", "calibration", "entropy_mae_bits", 1.85, "1.85"),
-    Row("HMM K=20, entropy MAE (bits)", "hmm", "transformer", "calibration", "entropy_mae_bits", 7.5e-5, "7.5e-5"),
-    Row("HMM K=30 (trained at 20), entropy MAE (bits)", "hmm", "transformer", "length-generalization",
-        "lengths.30.entropy_mae_bits", 0.012, "0.012"),
-    Row("HMM K=50 (trained at 20), entropy MAE (bits)", "hmm", "transformer", "length-generalization",
-        "lengths.50.entropy_mae_bits", 0.029, "0.029"),
-    Row("HMM K=20, entropy MAE (bits)", "hmm", "mamba", "calibration", "entropy_mae_bits", 0.024, "0.024"),
-    Row("HMM K=20, entropy MAE (bits)", "hmm", "lstm", "calibration", "entropy_mae_bits", 0.411, "0.411"),
-    Row("HMM K=20, entropy MAE (bits)", "hmm", "mlp", "calibration", "entropy_mae_bits", 0.40, "0.40"),
-    Row("associative recall, accuracy", "recall", "transformer", "calibration", "accuracy", 1.0, "100%"),
-    Row("associative recall, accuracy", "recall", "mamba", "calibration", "accuracy", 0.978, "97.8%"),
-    Row("associative recall, accuracy", "recall", "lstm", "calibration", "accuracy", 0.005, "0.5%"),
-    Row("associative recall, accuracy", "recall", "mlp", "calibration", "accuracy", None, "–"),
-    *(Row("Bayesian regression, differential-entropy MAE (bits)", "regression", arch, "calibration",
-          "entropy_mae_bits", None, "–") for arch in ("transformer", "mamba", "lstm", "mlp")),
-    Row("layer-0 key orthogonality, mean |off-diagonal cos|", "bijection", "transformer", "key-orthogonality",
-        "layer0_trained", 0.052, "0.052 (0.082 random)"),
-    Row("  the same for random Gaussian vectors", "bijection", "transformer", "key-orthogonality", "random",
-        0.082, "0.082"),
-    Row("hypothesis-frame head ablation, MAE ratio", "bijection", "transformer", "head-ablation",
-        "hypothesis_frame_head.mae_ratio_to_intact", 10.0, ">10x", claim="over"),
-    Row("single-layer ablation, smallest MAE ratio", "bijection", "transformer", "layer-ablation",
-        "min_block_ratio", 10.0, ">10x", claim="over"),
-    Row("Mamba final layer on HMM: k-means purity by hidden state", "hmm", "mamba", "belief-clusters", "purity",
-        1.0, "5 clusters, one per hidden state"),
-]
-OPTIONS = {"length-generalization": {"lengths": "30,50"}}
+def rows(only: tuple[str, ...], archs: tuple[str, ...]) -> list[Row]:
+    """The paper's table (each task's ``paper_rows``, in task order) for the cells reproduced; a row
+    for every architecture (``arch`` None) is repeated once per architecture."""
+    return [Row(task, arch, row) for task in only for row in tasks.REGISTRY[task].paper_rows
+            for arch in (archs if row.arch is None else (row.arch,)) if arch in archs]
+
+
+def analysis_options(task: str, arch: str, analysis: str) -> dict:
+    """The options the table's rows give ``analysis`` on this cell (rows of one analysis agree)."""
+    return next((r.options for r in rows((task,), (arch,)) if r.analysis == analysis), {})
 
 
 def plan(only: tuple[str, ...], archs: tuple[str, ...]) -> list[tuple]:
@@ -71,8 +57,7 @@ def plan(only: tuple[str, ...], archs: tuple[str, ...]) -> list[tuple]:
     steps = []
     for task in only:
         for arch in archs:
-            analyses_needed = ["calibration"] + sorted({r.analysis for r in ROWS if (r.task, r.arch) == (task, arch)}
-                                                       - {"calibration"})
+            analyses_needed = ["calibration"] + sorted({r.analysis for r in rows((task,), (arch,))} - {"calibration"})
             steps.append(("train", task, arch))
             steps.extend(("analyse", task, arch, name) for name in analyses_needed)
     return steps
@@ -97,16 +82,12 @@ def checkpoint_digest(file: Path) -> str:
 class Reproduction:
     def __init__(self, preset: str, runs: Path, out: Path, only: tuple[str, ...], archs: tuple[str, ...],
                  device: str | None = None):
-        import models
-
-        bad = [t for t in only if t not in TASKS]
+        bad = [t for t in only if t not in tasks.NAMES]
         if bad:
-            raise UserError(f"unknown task(s) {', '.join(bad)} in --only; valid: {', '.join(TASKS)}")
+            raise UserError(f"unknown task(s) {', '.join(bad)} in --only; valid: {', '.join(tasks.NAMES)}")
         bad = [a for a in archs if a not in models.ARCHS]
         if bad:
             raise UserError(f"unknown architecture(s) {', '.join(bad)} in --archs; valid: {', '.join(models.ARCHS)}")
-        from .checkpoint import pick_device
-
         self.preset, self.runs, self.out, self.device = preset, runs, out, pick_device(device)
         self.steps = plan(only, archs)
 
@@ -119,15 +100,11 @@ class Reproduction:
 
     def recipe(self, task: str, arch: str) -> dict:
         """What the preset trains for this cell: the task, model and training settings of its run.json."""
-        from .train import preset_recipe
-
         return preset_recipe(self.preset, task, arch)
 
     def check_recipe(self, task: str, arch: str, record: dict) -> None:
         """Refuse to reuse (or resume) a run trained with other settings than the preset's: its numbers
         would silently stand in for the preset's in the table."""
-        from .train import recorded_settings
-
         want = self.recipe(task, arch)
         have = dict(record, train=recorded_settings(record.get("train", {})))
         diff = [f"{part}.{k}: {have[part].get(k)!r} (preset {v!r})" for part in ("task", "model", "train")
@@ -138,8 +115,6 @@ class Reproduction:
                             f"({'; '.join(diff[:3])}); move it away or pass --runs with another folder")
 
     def train(self, task: str, arch: str) -> None:
-        from .train import Trainer, TrainSettings
-
         out = self.run_dir(task, arch)
         record = self.record(task, arch)
         if record:
@@ -154,11 +129,6 @@ class Reproduction:
 
     def analyse(self, task: str, arch: str, name: str) -> dict:
         """The analysis's JSON for the run's final checkpoint, computed unless already written for it."""
-        import analyses
-
-        from .checkpoint import load, resolve
-        from .export import write_result
-
         run_dir = self.run_dir(task, arch)
         file = resolve(run_dir)
         json_path = self.out / run_dir.name / f"{name}.json"
@@ -169,17 +139,16 @@ class Reproduction:
                 return saved
         started = time.perf_counter()
         model = load(file, device=self.device)
-        result = analyses.run(name, model, **OPTIONS.get(name, {}))
+        options = analysis_options(task, arch, name)
+        result = analyses.run(name, model, **options)
         context = dict(run=run_dir.name, checkpoint=str(file), checkpoint_sha256=digest, step=model.step,
-                       task=model.task.config(), arch=model.arch, options=OPTIONS.get(name, {}),
+                       task=model.task.config(), arch=model.arch, options=options,
                        figures=list(result.figures),
                        seconds=round(time.perf_counter() - started, 1))
         write_result(result, self.out / run_dir.name, ("pdf", "png", "json"), context)
         return json.loads(json_path.read_text())
 
     def execute(self, progress: bool = True) -> dict:
-        from tqdm.auto import tqdm
-
         for step in self.steps:  # before hours of training: every run there to reuse must fit the preset
             if step[0] == "train" and (record := self.record(step[1], step[2])):
                 self.check_recipe(step[1], step[2], record)
@@ -197,11 +166,10 @@ class Reproduction:
         return json.loads((self.out / self.run_dir(task, arch).name / f"{name}.json").read_text())
 
     def write_table(self) -> dict:
-        from .files import atomic_write_json, atomic_write_text
-
         done = {(s[1], s[2]) for s in self.steps}
-        rows = []
-        for row in ROWS:
+        table_rows = []
+        in_order = [s[1:3] for s in self.steps if s[0] == "train"]
+        for row in rows(tuple(dict.fromkeys(t for t, _ in in_order)), tuple(dict.fromkeys(a for _, a in in_order))):
             if (row.task, row.arch) not in done:
                 continue
             run_dir = self.run_dir(row.task, row.arch)
@@ -209,7 +177,7 @@ class Reproduction:
             saved = self.saved(row.task, row.arch, row.analysis)
             ours = dig(saved["metrics"], row.metric)
             ratio = ours / row.paper if isinstance(ours, (int, float)) and row.paper else None
-            rows.append(dict(experiment=row.experiment, task=row.task, arch=row.arch, paper=row.paper,
+            table_rows.append(dict(experiment=row.experiment, task=row.task, arch=row.arch, paper=row.paper,
                              paper_text=row.paper_text, ours=ours, ratio=ratio, claim=row.claim,
                              claim_holds=(ours > row.paper) if row.claim == "over" and ours is not None else None,
                              analysis=row.analysis, metric=row.metric, run=str(run_dir),
@@ -221,7 +189,7 @@ class Reproduction:
         cells = sorted(done)
         train_s = sum((self.record(*cell) or {}).get("wall_time_s", 0) for cell in cells)
         analyse_s = sum(self.saved(*s[1:]).get("seconds", 0) for s in self.steps if s[0] == "analyse")
-        table = dict(preset=self.preset, rows=rows, runs=len(cells), train_minutes=train_s / 60,
+        table = dict(preset=self.preset, rows=table_rows, runs=len(cells), train_minutes=train_s / 60,
                      analysis_minutes=analyse_s / 60)
         atomic_write_json(self.out / "reproduction.json", table)
         atomic_write_text(self.out / "reproduction.md", markdown(table))

@@ -16,7 +16,7 @@ import math
 import platform
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -69,37 +69,32 @@ class TrainSettings:
         return self
 
 
-# Training recipes that go with the model presets of the same name. More specific entries override:
-# (task, arch, preset) over (task, preset) over preset. The cpu schedules are sized for about 3 hours
-# of training for all 16 task x architecture models on a 2-core CPU (measured per run; see README.md);
-# a model that plateaus early (MLP) or converges fast gets fewer steps.
+# The generic training recipes that go with the model presets of the same name. A task declares its
+# own variant of a preset (``tasks.base.Preset``: its ``train`` settings, then those for one
+# architecture) in its module. The cpu schedules are sized for about 3 hours of training for all
+# 16 task x architecture models on a 2-core CPU (measured per run; see README.md).
 PRESETS = {
     "cpu": TrainSettings(),
     "paper": TrainSettings(steps=50_000, batch_size=256, lr=3e-4, warmup=2000, betas=(0.9, 0.999),
                            loss="hard", eval_every=1000),
 }
-_HMM_CPU = TrainSettings(steps=5_000, batch_size=64, lr=2e-3, warmup=300, eval_every=500)
-TASK_PRESETS = {
-    ("bijection", "mamba", "cpu"): TrainSettings(steps=2_000),
-    ("bijection", "lstm", "cpu"): TrainSettings(steps=2_000),
-    ("bijection", "mlp", "cpu"): TrainSettings(steps=1_000),
-    ("hmm", "cpu"): _HMM_CPU,
-    ("hmm", "mlp", "cpu"): replace(_HMM_CPU, steps=2_000),
-    ("regression", "cpu"): TrainSettings(steps=2_000, batch_size=64),
-    # the transformer stays on the context-free plateau with lr 3e-3 (1.67 bits after 2k steps, still
-    # 1.67 after 6k); lower rates leave it: at 3k steps 1.19 bits with 5e-4, 1.01 with 1e-3
-    ("regression", "transformer", "cpu"): TrainSettings(steps=3_000, batch_size=64, lr=1e-3),
-    ("recall", "cpu"): TrainSettings(steps=3_000),
-    ("recall", "mamba", "cpu"): TrainSettings(steps=2_000),
-    ("recall", "lstm", "cpu"): TrainSettings(steps=2_000),
-    ("recall", "mlp", "cpu"): TrainSettings(steps=1_000),
-}
 
 
-def preset_settings(preset: str, task: str, arch: str = "transformer") -> TrainSettings:
+def preset_settings(preset: str, task, arch: str) -> TrainSettings:
+    """The training settings of ``preset`` for ``arch`` on ``task`` (a Task, or a task name for its defaults)."""
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    return replace(TASK_PRESETS.get((task, arch, preset)) or TASK_PRESETS.get((task, preset)) or PRESETS[preset])
+    task = tasks.make(task) if isinstance(task, str) else task
+    settings = asdict(PRESETS[preset])
+    own = task.presets.get(preset)
+    for layer in (own, own and own.by_arch.get(arch)):
+        if layer:
+            unknown = sorted(set(layer.train) - set(settings))
+            if unknown:
+                raise UserError(f"task {task.name!r} sets unknown training setting(s) {', '.join(unknown)} in its "
+                                f"{preset!r} preset; valid: {', '.join(settings)}")
+            settings.update(layer.train)
+    return TrainSettings(**settings)
 
 
 def recorded_settings(train: dict) -> dict:
@@ -113,7 +108,7 @@ def preset_recipe(preset: str, task, arch: str) -> dict:
     arch, model, train). ``task`` is a task name (its defaults) or a Task."""
     task = tasks.make(task) if isinstance(task, str) else task
     return dict(task=task.config(), arch=arch, model=models.model_config(arch, preset, task),
-                train=recorded_settings(asdict(preset_settings(preset, task.name, arch))))
+                train=recorded_settings(asdict(preset_settings(preset, task, arch))))
 
 
 def checkpoint_steps(total: int, every: int = 0) -> list[int]:

@@ -2,87 +2,125 @@
 
     model = models.build("mamba", task, preset="cpu", seed=0)
 
-Capacity matching: the non-transformer presets fix depth and shape but leave ``d_model`` open; it
-is chosen so the model's parameter count is within 5% of the transformer preset's on the same task,
-so architecture comparisons are at equal capacity. ``interp list`` prints the counts.
+Every module in this package whose model class (a subclass of ``models.base.AnswerHead``) sets
+``arch`` is an architecture: ``REGISTRY`` is built by finding them, so adding one is adding a file.
+
+Capacity matching: presets that leave ``d_model`` open get the width whose parameter count is within
+5% of the capacity reference's (the architecture that declares ``capacity_reference``) with the same
+preset on the same task, so architecture comparisons are at equal capacity. ``interp list`` prints
+the counts.
+
+A task may declare its own variant of a preset (``tasks.base.Preset``): its model settings go to every
+architecture whose config has them, and its ``longest`` length sizes the position table of those with
+one.
 """
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
+import pkgutil
+from dataclasses import fields
 from functools import lru_cache
 
 import tasks
 from tasks import ConfigError, Task
 
-from . import lstm, mamba, mlp, transformer
-from .base import matched_width
+from .base import AnswerHead, Provenance, matched_width
 
-# arch name -> (model class, config class, presets, per-task presets)
-REGISTRY = {
-    "transformer": (transformer.WindTunnelTransformer, transformer.TransformerConfig, transformer.PRESETS,
-                    transformer.TASK_PRESETS),
-    "mamba": (mamba.WindTunnelMamba, mamba.MambaConfig, mamba.PRESETS, mamba.TASK_PRESETS),
-    "lstm": (lstm.WindTunnelLSTM, lstm.LSTMConfig, lstm.PRESETS, lstm.TASK_PRESETS),
-    "mlp": (mlp.WindTunnelMLP, mlp.MLPConfig, mlp.PRESETS, mlp.TASK_PRESETS),
-}
+
+def _discover() -> dict[str, type[AnswerHead]]:
+    found: dict[str, type[AnswerHead]] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name == "base" or info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        for cls in vars(module).values():
+            if inspect.isclass(cls) and issubclass(cls, AnswerHead) and cls.__module__ == module.__name__ and cls.arch:
+                if cls.arch in found:
+                    raise ImportError(f"two architectures are named {cls.arch!r}: {found[cls.arch].__module__} "
+                                      f"and {module.__name__}")
+                found[cls.arch] = cls
+    return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
+
+
+REGISTRY: dict[str, type[AnswerHead]] = _discover()
 ARCHS = tuple(REGISTRY)
-TASK_PRESETS = {(arch, task, preset): config for arch, entry in REGISTRY.items()
-                for (task, preset), config in entry[3].items()}
+REFERENCE = next((arch for arch, cls in REGISTRY.items() if cls.capacity_reference), None)
 
 
-def _lookup(arch: str):
+def architecture(arch: str) -> type[AnswerHead]:
+    """The model class of ``arch``; ConfigError listing the valid ones for an unknown name."""
     if arch not in REGISTRY:
         raise ConfigError(f"unknown architecture {arch!r}; valid architectures: {', '.join(ARCHS)}")
     return REGISTRY[arch]
 
 
 def presets(arch: str) -> dict:
-    return _lookup(arch)[2]
+    return architecture(arch).presets
 
 
 def _as_task(task: Task | str | None) -> Task | None:
     return tasks.make(task) if isinstance(task, str) else task
 
 
+def task_settings(arch: str, task: Task | None, preset: str) -> dict:
+    """The model settings ``task`` declares for ``preset``, restricted to those ``arch`` has."""
+    cls = architecture(arch)
+    own = task.presets.get(preset) if task is not None else None
+    if own is None:
+        return {}
+    known = {f.name for f in fields(cls.config_class)}
+    settings = {}
+    for layer in (own, own.by_arch.get(arch)):
+        if layer is None:
+            continue
+        settings.update({k: v for k, v in layer.model.items() if k in known})
+        if layer.longest is not None and cls.positions:
+            settings["n_ctx"] = max(task.seq_len, task.with_length(layer.longest).seq_len)
+    return settings
+
+
 def model_config(arch: str, preset: str | None = None, task: Task | str | None = None, **overrides) -> dict:
-    """The config dict of a preset (the task's own variant of it, if it has one) with overrides applied.
+    """The config dict of a preset (with the task's own variant of it, if it has one) and overrides.
 
     ``task`` is a Task or a task name (its defaults). A preset that leaves ``d_model`` open gets the
-    width that matches the transformer preset's parameter count on that task.
+    width that matches the capacity reference's parameter count on that task.
     """
-    _, config_cls, arch_presets, _ = _lookup(arch)
+    cls = architecture(arch)
     task = _as_task(task)
     base = {}
     if preset is not None:
-        if preset not in arch_presets:
-            raise ConfigError(f"unknown preset {preset!r} for {arch}; valid presets: {', '.join(arch_presets)}")
-        base = TASK_PRESETS.get((arch, task and task.name, preset), arch_presets[preset]).to_dict()
+        if preset not in cls.presets:
+            raise ConfigError(f"unknown preset {preset!r} for {arch}; valid presets: {', '.join(cls.presets)}")
+        base = cls.presets[preset].to_dict() | task_settings(arch, task, preset)
     base.update(overrides)
     if base.get("d_model", 0) is None:
         if preset is None or task is None:
             raise ConfigError(f"{arch}: d_model is not set; give it (-M d_model=...) or a preset and a task")
-        target = _transformer_params(preset, json.dumps(task.config(), sort_keys=True))
-        model_cls = _lookup(arch)[0]
-        base["d_model"] = matched_width(
-            lambda d: model_cls(config_cls.from_dict(base | {"d_model": d}), task), target)
-    return config_cls.from_dict(base).to_dict()
+        target = _reference_params(preset, json.dumps(task.config(), sort_keys=True))
+        base["d_model"] = matched_width(lambda d: cls(cls.config_class.from_dict(base | {"d_model": d}), task), target)
+    return cls.config_class.from_dict(base).to_dict()
 
 
 @lru_cache(maxsize=None)
-def _transformer_params(preset: str, task_json: str) -> int:
+def _reference_params(preset: str, task_json: str) -> int:
+    if REFERENCE is None:
+        raise ConfigError("no architecture declares capacity_reference, so d_model cannot be matched; set it")
     task = tasks.from_config(json.loads(task_json))
-    return n_params(build("transformer", task, model_config("transformer", preset, task)))
+    return n_params(build(REFERENCE, task, model_config(REFERENCE, preset, task)))
 
 
 def build(arch: str, task: Task, config: dict | None = None, preset: str | None = None, seed: int = 0):
     """A freshly initialised model of ``arch`` for ``task`` (seeded, so the same seed gives the same init)."""
-    model_cls, config_cls, _, _ = _lookup(arch)
+    cls = architecture(arch)
     settings = config if config is not None else model_config(arch, preset or "cpu", task)
-    return model_cls(config_cls.from_dict(settings), task, seed=seed)
+    return cls(cls.config_class.from_dict(settings), task, seed=seed)
 
 
 def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["ARCHS", "REGISTRY", "build", "model_config", "presets", "n_params"]
+__all__ = ["ARCHS", "REFERENCE", "REGISTRY", "Provenance", "architecture", "build", "model_config", "presets",
+           "n_params", "task_settings"]

@@ -12,8 +12,10 @@ So an analysis that walks "the residual stream after block l" uses one name on e
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Callable
 
 import torch
 from torch import nn
@@ -68,10 +70,65 @@ def check_value(arch: str, name: str, annotation: str, value, choices=None) -> N
             raise ConfigError(f"{arch}: {name} must be one of {', '.join(choices or ())}, got {value!r}")
 
 
-class AnswerHead:
-    """Reading beliefs off a model's output logits: the same for every architecture."""
+@dataclass(frozen=True)
+class Provenance:
+    """Where a model's weights come from: one record instead of attributes attached after loading.
 
+    ``models.build`` records the seed of the initialisation; ``interp.load`` adds the training step,
+    the checkpoint file, its run folder, the run's whole checkpoint series and ``loader``, the
+    function that loads one of them, so an analysis of training dynamics reads the series without
+    knowing how checkpoints are stored.
+    """
+
+    seed: int = 0
+    step: int | None = None
+    path: Path | None = None
+    run_dir: Path | None = None
+    checkpoints: tuple[tuple[int, Path], ...] = ()  # (step, file) of every checkpoint of the run, in order
+    loader: Callable | None = None  # loader(path, device=...) -> model
+
+    def load(self, path: Path, device: str | None = None):
+        if self.loader is None:
+            raise ValueError("this model was not loaded from a checkpoint; its run's checkpoints are unknown")
+        return self.loader(path, device=device)
+
+
+class AnswerHead:
+    """What every architecture shares: its declarations, its provenance and reading beliefs off its logits.
+
+    An architecture is one module in models/ whose model class (a subclass of this) sets ``arch``;
+    the registry finds it, and the rest of the toolkit reads only the declarations below.
+    """
+
+    arch: str = ""
+    order: int = 100  # where it is listed (``interp list``, ``interp reproduce``); ties by name
+    label: str = ""  # how a model card names it: "A transformer"
+    config_class: type  # its config dataclass (a ModelConfig)
+    presets: dict = {}  # preset name -> config; d_model None: matched to the capacity reference
+    attention: bool = False  # has attention heads (blocks.{l}.attn.hook_pattern, W_K, ...)
+    positions: bool = False  # has a learned position table of n_ctx rows (a longest input); else any length
+    capacity_reference: bool = False  # the architecture whose parameter count the others are matched to
     task: Task
+    provenance: Provenance
+
+    def has_attention(self) -> bool:
+        return self.attention
+
+    @property
+    def seed(self) -> int:
+        return self.provenance.seed
+
+    @property
+    def step(self) -> int | None:
+        return self.provenance.step
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return self.provenance.path
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.provenance.run_dir
 
     def answer_logits(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
         """Logits over the task's C answer classes, [B, T, C]; kwargs go to ``forward``."""
@@ -138,12 +195,11 @@ class HookedSequenceModel(AnswerHead, HookedRootModule):
     models (recurrent ones) that take any length.
     """
 
-    arch = "model"
     norm = nn.LayerNorm
 
     def __init__(self, config, task: Task, seed: int = 0, n_ctx: int | None = None):
         super().__init__()
-        self.config, self.task = config, task
+        self.config, self.task, self.provenance = config, task, Provenance(seed=seed)
         d = config.d_model
         d_vocab, d_out = output_sizes(task)
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's RNG
@@ -163,9 +219,6 @@ class HookedSequenceModel(AnswerHead, HookedRootModule):
 
     def make_mixer(self, layer: int) -> nn.Module:
         raise NotImplementedError
-
-    def has_attention(self) -> bool:
-        return False
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.task.continuous and input.dim() == 2:

@@ -38,10 +38,6 @@ class LSTMConfig(ModelConfig):
             raise ConfigError("lstm: d_model is not set (presets fill it in by capacity matching)")
 
 
-PRESETS = {"paper": LSTMConfig(n_layers=6), "cpu": LSTMConfig(n_layers=2)}
-TASK_PRESETS = {("hmm", "cpu"): LSTMConfig(n_layers=4)}
-
-
 class LSTMMixer(nn.Module):
     def __init__(self, d_model: int, d_hidden: int):
         super().__init__()
@@ -81,7 +77,9 @@ class LSTMMixer(nn.Module):
 
 
 class WindTunnelLSTM(HookedSequenceModel):
-    arch = "lstm"
+    arch, order, label = "lstm", 2, "An LSTM"
+    config_class = LSTMConfig
+    presets = {"paper": LSTMConfig(n_layers=6), "cpu": LSTMConfig(n_layers=2)}
 
     def make_mixer(self, layer: int) -> nn.Module:
         return LSTMMixer(self.config.d_model, self.config.d_hidden or self.config.d_model)

@@ -69,13 +69,6 @@ class MambaConfig(ModelConfig):
             raise ConfigError("mamba: d_model is not set (presets fill it in by capacity matching)")
 
 
-PRESETS = {
-    "paper": MambaConfig(n_layers=6),
-    "cpu": MambaConfig(n_layers=2),
-}
-TASK_PRESETS = {("hmm", "cpu"): MambaConfig(n_layers=4)}
-
-
 class LinearRecurrence(torch.autograd.Function):
     """h_t = a_t * h_{t-1} + b_t with h_{-1} = 0, over the first dimension (positions) of a and b."""
 
@@ -284,7 +277,12 @@ class MambaMixer(nn.Module):
 class WindTunnelMamba(HookedSequenceModel):
     """Mamba-1 blocks (pre-norm RMSNorm residual, as in mamba-ssm's MixerModel) on a wind tunnel."""
 
-    arch = "mamba"
+    arch, order, label = "mamba", 1, "A Mamba model"
+    config_class = MambaConfig
+    presets = {
+        "paper": MambaConfig(n_layers=6),
+        "cpu": MambaConfig(n_layers=2),
+    }
     norm = nn.RMSNorm
 
     def make_mixer(self, layer: int) -> nn.Module:

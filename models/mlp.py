@@ -36,10 +36,6 @@ class MLPConfig(ModelConfig):
             raise ConfigError("mlp: d_model is not set (presets fill it in by capacity matching)")
 
 
-PRESETS = {"paper": MLPConfig(n_layers=6), "cpu": MLPConfig(n_layers=2)}
-TASK_PRESETS = {("hmm", "cpu"): MLPConfig(n_layers=4, n_ctx=103)}
-
-
 class PositionwiseMLP(nn.Module):
     def __init__(self, d_model: int, d_mlp: int):
         super().__init__()
@@ -52,7 +48,10 @@ class PositionwiseMLP(nn.Module):
 
 
 class WindTunnelMLP(HookedSequenceModel):
-    arch = "mlp"
+    arch, order, label = "mlp", 3, "An MLP"
+    config_class = MLPConfig
+    presets = {"paper": MLPConfig(n_layers=6), "cpu": MLPConfig(n_layers=2)}
+    positions = True
 
     def __init__(self, config: MLPConfig, task, seed: int = 0):
         n_ctx = config.n_ctx or task.seq_len

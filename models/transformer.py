@@ -20,7 +20,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tasks import ConfigError, Task
 
-from .base import AnswerHead, InputProjection, ModelConfig, output_sizes
+from .base import AnswerHead, InputProjection, ModelConfig, Provenance, output_sizes
 
 
 # Activation functions HookedTransformer implements.
@@ -45,22 +45,16 @@ class TransformerConfig(ModelConfig):
             raise ConfigError(f"transformer: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
 
 
-PRESETS = {
-    "paper": TransformerConfig(d_model=192, n_layers=6, n_heads=6, normalization="RMS"),
-    "cpu": TransformerConfig(d_model=96, n_layers=2, n_heads=4),
-}
-# Where a task needs another shape: HMM filtering looks up table entries chosen by the current
-# observation and composes them over time, which wants more heads and depth than bijection; its
-# positions are sized for K=50 so the same model can be tested for length generalisation.
-TASK_PRESETS = {
-    ("hmm", "cpu"): TransformerConfig(d_model=96, n_layers=4, n_heads=8, n_ctx=103),
-}
-
-
 class WindTunnelTransformer(AnswerHead, HookedTransformer):
     """A HookedTransformer that knows its task and reads beliefs off the answer classes."""
 
-    arch = "transformer"
+    arch, order, label = "transformer", 0, "A transformer"
+    config_class = TransformerConfig
+    presets = {
+        "paper": TransformerConfig(d_model=192, n_layers=6, n_heads=6, normalization="RMS"),
+        "cpu": TransformerConfig(d_model=96, n_layers=2, n_heads=4),
+    }
+    attention = positions = capacity_reference = True
 
     def __init__(self, config: TransformerConfig, task: Task, seed: int = 0):
         n_ctx = config.n_ctx or task.seq_len
@@ -81,8 +75,7 @@ class WindTunnelTransformer(AnswerHead, HookedTransformer):
         with warnings.catch_warnings():  # we use the 3.x HookedTransformer on purpose (see pyproject)
             warnings.filterwarnings("ignore", message="HookedTransformer is deprecated")
             super().__init__(hooked, move_to_device=False)
-        self.config = config
-        self.task = task
+        self.config, self.task, self.provenance = config, task, Provenance(seed=seed)
         if task.continuous:
             self.embed = InputProjection(task.input_dim, config.d_model)
             self.setup()  # re-index the hook points after swapping a module
@@ -104,6 +97,3 @@ class WindTunnelTransformer(AnswerHead, HookedTransformer):
 
     def to(self, device_or_dtype, print_details: bool = False):
         return super().to(device_or_dtype, print_details=print_details)
-
-    def has_attention(self) -> bool:
-        return True

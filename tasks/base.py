@@ -7,6 +7,7 @@ every query position. Nothing here knows about models: a model reads ``task.voca
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -69,10 +70,65 @@ def batch_at_queries(tokens: torch.Tensor, positions: torch.Tensor, posterior: t
                  bayes_entropy=bayes_entropy, hypothesis=hypothesis)
 
 
+@dataclass(frozen=True)
+class Preset:
+    """A task's own variant of a named preset (``cpu``, ``paper``): what differs from the generic one.
+
+    ``model`` settings go to every architecture whose config has them (``n_heads`` only to those with
+    heads); ``train`` settings override the generic training recipe. ``longest``: the value of the
+    task's length setting that learned position tables are sized for, so one model can be tested for
+    length generalisation (an architecture with positions gets ``n_ctx`` = that sequence length).
+    ``by_arch`` holds the same three for one architecture, applied on top.
+    """
+
+    model: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    longest: int | None = None
+    by_arch: dict[str, "Preset"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PaperRow:
+    """One line of the paper's table that ``interp reproduce`` measures on this task's models.
+
+    ``arch`` None: one row per architecture reproduced. ``metric`` is a dotted path into the
+    analysis's metrics; ``paper`` None when the paper gives no number. ``claim="over"``: the paper
+    claims ours exceeds ``paper`` (a ratio), rather than a value to match. ``options`` go to the analysis.
+    """
+
+    experiment: str
+    arch: str | None
+    analysis: str
+    metric: str
+    paper: float | None
+    paper_text: str
+    claim: str = "value"
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """The inference primitive a task tests, and how a model passes it (``compare``'s matrix).
+
+    ``direction="max"``: pass when ``metric`` <= threshold; ``"min"``: pass when >= threshold.
+    """
+
+    name: str
+    metric: str
+    direction: str
+    threshold: float
+
+
 class Task:
-    """Base class of a wind tunnel. Subclasses set the class attributes and implement ``sample``."""
+    """Base class of a wind tunnel. Subclasses set the class attributes and implement ``sample``.
+
+    A task module is one file in tasks/ with one Task subclass; it is found by name, and everything
+    the toolkit needs to know about it is declared here (see the class attributes below), so adding
+    a task touches no other file.
+    """
 
     name: str = ""
+    order: int = 100  # where it is listed (``interp list``, ``interp reproduce``); ties by name
     vocab_size: int  # input token vocabulary
     n_classes: int  # C: the answer classes the posterior ranges over
     seq_len: int  # T of a sampled batch
@@ -81,6 +137,42 @@ class Task:
     # a Gaussian (mean, variance) instead of C classes.
     continuous: bool = False
     input_dim: int | None = None
+
+    # -- declarations the toolkit derives its tables from --------------------------------------
+    # The group of ``hypothesis_tokens()`` that forms the hypothesis frame (key-orthogonality,
+    # qk-alignment, frame-precision); None when the task has none.
+    frame: str | None = None
+    # Whether the exact posterior can put zero mass on an answer class (a hypothesis ruled out).
+    eliminates: bool = False
+    # A discrete latent with one value per query position, in ``batch.hypothesis`` (e.g. HMM
+    # hidden states), and its number of classes (an attribute name of the task); None if none.
+    query_latent: str | None = None
+    query_latent_classes: str | None = None
+    primitive: Primitive | None = None  # the inference primitive it tests, if any
+    presets: dict[str, Preset] = {}  # preset name -> this task's variant of it
+    paper_rows: tuple[PaperRow, ...] = ()
+
+    @classmethod
+    def small_config(cls, rng: random.Random) -> dict:
+        """Settings of a small random instance whose posterior ``brute_force`` can check cheaply."""
+        raise NotImplementedError(f"{cls.__name__} declares no small configurations")
+
+    def brute_force(self, batch: Batch, row: int):
+        """The exact posterior at every query of ``row`` by enumerating the generative process, an
+        independent route to ``sample``'s closed form: [Q, C] (float64), or (mean, var) [Q] each for
+        continuous tasks. Only for small configurations."""
+        raise NotImplementedError(f"{type(self).__name__} declares no brute-force oracle")
+
+    def frame_tokens(self) -> tuple[str, torch.Tensor]:
+        """(name, token ids) of the hypothesis frame; ConfigError when the task declares none."""
+        groups = self.hypothesis_tokens()
+        if self.frame is None or self.frame not in groups:
+            raise ConfigError(f"task {self.name!r} defines no hypothesis tokens for a hypothesis frame")
+        return self.frame, groups[self.frame]
+
+    def n_latent_classes(self) -> int:
+        """The number of classes of ``query_latent``."""
+        return int(getattr(self, self.query_latent_classes))
 
     def config(self) -> dict:
         """Everything needed to rebuild this task with ``tasks.make(**config)``."""

@@ -15,9 +15,21 @@ Options
 """
 from __future__ import annotations
 
+import itertools
+import random
+
 import torch
 
-from .base import Batch, ConfigError, Task, checked_batch_size, batch_at_queries
+from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, batch_at_queries
+
+
+def enumerated_posterior(V: int, keys: list[int], values: list[int], i: int) -> torch.Tensor:
+    """P(pi(keys[i]) = v | pairs 0..i-1) by enumerating all V! permutations consistent with them."""
+    counts = torch.zeros(V)
+    for perm in itertools.permutations(range(V)):
+        if all(perm[keys[j]] == values[j] for j in range(i)):
+            counts[perm[keys[i]]] += 1
+    return counts / counts.sum()
 
 
 def key_posteriors(keys: torch.Tensor, values: torch.Tensor, V: int) -> torch.Tensor:
@@ -35,7 +47,26 @@ def key_posteriors(keys: torch.Tensor, values: torch.Tensor, V: int) -> torch.Te
 
 class Bijection(Task):
     name = "bijection"
+    order = 0
     length_setting = "L"
+    frame = "values"  # the V value tokens: one per hypothesis about a key's value
+    eliminates = True  # a revealed value is ruled out for every other key
+    primitive = Primitive("accumulation", "entropy_mae_bits", "max", 0.05)
+    presets = {"cpu": Preset(by_arch={"mamba": Preset(train=dict(steps=2_000)),
+                                      "lstm": Preset(train=dict(steps=2_000)),
+                                      "mlp": Preset(train=dict(steps=1_000))})}
+    paper_rows = (
+        *(PaperRow("bijection V=20, entropy MAE (bits)", arch, "calibration", "entropy_mae_bits", float(paper), paper)
+          for arch, paper in (("transformer", "0.007"), ("mamba", "0.010"), ("lstm", "0.009"), ("mlp", "1.85"))),
+        PaperRow("layer-0 key orthogonality, mean |off-diagonal cos|", "transformer", "key-orthogonality",
+                 "layer0_trained", 0.052, "0.052 (0.082 random)"),
+        PaperRow("  the same for random Gaussian vectors", "transformer", "key-orthogonality", "random",
+                 0.082, "0.082"),
+        PaperRow("hypothesis-frame head ablation, MAE ratio", "transformer", "head-ablation",
+                 "hypothesis_frame_head.mae_ratio_to_intact", 10.0, ">10x", claim="over"),
+        PaperRow("single-layer ablation, smallest MAE ratio", "transformer", "layer-ablation",
+                 "min_block_ratio", 10.0, ">10x", claim="over"),
+    )
 
     def __init__(self, V: int = 20, L: int | None = None, replacement: bool = False,
                  paired: bool = False):
@@ -111,6 +142,16 @@ class Bijection(Task):
         positions = torch.arange(keys.shape[1]) * 2
         return batch_at_queries(tokens, positions, key_posteriors(keys, values, V),
                                 torch.full(keys.shape, -100), hypothesis=dict(keys=keys, values=shown - V))
+
+    @classmethod
+    def small_config(cls, rng: random.Random) -> dict:
+        V, replacement = rng.randint(2, 5), rng.random() < 0.5
+        return dict(V=V, L=rng.randint(1, 6 if replacement else V), replacement=replacement,
+                    paired=rng.random() < 0.5)
+
+    def brute_force(self, batch: Batch, row: int) -> torch.Tensor:
+        keys, values = batch.hypothesis["keys"][row].tolist(), batch.hypothesis["values"][row].tolist()
+        return torch.stack([enumerated_posterior(self.V, keys, values, i) for i in range(len(keys))]).double()
 
     def token_names(self, tokens: torch.Tensor) -> list[str]:
         V = self.V

@@ -46,11 +46,13 @@ Queries and posterior
 """
 from __future__ import annotations
 
+import itertools
 import math
+import random
 
 import torch
 
-from .base import Batch, ConfigError, Task, checked_batch_size, batch_at_queries
+from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, batch_at_queries
 
 TRANS, EMIT, SEP = 101, 102, 103
 OBS0 = 104
@@ -157,9 +159,47 @@ def forward_filter(T: torch.Tensor, E: torch.Tensor, observations: torch.Tensor,
     return out.exp_().permute(2, 0, 1)
 
 
+def enumerated_filter(T, E, obs, S) -> torch.Tensor:
+    """p(s_t | o_1..o_t) for every t by summing the joint over all S^t paths of the prefix (lists in)."""
+    out = []
+    for t in range(1, len(obs) + 1):
+        mass = [0.0] * S
+        for path in itertools.product(range(S), repeat=t):
+            p = 1.0 / S * E[path[0]][obs[0]]
+            for i in range(1, t):
+                p *= T[path[i - 1]][path[i]] * E[path[i]][obs[i]]
+            mass[path[-1]] += p
+        total = sum(mass)
+        out.append([m / total for m in mass])
+    return torch.tensor(out, dtype=torch.float64)
+
+
 class HMM(Task):
     name = "hmm"
+    order = 1
     length_setting = "K"
+    # The observation tokens: the model looks up an emission column by them. The hidden states'
+    # tokens exist only as output classes (never input), so their embeddings hold no keys.
+    frame = "observations"
+    eliminates = False  # every table entry is >= 0.05, so no hidden state is ever ruled out
+    query_latent, query_latent_classes = "states", "S"
+    primitive = Primitive("transport", "entropy_mae_bits", "max", 0.05)
+    # Filtering looks up table entries chosen by the current observation and composes them over
+    # time, which wants more heads and depth than bijection; positions are sized for K=50 so the
+    # same model can be tested for length generalisation.
+    presets = {"cpu": Preset(model=dict(n_layers=4, n_heads=8), longest=50,
+                             train=dict(steps=5_000, batch_size=64, lr=2e-3, warmup=300, eval_every=500),
+                             by_arch={"mlp": Preset(train=dict(steps=2_000))})}
+    paper_rows = (
+        PaperRow("HMM K=20, entropy MAE (bits)", "transformer", "calibration", "entropy_mae_bits", 7.5e-5, "7.5e-5"),
+        *(PaperRow(f"HMM K={k} (trained at 20), entropy MAE (bits)", "transformer", "length-generalization",
+                   f"lengths.{k}.entropy_mae_bits", float(paper), paper, options={"lengths": "30,50"})
+          for k, paper in ((30, "0.012"), (50, "0.029"))),
+        *(PaperRow("HMM K=20, entropy MAE (bits)", arch, "calibration", "entropy_mae_bits", float(paper), paper)
+          for arch, paper in (("mamba", "0.024"), ("lstm", "0.411"), ("mlp", "0.40"))),
+        PaperRow("Mamba final layer on HMM: k-means purity by hidden state", "mamba", "belief-clusters", "purity",
+                 1.0, "5 clusters, one per hidden state"),
+    )
 
     def __init__(self, S: int = 5, O: int = 5, K: int = 20, concentration: float = 1.0):
         for label, value, low in (("S", S, 2), ("O", O, 2), ("K", K, 1)):
@@ -239,6 +279,15 @@ class HMM(Task):
         return batch_at_queries(tokens, torch.arange(self.obs_offset, tokens.shape[1]), forward_filter(T, E, obs),
                                 torch.full(obs.shape, -100), hypothesis=dict(T_units=T_units, E_units=E_units,
                                                                             T=T, E=E, observations=obs))
+
+    @classmethod
+    def small_config(cls, rng: random.Random) -> dict:
+        return dict(S=rng.randint(2, 3), O=rng.randint(2, 3), K=rng.randint(1, 4),
+                    concentration=rng.uniform(0.1, 5.0))
+
+    def brute_force(self, batch: Batch, row: int) -> torch.Tensor:
+        h = batch.hypothesis
+        return enumerated_filter(h["T"][row].tolist(), h["E"][row].tolist(), h["observations"][row].tolist(), self.S)
 
     def decode_tables(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(T_units [B, S, S], E_units [B, S, O]) read back from a token batch [B, seq_len] (or [seq_len])."""

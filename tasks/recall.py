@@ -42,16 +42,60 @@ query key was bound, ``answers`` [B, M] value class index of each answer (the la
 """
 from __future__ import annotations
 
+import itertools
 import numbers
+import random
 
 import torch
 
-from .base import Batch, ConfigError, Task, checked_batch_size, batch_at_queries
+from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, batch_at_queries
+
+
+def enumerated_posterior(n_keys: int, n_values: int, tokens: list[int], query_index: int) -> torch.Tensor:
+    """P(answer to query ``query_index`` = v | everything before it), read off the raw tokens alone.
+
+    Enumerates every hidden world: each injective table from the bound keys to values, and each
+    tuple of answers to queries 0..query_index, weighting by the generative process (a bound key
+    answers its table value; an unbound key answers a uniform draw from all values). Which keys
+    are bound and which are asked does not depend on the values, so those factors cancel.
+    """
+    sep = n_keys + n_values
+    split = tokens.index(sep)
+    shown_keys = tokens[0:split:2]
+    shown_values = [v - n_keys for v in tokens[1:split:2]]
+    query_keys = tokens[split + 1::2]
+    shown_answers = [a - n_keys for a in tokens[split + 2::2]]
+
+    counts = [0.0] * n_values
+    for table_values in itertools.permutations(range(n_values), len(shown_keys)):
+        table = dict(zip(shown_keys, table_values))
+        if list(table_values) != shown_values:
+            continue
+        for answers in itertools.product(range(n_values), repeat=query_index + 1):
+            if list(answers[:query_index]) != shown_answers[:query_index]:
+                continue
+            weight = 1.0
+            for q, a in zip(query_keys, answers):
+                weight *= float(table[q] == a) if q in table else 1.0 / n_values
+            counts[answers[query_index]] += weight
+    total = sum(counts)
+    return torch.tensor([c / total for c in counts])
 
 
 class Recall(Task):
     name = "recall"
+    order = 3
     length_setting = "queries"
+    frame = "values"
+    eliminates = True  # a bound key's answer is a delta: every other value is ruled out
+    primitive = Primitive("binding", "accuracy", "min", 0.9)
+    presets = {"cpu": Preset(train=dict(steps=3_000),
+                             by_arch={"mamba": Preset(train=dict(steps=2_000)),
+                                      "lstm": Preset(train=dict(steps=2_000)),
+                                      "mlp": Preset(train=dict(steps=1_000))})}
+    paper_rows = tuple(PaperRow("associative recall, accuracy", arch, "calibration", "accuracy", paper, text)
+                       for arch, paper, text in (("transformer", 1.0, "100%"), ("mamba", 0.978, "97.8%"),
+                                                 ("lstm", 0.005, "0.5%"), ("mlp", None, "–")))
 
     def __init__(self, N: int = 8, n_keys: int = 16, n_values: int = 16, queries: int = 4,
                  p_unbound: float = 0.0):
@@ -144,6 +188,18 @@ class Recall(Task):
         return batch_at_queries(tokens, 2 * N + 1 + 2 * torch.arange(queries.shape[1]), posterior,
                                 torch.full(queries.shape, -100), hypothesis=dict(keys=keys, values=shown - K,
                                                                                 query_keys=queries, bound=bound))
+
+    @classmethod
+    def small_config(cls, rng: random.Random) -> dict:
+        N = rng.randint(1, 3)
+        n_keys, n_values = rng.randint(N, 4), rng.randint(N, 4)
+        p_unbound = rng.uniform(0.0, 0.9) if n_keys > N else 0.0  # unbound queries need a free key
+        return dict(N=N, n_keys=n_keys, n_values=n_values, queries=rng.randint(1, 3), p_unbound=p_unbound)
+
+    def brute_force(self, batch: Batch, row: int) -> torch.Tensor:
+        tokens = batch.tokens[row].tolist()
+        return torch.stack([enumerated_posterior(self.n_keys, self.n_values, tokens, i)
+                            for i in range(self.queries)]).double()
 
     def token_names(self, tokens: torch.Tensor) -> list[str]:
         K = self.n_keys

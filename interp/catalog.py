@@ -1,0 +1,35 @@
+"""The shipped reference models in ``models/pretrained/``, addressable by folder name.
+
+Only the index (names, paths, the summary of each run.json): it imports nothing heavy, so the
+checkpoint loader and ``interp list`` can ask what is shipped. Shipping a run is interp.pretrained.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "models" / "pretrained"
+
+
+def shipped() -> dict[str, Path]:
+    """Name -> run folder of every shipped reference model."""
+    if not PRETRAINED_DIR.is_dir():
+        return {}
+    return {p.name: p for p in sorted(PRETRAINED_DIR.iterdir()) if (p / "run.json").exists()}
+
+
+def locate(path) -> Path:
+    """``path`` itself if it exists, else the shipped model of that name, else ``path`` (to fail later)."""
+    candidate = Path(path)
+    if candidate.exists():
+        return candidate
+    return shipped().get(str(path), candidate)
+
+
+def summary(run_dir: Path) -> dict:
+    record = json.loads((run_dir / "run.json").read_text())
+    final = record.get("final") or {}
+    return dict(task=record["task"]["name"], arch=record["arch"], n_params=record.get("n_params"),
+                entropy_mae_bits=final.get("entropy_mae_bits"), accuracy=final.get("accuracy"),
+                steps=(record.get("train") or {}).get("steps"), minutes=record.get("wall_time_s", 0) / 60,
+                n_checkpoints=len(list((run_dir / "checkpoints").glob("step-*.safetensors"))))
