@@ -1,51 +1,52 @@
-"""Geometric diagnostics. One module per diagnostic, each with one entry point ``run(model, **options)``.
+"""Geometric diagnostics. One module per diagnostic, each declaring ``ANALYSIS = Analysis(...)``.
 
     result = analyses.run("key-orthogonality", model)
     result.metrics, result.figures
+
+``REGISTRY`` is built by finding those declarations in this package, so adding a diagnostic is
+adding one file here.
 """
 from __future__ import annotations
 
-import inspect
+import importlib
+import pkgutil
 
-from . import (belief_clusters, calibration, compare, frame_precision, head_ablation, key_orthogonality,
-               layer_ablation, length_generalization, qk_alignment, value_manifold)
-from .base import AnalysisError, Result
+from .base import Analysis, AnalysisError, Option, Result
 
-REGISTRY = {
-    "calibration": calibration.run,
-    "key-orthogonality": key_orthogonality.run,
-    "length-generalization": length_generalization.run,
-    "head-ablation": head_ablation.run,
-    "layer-ablation": layer_ablation.run,
-    "qk-alignment": qk_alignment.run,
-    "value-manifold": value_manifold.run,
-    "frame-precision": frame_precision.run,
-    "belief-clusters": belief_clusters.run,
-    "compare": compare.run,
-}
-MULTI_MODEL = {"compare"}  # analyses whose first argument is a list of models
+
+def _discover() -> dict[str, Analysis]:
+    found: dict[str, Analysis] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name == "base" or info.name.startswith("_"):
+            continue
+        declared = getattr(importlib.import_module(f"{__name__}.{info.name}"), "ANALYSIS", None)
+        if isinstance(declared, Analysis):
+            if declared.name in found:
+                raise ImportError(f"two analyses are named {declared.name!r}")
+            found[declared.name] = declared
+    return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
+
+
+REGISTRY: dict[str, Analysis] = _discover()
 NAMES = tuple(REGISTRY)
+MULTI_MODEL = {name for name, analysis in REGISTRY.items() if analysis.multi_model}
+
+
+def get(name: str) -> Analysis:
+    if name not in REGISTRY:
+        raise AnalysisError(f"unknown analysis {name!r}; valid analyses: {', '.join(NAMES)}")
+    return REGISTRY[name]
 
 
 def options(name: str) -> dict:
     """The keyword options of an analysis and their defaults."""
-    _check(name)
-    params = inspect.signature(REGISTRY[name]).parameters
-    return {k: p.default for k, p in params.items() if k != "model"}
+    return get(name).defaults()
 
 
 def run(name: str, model, **kwargs) -> Result:
-    valid = options(name)
-    unknown = sorted(set(kwargs) - set(valid))
-    if unknown:
-        raise AnalysisError(f"unknown option(s) {', '.join(unknown)} for {name}; "
-                            f"valid options: {', '.join(valid) or 'none'}")
-    return REGISTRY[name](model, **kwargs)
+    """Run analysis ``name``: options are checked against its schema and the model against its requirements."""
+    return get(name)(model, **kwargs)
 
 
-def _check(name: str) -> None:
-    if name not in REGISTRY:
-        raise AnalysisError(f"unknown analysis {name!r}; valid analyses: {', '.join(NAMES)}")
-
-
-__all__ = ["AnalysisError", "Result", "NAMES", "MULTI_MODEL", "REGISTRY", "options", "run"]
+__all__ = ["Analysis", "AnalysisError", "Option", "Result", "NAMES", "MULTI_MODEL", "REGISTRY", "get", "options",
+           "run"]

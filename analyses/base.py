@@ -1,9 +1,19 @@
-"""What every analysis returns, and the helpers they share."""
+"""What an analysis declares and returns, and the helpers analyses share.
+
+An analysis is one module in analyses/ that defines ``ANALYSIS = Analysis(...)``: its name, the exact
+definition of its numbers, its entry point, a typed option schema and what it requires of a model.
+The registry finds it; the CLI builds ``interp run NAME --help`` and its validation from the schema,
+and every model it cannot run on is refused up front with the requirement that is not met.
+"""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
+
+import models
 
 
 class AnalysisError(ValueError):
@@ -18,10 +28,142 @@ class Result:
     figures: dict = field(default_factory=dict)  # {name: plotly Figure}, in display order
 
 
+@dataclass(frozen=True)
+class Option:
+    """One keyword option of an analysis: its default (whose type is the option's type), help and range."""
+
+    name: str
+    default: Any
+    help: str
+    low: float | None = None  # inclusive bounds for numbers
+    high: float | None = None
+
+    @property
+    def type(self) -> type:
+        return type(self.default)
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def describe(self) -> str:
+        """The help text with the range and default, for ``--help``."""
+        bounds = ("" if self.low is None and self.high is None else
+                  f" [{'' if self.low is None else self.low}..{'' if self.high is None else self.high}]")
+        default = "auto" if self.default == "" else self.default
+        return f"{self.help}{bounds} (default {default})"
+
+    def parse(self, raw: str):
+        """A value from the command line's text, checked."""
+        try:
+            value = self.type(raw)
+        except ValueError:
+            raise AnalysisError(f"{self.flag} must be {self.type.__name__}, got {raw!r}") from None
+        return self.check(value)
+
+    def check(self, value):
+        """``value`` itself if it has the option's type and lies in its range; AnalysisError otherwise."""
+        kind = self.type
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)  # an int where a float is asked for is fine
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            raise AnalysisError(f"{self.flag} must be {kind.__name__}, got {value!r}")
+        if kind in (int, float) and ((self.low is not None and value < self.low) or
+                                     (self.high is not None and value > self.high) or not math.isfinite(value)):
+            raise AnalysisError(f"{self.flag} must be from {self.low} to {self.high}, got {value!r}")
+        return value
+
+
+def n_option(default: int) -> Option:
+    return Option("n", default, "held-out sequences to measure on", low=1, high=1_000_000)
+
+
+def seed_option() -> Option:
+    return Option("seed", 1234, "seed of the held-out batch", low=0, high=2 ** 32 - 1)
+
+
+# What an analysis may require of a model: name -> (test, why it is needed, what to do instead).
+def _has_series(model) -> bool:
+    provenance = getattr(model, "provenance", None)
+    return provenance is not None and len(provenance.checkpoints) >= MIN_SERIES
+
+
+MIN_SERIES = 3  # checkpoints a training-dynamics analysis needs
+REQUIREMENTS: dict[str, tuple[Callable, str]] = {
+    "attention": (lambda m: m.has_attention(),
+                  "needs an attention model; {arch} has no attention heads (try calibration instead)"),
+    "discrete": (lambda m: not m.task.continuous,
+                 "needs a discrete task; {task!r} has a Gaussian answer head"),
+    "frame": (lambda m: m.task.frame is not None,
+              "needs a task with a hypothesis frame; task {task!r} defines no hypothesis tokens"),
+    "eliminates": (lambda m: m.task.eliminates,
+                   "needs a discrete task whose posterior can rule hypotheses out; on {task!r} no answer class "
+                   "ever has posterior 0"),
+    "query-latent": (lambda m: m.task.query_latent is not None,
+                     "needs a task with a discrete latent state at every query (its clusters); {task!r} has none"),
+    "length-setting": (lambda m: m.task.length_setting is not None,
+                       "needs a task with a length setting to vary; {task!r} has none"),
+    "series": (_has_series,
+               f"needs a run folder with several checkpoints (at least {MIN_SERIES}); pass the run folder, "
+               "e.g. --ckpt runs/NAME"),
+}
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A registered diagnostic. ``run(model, **options)`` is its entry point; ``multi_model``: the
+    first argument is a list of models (each checked against ``requires``)."""
+
+    name: str
+    summary: str  # one line for ``interp list`` and ``interp run --help``
+    definition: str
+    run: Callable[..., "Result"]
+    options: tuple[Option, ...] = ()
+    requires: tuple[str, ...] = ()
+    multi_model: bool = False
+    order: int = 100  # where it is listed (``interp list``, ``interp run --help``); ties by name
+
+    def __post_init__(self):
+        unknown = [r for r in self.requires if r not in REQUIREMENTS]
+        if unknown:
+            raise ValueError(f"{self.name}: unknown requirement(s) {unknown}; known: {', '.join(REQUIREMENTS)}")
+
+    def defaults(self) -> dict:
+        return {o.name: o.default for o in self.options}
+
+    def option(self, name: str) -> Option:
+        for o in self.options:
+            if o.name == name:
+                return o
+        listed = ", ".join(o.flag for o in self.options) or "none"
+        raise AnalysisError(f"unknown option --{name.replace('_', '-')} for {self.name}; its options: {listed}")
+
+    def unmet(self, model) -> list[str]:
+        """The messages of the requirements ``model`` does not meet (empty when it can run)."""
+        task = getattr(model, "task", None)
+        if task is None:
+            return [f"needs a wind-tunnel model with a task; got {type(model).__name__}"]
+        return [why.format(arch=getattr(model, "arch", type(model).__name__), task=task.name)
+                for name in self.requires for test, why in [REQUIREMENTS[name]] if not test(model)]
+
+    def __call__(self, model, **options) -> "Result":
+        unknown = sorted(set(options) - {o.name for o in self.options})
+        if unknown:
+            raise AnalysisError(f"unknown option(s) {', '.join(unknown)} for {self.name}; "
+                                f"valid options: {', '.join(o.name for o in self.options) or 'none'}")
+        checked = {name: self.option(name).check(value) for name, value in options.items()}
+        for m in (model if self.multi_model else [model]):
+            missing = self.unmet(m)
+            if missing:
+                raise AnalysisError(f"{self.name} {missing[0]}")
+        return self.run(model, **checked)
+
+
 def require_attention(model, analysis: str) -> None:
-    if not getattr(model, "has_attention", lambda: False)():
-        raise AnalysisError(f"{analysis} needs an attention model; {getattr(model, 'arch', type(model).__name__)} "
-                            f"has no attention heads (try calibration instead)")
+    """For helpers called outside the registry (the explorer): the same refusal as ``requires``."""
+    test, why = REQUIREMENTS["attention"]
+    if not test(model):
+        raise AnalysisError(f"{analysis} " + why.format(arch=getattr(model, "arch", type(model).__name__), task=""))
 
 
 # Training batches are seeded by seed * 1_000_003 + step; held-out batches live far above that.
@@ -53,7 +195,5 @@ def answer_probs(model, tokens: torch.Tensor, chunk: int = 1024, **kwargs) -> to
 def untrained_twin(model):
     """The same architecture, config and seed as ``model`` at initialisation: its step-0 weights,
     on the model's device, for baselines that separate what training did from what the shape gives."""
-    import models
-
-    twin = models.build(model.arch, model.task, config=model.config.to_dict(), seed=getattr(model, "seed", 0))
+    twin = models.build(model.arch, model.task, config=model.config.to_dict(), seed=model.provenance.seed)
     return twin.to(next(model.parameters()).device).eval()

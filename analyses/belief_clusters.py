@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from .base import AnalysisError, Result, eval_batch
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 
 DEFINITION = " ".join("""
  On one held-out batch of n HMM sequences, the residual stream after every block l
@@ -86,20 +86,17 @@ def residuals_at_queries(model, batch) -> list[np.ndarray]:
     return [torch.cat(p).numpy() for p in parts]
 
 
-def run(model, n: int = 500, seed: int = 1234) -> Result:
-    """k-means, silhouette and purity of the residual stream at observation positions, per layer, by true state."""
-    task = getattr(model, "task", None)
-    if getattr(task, "name", None) != "hmm":
-        raise AnalysisError(f"belief-clusters needs an \"hmm\" model (its hidden states are the clusters); this "
-                            f"model was trained on {getattr(task, 'name', None)!r}")
+def compute(model, n: int = 500, seed: int = 1234) -> Result:
+    """k-means, silhouette and purity of the residual stream at query positions, per layer, by latent state."""
+    task = model.task
     n_layers = model.cfg.n_layers
     missing = [resid_name(l) for l in range(n_layers) if resid_name(l) not in getattr(model, "hook_dict", {})]
     if missing:
         raise AnalysisError(f"belief-clusters needs the hook point(s) {', '.join(missing)}, which this model lacks")
-    S = task.S
+    S = task.n_latent_classes()  # the number of latent states: the clusters k-means looks for
     batch = eval_batch(model, n, seed)
     mask = batch.query_mask.cpu()
-    states = batch.hypothesis["states"].cpu()  # [B, K], in the order of the observation positions
+    states = batch.hypothesis[task.query_latent].cpu()  # [B, K], in the order of the observation positions
     if not torch.equal(mask.sum(1), torch.full((len(batch),), states.shape[1])):
         raise AnalysisError("belief-clusters: the query positions do not line up with the hidden states")
     truth = states.flatten().numpy()  # row-major, matching resid[mask]
@@ -187,3 +184,9 @@ def per_layer_figure(metrics: dict) -> go.Figure:
                       xaxis_title="residual stream after block", yaxis_title="silhouette / purity",
                       template="plotly_white", width=760, height=440)
     return fig
+
+
+ANALYSIS = Analysis(
+    "belief-clusters", "does the residual stream cluster by the latent state (k-means purity, silhouette)?",
+    DEFINITION, compute, options=(n_option(500), seed_option()), requires=("query-latent",), order=8)
+run = ANALYSIS

@@ -12,7 +12,7 @@ import torch
 from tasks import entropy_bits
 from tasks.regression import gaussian_entropy_bits
 
-from .base import Result, answer_probs, eval_batch
+from .base import Analysis, Result, answer_probs, eval_batch, n_option, seed_option
 
 DEFINITION = """\
 all in bits, over the task's C answer classes only, at query positions):
@@ -103,7 +103,7 @@ def error_figure(curves: dict) -> go.Figure:
     return fig
 
 
-def run(model, n: int = 2000, seed: int = 1234) -> Result:
+def compute(model, n: int = 2000, seed: int = 1234) -> Result:
     """Calibration of ``model`` against the exact posterior on ``n`` held-out sequences."""
     numbers = measure(model, eval_batch(model, n, seed))
     numbers["seed"] = seed
@@ -113,3 +113,8 @@ def run(model, n: int = 2000, seed: int = 1234) -> Result:
         "staircase": staircase_figure(numbers["per_position"], title),
         "error-by-position": error_figure(numbers["per_position"]),
     })
+
+
+ANALYSIS = Analysis("calibration", "entropy MAE, KL and accuracy against the exact Bayes posterior", DEFINITION,
+                    compute, options=(n_option(2000), seed_option()), order=0)
+run = ANALYSIS

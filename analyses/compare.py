@@ -6,27 +6,29 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .base import AnalysisError, Result, eval_batch
+import tasks
+
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .calibration import measure
 
-DEFINITION = " ".join("""
- Every model is measured with ``calibration`` on its own task (entropy MAE and KL in
+def primitives() -> dict[str, tuple]:
+    """primitive -> (task, metric, direction, threshold), from the tasks' own declarations."""
+    return {name: (task, p.metric, p.direction, p.threshold) for name, (task, p) in tasks.primitives().items()}
+
+
+def _criteria() -> str:
+    """Each primitive's test as the tasks declare it, for the definition."""
+    return "; ".join(f"{name} from {task} (pass when {p.metric} {'<=' if p.direction == 'max' else '>='} "
+                     f"{p.threshold}; {p.why})" for name, (task, p) in tasks.primitives().items())
+
+
+DEFINITION = " ".join(f"""
+Every model is measured with ``calibration`` on its own task (entropy MAE and KL in
 bits, accuracy for discrete tasks; n held-out sequences, the same seed for all). The primitives
 matrix has one row per architecture and one column per inference primitive, each judged from the
-runs given, never assumed: accumulation from bijection (pass when entropy MAE <= 0.05 bits),
-transport from HMM filtering (pass when entropy MAE <= 0.05 bits), binding from associative recall
-(pass when accuracy >= 0.9). A cell with no run of that task and architecture is "not measured";
-with several, the best run counts. The thresholds sit between the paper's passing and failing
-architectures (bijection 0.007-0.010 vs MLP 1.85 bits; HMM <= 0.024 vs LSTM 0.41 bits; recall
->= 97.8% vs LSTM 0.5%).
+runs given, never assumed: {_criteria()}. A cell with no run of that task and architecture is
+"not measured"; with several, the best run counts.
 """.split())
-
-# primitive -> (task, metric, direction, threshold)
-PRIMITIVES = {
-    "accumulation": ("bijection", "entropy_mae_bits", "max", 0.05),
-    "transport": ("hmm", "entropy_mae_bits", "max", 0.05),
-    "binding": ("recall", "accuracy", "min", 0.9),
-}
 
 
 def run_label(model) -> str:
@@ -37,7 +39,7 @@ def run_label(model) -> str:
 
 
 def primitive_cell(rows: list[dict], arch: str, primitive: str) -> dict:
-    task, metric, direction, threshold = PRIMITIVES[primitive]
+    task, metric, direction, threshold = primitives()[primitive]
     values = [r[metric] for r in rows if r["arch"] == arch and r["task"] == task and r.get(metric) is not None]
     if not values:
         return dict(status="not measured", value=None, threshold=threshold, metric=metric, task=task)
@@ -46,7 +48,7 @@ def primitive_cell(rows: list[dict], arch: str, primitive: str) -> dict:
     return dict(status="pass" if passed else "fail", value=best, threshold=threshold, metric=metric, task=task)
 
 
-def run(model, n: int = 1000, seed: int = 1234) -> Result:
+def compute(model, n: int = 1000, seed: int = 1234) -> Result:
     """Calibration of every model in ``model`` (a list of loaded models) and the primitives matrix."""
     runs = list(model) if isinstance(model, (list, tuple)) else [model]
     if not runs:
@@ -59,7 +61,7 @@ def run(model, n: int = 1000, seed: int = 1234) -> Result:
                          entropy_mae_bits=numbers["entropy_mae_bits"], kl_bits=numbers["kl_bits"],
                          accuracy=numbers.get("accuracy")))
     archs = sorted({r["arch"] for r in rows})
-    matrix = {arch: {p: primitive_cell(rows, arch, p) for p in PRIMITIVES} for arch in archs}
+    matrix = {arch: {p: primitive_cell(rows, arch, p) for p in primitives()} for arch in archs}
     metrics = dict(runs=rows, primitives=matrix, n_sequences=n, seed=seed)
     return Result("compare", DEFINITION, metrics, {
         "calibration": bar_figure(rows), "primitives": matrix_figure(matrix)})
@@ -81,7 +83,7 @@ def bar_figure(rows: list[dict]) -> go.Figure:
 
 
 def matrix_figure(matrix: dict) -> go.Figure:
-    archs, prims = list(matrix), list(PRIMITIVES)
+    archs, prims = list(matrix), list(primitives())
     score = {"pass": 1, "fail": 0, "not measured": 0.5}
     text = [[f"{matrix[a][p]['status']}<br>" + (f"{matrix[a][p]['value']:.3g}" if matrix[a][p]["value"] is not None else "")
              for p in prims] for a in archs]
@@ -93,3 +95,8 @@ def matrix_figure(matrix: dict) -> go.Figure:
     fig.update_layout(title="Inference primitives, measured (thresholds in the JSON)", template="plotly_white",
                       width=560, height=160 + 60 * len(archs))
     return fig
+
+
+ANALYSIS = Analysis("compare", "calibration of several runs side by side, and the measured primitives matrix",
+                    DEFINITION, compute, options=(n_option(1000), seed_option()), multi_model=True, order=9)
+run = ANALYSIS

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from .base import AnalysisError, Result, eval_batch, require_attention
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .calibration import measure
 from .key_orthogonality import key_vectors
 
@@ -23,7 +23,7 @@ Jensen-Shannon divergence in bits (log base 2, so between 0 and 1) between the c
 final checkpoint's attention rows (blocks.l.attn.hook_pattern, one row per head at each query
 position only, a causal distribution over key positions 0..q), averaged over sequences, heads and
 query positions; (2) key-frame ratio: at layer 0, the keys k_i = LN_0(W_E[i]) W_K[0, h] (as in
-key-orthogonality, no position, no bias) of the task's first hypothesis-token group (bijection: the
+key-orthogonality, no position, no bias) of the task's hypothesis frame, the group it declares (bijection: the
 V value tokens; HMM: the O observation tokens) form per head a matrix K_h [n_tokens x d_head]; its
 top-k right singular vectors U_h [d_head x k], with k = floor(min(n_tokens, d_head) / 2), span the
 head's key-frame subspace. The overlap with the final model is ||U_h^T U_h,final||_F^2 / k (1 for the
@@ -51,7 +51,6 @@ is drawn at half the smallest positive checkpoint step (the hover text gives the
 """.split())
 
 SETTLE_FRACTION = 0.9
-MIN_CHECKPOINTS = 3
 CHUNK = 256  # sequences per forward pass
 
 
@@ -142,22 +141,12 @@ def key_frames(model, ids: torch.Tensor, k: int) -> list[torch.Tensor]:
     return [top_subspace(keys[h], k) for h in range(keys.shape[0])]
 
 
-def run(model, n: int = 500, seed: int = 1234) -> Result:
+def compute(model, n: int = 500, seed: int = 1234) -> Result:
     """Frame (attention and key-frame stability) and precision (calibration) over every checkpoint of the run."""
-    require_attention(model, "frame-precision")
-    run_dir = getattr(model, "run_dir", None)
-    # Analyses normally do no file I/O and never import interp (interp wires analyses to files). This
-    # one is about training dynamics, so it must see every checkpoint of the run: it loads them
-    # through interp's own checkpoint reader and nothing else, imported here so that importing
-    # analyses stays free of interp.
-    from interp.checkpoint import list_checkpoints, load
-
-    found = list_checkpoints(run_dir) if run_dir is not None else []
-    if len(found) < MIN_CHECKPOINTS:
-        detail = ("this model was not loaded from a run folder" if run_dir is None
-                  else f"{run_dir} holds {len(found)} checkpoint(s), at least {MIN_CHECKPOINTS} are needed")
-        raise AnalysisError("frame-precision needs a run folder with several checkpoints; pass the run folder, "
-                            f"e.g. --ckpt runs/NAME ({detail})")
+    # The run's checkpoint series and how to load one come with the model (its provenance), so this
+    # analysis of training dynamics needs no file I/O of its own.
+    found = list(model.provenance.checkpoints)
+    load = model.provenance.load
 
     device = next(model.parameters()).device
     batch = eval_batch(model, n, seed)
@@ -166,7 +155,7 @@ def run(model, n: int = 500, seed: int = 1234) -> Result:
     split = np.random.default_rng(seed).permutation(len(entropy))
 
     groups = model.task.hypothesis_tokens()
-    group = next(iter(groups), None)  # the task lists its main hypothesis frame first
+    group = model.task.frame  # the task declares its hypothesis frame (None: attention divergence only)
     d_head, n_layers, n_heads = model.cfg.d_head, model.cfg.n_layers, model.cfg.n_heads
     ids = groups[group] if group is not None else None
     k = frame_k(len(ids), d_head) if ids is not None else 0
@@ -374,3 +363,9 @@ def precision_figure(metrics: dict) -> go.Figure:
     fig.update_layout(title="Precision: calibration of each checkpoint (stars: 90% settling steps)",
                       template="plotly_white", width=820, height=720)
     return fig
+
+
+ANALYSIS = Analysis(
+    "frame-precision", "over a run's checkpoints: does the hypothesis frame settle before the posterior gets "
+    "precise?", DEFINITION, compute, options=(n_option(500), seed_option()), requires=("attention", "series"), order=7)
+run = ANALYSIS

@@ -7,7 +7,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import torch
 
-from .base import AnalysisError, Result, eval_batch, require_attention
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .calibration import measure
 
 DEFINITION = " ".join("""
@@ -69,9 +69,8 @@ def _ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
 
 
-def run(model, n: int = 1000, seed: int = 1234) -> Result:
+def compute(model, n: int = 1000, seed: int = 1234) -> Result:
     """Calibration of ``model`` with each single head zero- and mean-ablated, against the intact model."""
-    require_attention(model, "head-ablation")
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     missing = [z_hook_name(l) for l in range(n_layers) if z_hook_name(l) not in model.hook_dict]
     if missing:
@@ -129,3 +128,9 @@ def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str) ->
                       xaxis_title="head", yaxis_title="layer", yaxis_autorange="reversed",
                       template="plotly_white", width=120 + 90 * max(n_heads, 4), height=180 + 70 * max(n_layers, 2))
     return fig
+
+
+ANALYSIS = Analysis("head-ablation", "calibration with each attention head zeroed or mean-ablated, against the "
+                    "intact model", DEFINITION, compute, options=(n_option(1000), seed_option()),
+                    requires=("attention",), order=3)
+run = ANALYSIS

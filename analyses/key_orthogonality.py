@@ -9,7 +9,7 @@ import math
 import plotly.graph_objects as go
 import torch
 
-from .base import AnalysisError, Result, require_attention, untrained_twin
+from .base import Analysis, AnalysisError, Option, Result, untrained_twin
 
 DEFINITION = " ".join("""
  For layer l and head h, and a group of hypothesis tokens (for bijection the V value
@@ -71,13 +71,10 @@ def expected_abs_cos(d: int) -> float:
     return math.exp(math.lgamma(d / 2) - math.lgamma((d + 1) / 2)) / math.sqrt(math.pi)
 
 
-def run(model, group: str = "", layer: int = 0, head: int = 0) -> Result:
+def compute(model, group: str = "", layer: int = 0, head: int = 0) -> Result:
     """Key-frame orthogonality of ``model`` per layer and head, against init and random vectors."""
-    require_attention(model, "key-orthogonality")
     groups = model.task.hypothesis_tokens()
-    if not groups:
-        raise AnalysisError(f"task {model.task.name!r} defines no hypothesis tokens for key-orthogonality")
-    group = group or next(iter(groups))  # the task lists its main hypothesis frame first
+    group = group or model.task.frame  # the task declares its hypothesis frame
     if group not in groups:
         raise AnalysisError(f"unknown group {group!r}; this task has: {', '.join(groups)}")
     n_layers, n_heads, d_head = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_head
@@ -143,3 +140,13 @@ def distribution_figure(values: dict, group: str) -> go.Figure:
                       barmode="overlay", xaxis_title="cos", yaxis_title="density", template="plotly_white",
                       width=720, height=420)
     return fig
+
+
+ANALYSIS = Analysis(
+    "key-orthogonality", "mean |cos| between the keys of the hypothesis tokens, per layer and head, vs init "
+    "and random", DEFINITION, compute,
+    options=(Option("group", "", "hypothesis-token group (default: the task's hypothesis frame)"),
+             Option("layer", 0, "layer of the cosine matrix drawn", low=0),
+             Option("head", 0, "head of the cosine matrix drawn", low=0)),
+    requires=("attention", "frame"), order=1)
+run = ANALYSIS

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .base import AnalysisError, Result, eval_batch
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .calibration import measure
 
 DEFINITION = " ".join("""
@@ -62,7 +62,7 @@ def measure_with(model, batch, hooks: list) -> dict:
         return measure(model, batch)
 
 
-def run(model, n: int = 1000, seed: int = 1234) -> Result:
+def compute(model, n: int = 1000, seed: int = 1234) -> Result:
     """Calibration of ``model`` with each block, its attention, or its MLP skipped, against the intact model."""
     hook_dict = getattr(model, "hook_dict", None)
     n_layers = getattr(getattr(model, "cfg", None), "n_layers", None)
@@ -116,3 +116,8 @@ def bar_figure(metrics: dict, task_name: str) -> go.Figure:
                       barmode="group", xaxis_title="layer", yaxis_title="MAE ratio to intact (log scale)",
                       yaxis_type="log", template="plotly_white", width=760, height=460)
     return fig
+
+
+ANALYSIS = Analysis("layer-ablation", "calibration with each block, its attention or its MLP skipped",
+                    DEFINITION, compute, options=(n_option(1000), seed_option()), order=4)
+run = ANALYSIS

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from tasks import ConfigError
 
-from .base import AnalysisError, Result, held_out_batch
+from .base import Analysis, AnalysisError, Option, Result, held_out_batch, n_option, seed_option
 from .calibration import measure
 
 DEFINITION = " ".join("""
@@ -49,12 +49,10 @@ def variant_at(task, length: int, n_ctx: int | None):
     return variant
 
 
-def run(model, lengths: str = "", n: int = 1000, seed: int = 1234) -> Result:
+def compute(model, lengths: str = "", n: int = 1000, seed: int = 1234) -> Result:
     """Calibration of ``model`` at each length in ``lengths`` (default: the training length, 1.5x and
     2.5x, leaving out those the task or the model's position table cannot take, with the reason)."""
     task = model.task
-    if task.length_setting is None:
-        raise AnalysisError(f"task {task.name!r} has no length setting to vary")
     trained = task.config()[task.length_setting]
     n_ctx = model.cfg.n_ctx
     trained_queries = int(held_out_batch(task, 1, seed).query_mask[0].sum())
@@ -102,3 +100,12 @@ def bar_figure(per_length: dict, setting: str) -> go.Figure:
     fig.update_layout(title="Entropy MAE by evaluation length", yaxis_title="bits", barmode="group",
                       template="plotly_white", width=640, height=420)
     return fig
+
+
+ANALYSIS = Analysis(
+    "length-generalization", "calibration at sequence lengths other than the trained one, per position",
+    DEFINITION, compute,
+    options=(Option("lengths", "", "comma-separated values of the task's length setting (default: the trained "
+                                   "length, 1.5x and 2.5x)"), n_option(1000), seed_option()),
+    requires=("length-setting",), order=2)
+run = ANALYSIS

@@ -9,16 +9,16 @@ import math
 import plotly.graph_objects as go
 import torch
 
-from .base import AnalysisError, Result, eval_batch, require_attention
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .key_orthogonality import key_vectors
 
 DEFINITION = " ".join("""
  On one held-out batch of n sequences, at every query position i of the task (where
 batch.query_mask is set) and for every layer l and head h, let q_i be the query the model actually
 computes, blocks.l.attn.hook_q (LN_l of the residual stream at i, times W_Q, plus b_Q). The
-hypothesis frame is the task's group of hypothesis tokens that name its C answer classes, token c
-<-> class c (bijection: the V value tokens). Its key vectors are computed as in key-orthogonality:
-k_c = LN_l(W_E[token c]) @ W_K[l, h] (token embedding only, no position, no b_K). The C hypotheses
+hypothesis frame is the group of hypothesis tokens the task declares as its frame, which must
+name its C answer classes, token c <-> class c (bijection: the V value tokens). Its key vectors
+are computed as in key-orthogonality: k_c = LN_l(W_E[token c]) @ W_K[l, h] (token embedding only, no position, no b_K). The C hypotheses
 are split with the exact Bayes posterior at i: feasible if posterior_c > 0, eliminated if
 posterior_c == 0 (bijection: eliminated = the values revealed before i, which are the only values
 present in the context as tokens; feasible = the unrevealed ones, which are not). Per (sequence,
@@ -43,18 +43,15 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 
 
 def hypothesis_group(task) -> tuple[str, torch.Tensor]:
-    """The hypothesis-token group that names the answer classes in order (token c <-> class c)."""
-    if task.continuous:
-        raise AnalysisError(f"qk-alignment needs a discrete task whose posterior can rule hypotheses out; "
-                            f"{task.name!r} is continuous (a Gaussian predictive has no eliminated hypotheses)")
-    groups = task.hypothesis_tokens()
+    """The task's hypothesis frame, which must name its answer classes in order (token c <-> class c)."""
+    if task.continuous or task.frame is None:
+        raise AnalysisError(f"qk-alignment needs a discrete task with a hypothesis frame; {task.name!r} has none")
+    name, ids = task.frame_tokens()
     answer = torch.arange(task.answer_token_offset, task.answer_token_offset + task.n_classes)
-    for name, ids in groups.items():
-        if len(ids) == task.n_classes and torch.equal(ids.cpu().long(), answer):
-            return name, ids
-    listed = ", ".join(f"{k} ({len(v)} tokens)" for k, v in groups.items()) or "none"
-    raise AnalysisError(f"qk-alignment needs a group of hypothesis tokens that are the task's {task.n_classes} "
-                        f"answer classes in order; task {task.name!r} has: {listed}")
+    if len(ids) != task.n_classes or not torch.equal(ids.cpu().long(), answer):
+        raise AnalysisError(f"qk-alignment needs a hypothesis frame whose tokens are the task's {task.n_classes} "
+                            f"answer classes in order; the {name!r} frame of task {task.name!r} is not")
+    return name, ids
 
 
 def attention_entropy_bits(pattern: torch.Tensor) -> torch.Tensor:
@@ -187,9 +184,8 @@ def summarise(m: dict) -> dict:
                 n_counted_queries=int(total), n_queries=int(total_q))
 
 
-def run(model, n: int = 500, seed: int = 1234) -> Result:
+def compute(model, n: int = 500, seed: int = 1234) -> Result:
     """Query alignment with the keys of feasible vs eliminated hypotheses, and attention breadth, per layer and head."""
-    require_attention(model, "qk-alignment")
     group, ids = hypothesis_group(model.task)
     batch = eval_batch(model, n, seed)
     raw = measure(model, batch, ids)
@@ -294,3 +290,9 @@ def _none_min(values):
 def _none_max(values):
     values = [v for v in values if v is not None]
     return max(values) if values else None
+
+
+ANALYSIS = Analysis(
+    "qk-alignment", "do queries align with the keys of still-feasible hypotheses, more with depth?",
+    DEFINITION, compute, options=(n_option(500), seed_option()), requires=("attention", "frame", "eliminates"), order=5)
+run = ANALYSIS

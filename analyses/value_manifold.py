@@ -15,7 +15,7 @@ from sklearn.decomposition import PCA
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import r2_score
 
-from .base import AnalysisError, Result, eval_batch, untrained_twin
+from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option, untrained_twin
 
 DEFINITION = " ".join("""
  On one held-out batch of n sequences, the activations at every query position (where
@@ -120,7 +120,7 @@ def stream_stats(X: np.ndarray, entropy: np.ndarray, fit: np.ndarray, test: np.n
     return numbers, scores
 
 
-def run(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> Result:
+def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> Result:
     """PCA of the residual stream and attention output at query positions, against the Bayes entropy."""
     hook_dict = getattr(model, "hook_dict", None)
     n_layers = getattr(getattr(model, "cfg", None), "n_layers", None)
@@ -247,3 +247,10 @@ def readout_figure(per_stream: dict, task_name: str, skipped: dict) -> go.Figure
 def _lowest(per_stream: dict) -> float:
     values = [v for t in per_stream.values() for v in t["readout_r2"] + t["pc1_pearson_abs"] if v is not None]
     return min(values, default=0.0) - 0.05
+
+
+ANALYSIS = Analysis(
+    "value-manifold", "PCA of the residual stream and attention output at queries, against the Bayes entropy",
+    DEFINITION, compute,
+    options=(n_option(1000), seed_option(), Option("max_points", 2000, "points drawn in each scatter", low=1)), order=6)
+run = ANALYSIS

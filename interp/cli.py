@@ -2,11 +2,17 @@
 
 User errors (bad names, paths, numbers) print one line to stderr and exit non-zero; only bugs
 print a traceback.
+
+Imports of tasks, models and analyses are deferred into the commands on purpose: they pull in torch
+and TransformerLens (~10 s), which ``interp --help`` and an argument error should not wait for.
+Every default and choice that names a task, an architecture or an analysis comes from their
+registries, read when a command needs it.
 """
 from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -28,11 +34,9 @@ def parse_assignments(pairs: tuple[str, ...], what: str) -> dict:
     return out
 
 
-def analysis_options(name: str, extra: list[str]) -> dict:
-    """Map ``--layer 1 --head 2`` style arguments onto the analysis's keyword options."""
-    import analyses
-
-    valid = analyses.options(name)
+def analysis_options(analysis, extra: list[str]) -> dict:
+    """Map ``--layer 1 --head 2`` style arguments onto the analysis's options, typed and range-checked
+    by its schema."""
     out, i = {}, 0
     while i < len(extra):
         arg = extra[i]
@@ -43,17 +47,23 @@ def analysis_options(name: str, extra: list[str]) -> dict:
             if i + 1 >= len(extra):
                 raise UserError(f"option {arg} needs a value")
             i, raw = i + 1, extra[i + 1]
-        key = key.replace("-", "_")
-        if key not in valid:
-            listed = ", ".join("--" + k.replace("_", "-") for k in valid) or "none"
-            raise UserError(f"unknown option --{key.replace('_', '-')} for {name}; its options: {listed}")
-        kind = type(valid[key])
-        try:
-            out[key] = kind(raw) if kind in (int, float, str) else json.loads(raw)
-        except ValueError:
-            raise UserError(f"--{key.replace('_', '-')} must be {kind.__name__}, got {raw!r}") from None
+        option = analysis.option(key.replace("-", "_"))
+        out[option.name] = option.parse(raw)
         i += 1
     return out
+
+
+def analysis_help(analysis) -> str:
+    """``interp run NAME --help``, from the analysis's declaration."""
+    width = max([len(o.flag) for o in analysis.options] + [8])
+    lines = [f"Usage: interp run {analysis.name} --ckpt CKPT{' [--ckpt CKPT ...]' if analysis.multi_model else ''} "
+             f"[--out DIR] [--format pdf,html,json] [--device cpu] [OPTIONS]", "",
+             f"  {analysis.summary}.", ""]
+    if analysis.requires:
+        lines += [f"  Requires: {', '.join(analysis.requires)}.", ""]
+    lines += ["Options:"] + [f"  {o.flag:<{width}}  {o.describe()}" for o in analysis.options]
+    lines += ["", "Definition:", *textwrap.wrap(analysis.definition, 100, initial_indent="  ", subsequent_indent="  ")]
+    return "\n".join(lines)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -63,8 +73,8 @@ def main():
 
 
 @main.command()
-@click.option("--task", "task_name", default="bijection", show_default=True, help="wind tunnel (see `interp list`)")
-@click.option("--arch", default="transformer", show_default=True, help="architecture (see `interp list`)")
+@click.option("--task", "task_name", help="wind tunnel (see `interp list`) [default: the first one listed]")
+@click.option("--arch", help="architecture (see `interp list`) [default: the capacity reference, listed first]")
 @click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="run folder [runs/TASK-ARCH-PRESET]")
 @click.option("--steps", type=int, help="training steps (overrides the preset)")
@@ -89,6 +99,8 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
 
     from .train import Trainer, preset_settings
 
+    task_name = task_name or tasks.NAMES[0]
+    arch = arch or models.REFERENCE or models.ARCHS[0]
     out = out or Path("runs") / f"{task_name}-{arch}-{preset}"
     if resume:
         given = [flag for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--lr", lr),
@@ -117,43 +129,54 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
         f"{trainer.elapsed / 60:.1f} min; checkpoints in {out / 'checkpoints'}")
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("name")
-@click.option("--ckpt", required=True, multiple=True,
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []})
+@click.argument("name", required=False)
+@click.option("--ckpt", multiple=True,
               help="run folder, .safetensors checkpoint, or shipped model name (repeat it for compare)")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("figures"), show_default=True, help="output folder")
 @click.option("--format", "formats", default="pdf,html,json", show_default=True, help="any of pdf,html,json,png")
 @click.option("--device", default="cpu", show_default=True)
+@click.option("-h", "--help", "show_help", is_flag=True, help="this help, or with NAME the analysis's options")
 @click.pass_context
-def run(ctx, name, ckpt, out, formats, device):
+def run(ctx, name, ckpt, out, formats, device, show_help):
     """Run analysis NAME on a checkpoint; writes OUT/RUN-NAME/NAME.{pdf,html,json}.
 
     Options of the analysis itself follow as --option value (e.g. --layer 0 --head 2);
-    `interp list` shows them.
+    `interp run NAME --help` shows them.
     """
     import analyses
 
+    if name is None:
+        if not show_help:
+            raise UserError("name an analysis: interp run NAME --ckpt CKPT; `interp run --help` lists them")
+        click.echo(ctx.get_help() + "\n\nAnalyses:\n" + "\n".join(
+            f"  {n:<22} {a.summary}" for n, a in analyses.REGISTRY.items()))
+        return
+    analysis = analyses.get(name)
+    if show_help:
+        click.echo(analysis_help(analysis))
+        return
+    if not ckpt:
+        raise UserError(f"{name} needs --ckpt (a run folder, a .safetensors checkpoint or a shipped model name)")
+
+    from .catalog import locate
+    from .checkpoint import load, resolve
     from .export import parse_formats, write_result
-    from .pretrained import locate
 
     chosen = parse_formats(formats)
-    if name not in analyses.NAMES:
-        raise UserError(f"unknown analysis {name!r}; valid analyses: {', '.join(analyses.NAMES)}")
-    options = analysis_options(name, ctx.args)
-    from .checkpoint import load, resolve
-
-    if name not in analyses.MULTI_MODEL and len(ckpt) > 1:
+    options = analysis_options(analysis, ctx.args)
+    if not analysis.multi_model and len(ckpt) > 1:
         raise UserError(f"{name} takes one --ckpt; only compare takes several")
     sources = [locate(c) for c in ckpt]
     loaded = [load(source, device=device) for source in sources]
     files = [resolve(source) for source in sources]
-    if name in analyses.MULTI_MODEL:
-        result = analyses.run(name, loaded, **options)
+    if analysis.multi_model:
+        result = analysis(loaded, **options)
         run_name = name
         context = dict(run=run_name, checkpoints=[str(f) for f in files], options=options)
     else:
         model, file = loaded[0], files[0]
-        result = analyses.run(name, model, **options)
+        result = analysis(model, **options)
         run_name = run_label(Path(sources[0]), file)
         context = dict(run=run_name, checkpoint=str(file), step=model.step, task=model.task.config(),
                        arch=model.arch, options=options)
@@ -192,7 +215,7 @@ def list_command():
     import models
     import tasks
 
-    from .pretrained import shipped, summary
+    from .catalog import shipped, summary
     from .train import PRESETS
 
     click.echo("tasks (defaults):")
@@ -205,16 +228,17 @@ def list_command():
             counts = ", ".join(f"{p}={models.n_params(models.build(arch, task, models.model_config(arch, p, task))):,}"
                                for p in models.presets(arch))
             click.echo(f"  {arch:<12} {name:<11} {counts}")
-    click.echo("analyses (options and defaults):")
-    for name in analyses.NAMES:
-        opts = " ".join(f"--{k.replace('_', '-')} {v if v != '' else 'auto'}" for k, v in analyses.options(name).items())
+    click.echo("analyses (options and defaults; `interp run NAME --help` explains them):")
+    for name, analysis in analyses.REGISTRY.items():
+        opts = " ".join(f"{o.flag} {o.default if o.default != '' else 'auto'}" for o in analysis.options)
         click.echo(f"  {name:<22} {opts}")
     click.echo("shipped models:")
     for name, path in shipped().items():
         info = summary(path)
         mae = f"{info['entropy_mae_bits']:.4f} bits" if info["entropy_mae_bits"] is not None else "n/a"
-        recall = info["task"] == "recall" and info["accuracy"] is not None
-        accuracy = f", accuracy {info['accuracy']:.1%}" if recall else ""
+        primitive = getattr(tasks.REGISTRY.get(info["task"]), "primitive", None)
+        judged_by_accuracy = primitive is not None and primitive.metric == "accuracy" and info["accuracy"] is not None
+        accuracy = f", accuracy {info['accuracy']:.1%}" if judged_by_accuracy else ""
         series = f", {info['n_checkpoints']} checkpoints" if info["n_checkpoints"] > 1 else ""
         click.echo(f"  {name:<30} {info['task'] + '/' + info['arch']:<22} {info['n_params']:>8,} params, "
                    f"MAE {mae}{accuracy}; {info['steps']:,} steps in {info['minutes']:.0f} min{series}")
@@ -224,9 +248,8 @@ def list_command():
 
 @main.command()
 @click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
-@click.option("--only", default=",".join(["bijection", "hmm", "regression", "recall"]), show_default=True,
-              help="comma-separated tasks")
-@click.option("--archs", default="transformer,mamba,lstm,mlp", show_default=True, help="comma-separated architectures")
+@click.option("--only", help="comma-separated tasks [default: every task of `interp list`]")
+@click.option("--archs", help="comma-separated architectures [default: every architecture of `interp list`]")
 @click.option("--runs", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="where the runs live (RUNS/TASK-ARCH-PRESET, as `interp train` names them); `shipped`: the "
                    "shipped reference models, so the table is filled without training")
@@ -235,6 +258,9 @@ def list_command():
 def reproduce(preset, only, archs, runs, out, device):
     """Train (or reuse, or resume) every task x architecture model, run the diagnostics, and write
     OUT/reproduction.md and .json: the paper's table with our numbers and figures."""
+    import models
+    import tasks
+
     from .reproduce import Reproduction
     from .train import PRESETS
 
@@ -242,10 +268,11 @@ def reproduce(preset, only, archs, runs, out, device):
         raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
     split = lambda spec: tuple(x.strip() for x in spec.split(",") if x.strip())  # noqa: E731
     if str(runs) == "shipped" and not runs.exists():
-        from .pretrained import PRETRAINED_DIR
+        from .catalog import PRETRAINED_DIR
 
         runs = PRETRAINED_DIR
-    job = Reproduction(preset, runs, out, split(only), split(archs), device=device)
+    job = Reproduction(preset, runs, out, split(only) if only else tasks.NAMES,
+                       split(archs) if archs else models.ARCHS, device=device)
     table = job.execute()
     click.echo(f"wrote {out / 'reproduction.md'} and {out / 'reproduction.json'} ({len(table['rows'])} rows)")
 
@@ -260,8 +287,8 @@ def explore(ckpt, port, host):
     from .ports import check_port
 
     check_port(host, port)  # at once, not after the ~10 s of imports below
+    from .catalog import locate
     from .explore import serve
-    from .pretrained import locate
 
     serve(locate(ckpt), host=host, port=port)
 

@@ -23,9 +23,11 @@ from __future__ import annotations
 import math
 import re
 import threading
+import logging
 from contextlib import contextmanager
 from pathlib import Path
 
+import click
 import plotly.graph_objects as go
 import torch
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
@@ -105,7 +107,7 @@ class Explorer:
         """What can be ablated and looked at in this model: layers, heads, attention."""
         model = self.model(index)
         n_layers = model.cfg.n_layers
-        attention = getattr(model, "has_attention", lambda: False)() and all(
+        attention = model.has_attention() and all(
             z_hook_name(l) in model.hook_dict for l in range(n_layers))
         blocks = [l for l in range(n_layers) if all(n in model.hook_dict for n in needed_hooks("block", l))]
         return dict(n_layers=n_layers, n_heads=model.cfg.n_heads if attention else 0, attention=attention,
@@ -119,6 +121,16 @@ class Explorer:
                 yield model
 
     # --- sequences ---------------------------------------------------------------------------
+    def typed(self, text: str) -> list[int]:
+        """The token ids of a typed sequence, refused (UserError) if the model or the task cannot take it."""
+        tokens = parse_tokens(self.task, text)
+        model = self.model(len(self.checkpoints) - 1)
+        # Only an architecture with a learned position table has a longest input; recurrent ones take any length.
+        if model.positions and len(tokens) > model.cfg.n_ctx:
+            raise UserError(f"{len(tokens)} tokens is longer than the model's context ({model.cfg.n_ctx})")
+        self.batch(tokens, None)  # refuse a sequence the task cannot give a posterior for
+        return tokens
+
     def sample(self, seed: int) -> list:
         return held_out_batch(self.task, 1, seed).tokens[0].tolist()
 
@@ -346,10 +358,7 @@ def build_app(explorer: Explorer):
                 tokens = explorer.sample(int(seed or 0))
                 return (dict(tokens=tokens, seed=int(seed or 0)),
                         " ".join(explorer.task.token_names(torch.tensor(tokens))), "")
-            tokens = parse_tokens(explorer.task, text or "")
-            if len(tokens) > explorer.model(last).cfg.n_ctx:
-                raise UserError(f"{len(tokens)} tokens is longer than the model's context ({explorer.model(last).cfg.n_ctx})")
-            explorer.batch(tokens, None)  # refuse a sequence the task cannot give a posterior for
+            tokens = explorer.typed(text or "")
             return dict(tokens=tokens, seed=None), no_update, ""
         except UserError as err:
             return no_update, no_update, str(err)
@@ -378,10 +387,6 @@ def build_app(explorer: Explorer):
 
 def serve(source, host: str = "127.0.0.1", port: int = 8050) -> None:
     """Check the port, load the model(s), then serve until interrupted."""
-    import logging
-
-    import click
-
     check_port(host, port)
     explorer = Explorer(source)
     app = build_app(explorer)

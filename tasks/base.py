@@ -117,6 +117,7 @@ class Primitive:
     metric: str
     direction: str
     threshold: float
+    why: str = ""  # why the threshold sits where it does
 
 
 class Task:

@@ -88,7 +88,7 @@ class Recall(Task):
     length_setting = "queries"
     frame = "values"
     eliminates = True  # a bound key's answer is a delta: every other value is ruled out
-    primitive = Primitive("binding", "accuracy", "min", 0.9)
+    primitive = Primitive("binding", "accuracy", "min", 0.9, "between the paper's >= 97.8% and the LSTM's 0.5%")
     presets = {"cpu": Preset(train=dict(steps=3_000),
                              by_arch={"mamba": Preset(train=dict(steps=2_000)),
                                       "lstm": Preset(train=dict(steps=2_000)),
