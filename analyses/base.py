@@ -48,8 +48,7 @@ class Option:
 
     def describe(self) -> str:
         """The help text with the range and default, for ``--help``."""
-        bounds = ("" if self.low is None and self.high is None else
-                  f" [{'' if self.low is None else self.low}..{'' if self.high is None else self.high}]")
+        bounds = "" if self.low is None and self.high is None else f", {self.range_text()}"
         default = "auto" if self.default == "" else self.default
         return f"{self.help}{bounds} (default {default})"
 
@@ -70,12 +69,17 @@ class Option:
             raise AnalysisError(f"{self.flag} must be {kind.__name__}, got {value!r}")
         if kind in (int, float) and ((self.low is not None and value < self.low) or
                                      (self.high is not None and value > self.high) or not math.isfinite(value)):
-            raise AnalysisError(f"{self.flag} must be from {self.low} to {self.high}, got {value!r}")
+            raise AnalysisError(f"{self.flag} must be {self.range_text()}, got {value!r}")
         return value
+
+    def range_text(self) -> str:
+        if self.high is None:
+            return f"at least {self.low}"
+        return f"at most {self.high}" if self.low is None else f"from {self.low} to {self.high}"
 
 
 def n_option(default: int) -> Option:
-    return Option("n", default, "held-out sequences to measure on", low=1, high=1_000_000)
+    return Option("n", default, "held-out sequences to measure on", low=1)
 
 
 def seed_option() -> Option:
@@ -104,8 +108,8 @@ REQUIREMENTS: dict[str, tuple[Callable, str]] = {
     "length-setting": (lambda m: m.task.length_setting is not None,
                        "needs a task with a length setting to vary; {task!r} has none"),
     "series": (_has_series,
-               f"needs a run folder with several checkpoints (at least {MIN_SERIES}); pass the run folder, "
-               "e.g. --ckpt runs/NAME"),
+               "needs a run folder with several checkpoints (at least %d; this model's run holds {n_checkpoints}); "
+               "pass the run folder, e.g. --ckpt runs/NAME" % MIN_SERIES),
 }
 
 
@@ -140,11 +144,19 @@ class Analysis:
 
     def unmet(self, model) -> list[str]:
         """The messages of the requirements ``model`` does not meet (empty when it can run)."""
-        task = getattr(model, "task", None)
-        if task is None:
-            return [f"needs a wind-tunnel model with a task; got {type(model).__name__}"]
-        return [why.format(arch=getattr(model, "arch", type(model).__name__), task=task.name)
-                for name in self.requires for test, why in [REQUIREMENTS[name]] if not test(model)]
+        missing = []
+        for name in self.requires:
+            test, why = REQUIREMENTS[name]
+            try:
+                met = test(model)
+            except AttributeError:  # not a wind-tunnel model (no task, no provenance, ...)
+                met = False
+            if not met:
+                missing.append(why.format(
+                    arch=getattr(model, "arch", type(model).__name__),
+                    task=getattr(getattr(model, "task", None), "name", None),
+                    n_checkpoints=len(getattr(getattr(model, "provenance", None), "checkpoints", ()))))
+        return missing
 
     def __call__(self, model, **options) -> "Result":
         unknown = sorted(set(options) - {o.name for o in self.options})

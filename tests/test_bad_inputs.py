@@ -200,7 +200,8 @@ CATALOGUE = [
     Case("weights whose shapes disagree with the config", "interp run calibration --ckpt reshaped.safetensors",
          'interp: error: reshaped.safetensors: weights do not match the config in its metadata (shape of embed.W_E is (12, 16), config says (12, 32))'),
     Case("wrong task for a checkpoint", "interp run belief-clusters --ckpt tiny",
-         'interp: error: belief-clusters needs an "hmm" model (its hidden states are the clusters); this model was trained on \'bijection\''),
+         "interp: error: belief-clusters needs a task with a discrete latent state at every query (its clusters); "
+         "'bijection' has none"),
     Case("wrong task for a checkpoint (Python)", "interp.load('tiny', task='hmm')",
          "UserError: tiny/checkpoints/step-00000020.safetensors is a 'bijection' checkpoint, but this needs a 'hmm' one"),
     # -- analysis options --------------------------------------------------------------------------
@@ -209,9 +210,9 @@ CATALOGUE = [
     Case("analysis option out of range", "interp run key-orthogonality --ckpt tiny --layer 7",
          'interp: error: layer 7, head 0 out of range: the model has 1 layers of 2 heads'),
     Case("non-positive sample count", "interp run calibration --ckpt tiny --n 0",
-         'interp: error: need at least one sequence, got n=0'),
+         'interp: error: --n must be at least 1, got 0'),
     Case("negative seed", "interp run calibration --ckpt tiny --seed -1",
-         'interp: error: seed must be an integer from 0 to 2^32 - 1, got -1'),
+         'interp: error: --seed must be from 0 to 4294967295, got -1'),
     Case("malformed list option", "interp run length-generalization --ckpt tiny --lengths 5,x",
          "interp: error: --lengths must be comma-separated integers, got '5,x'"),
     Case("unknown device", "interp run calibration --ckpt tiny --device tpu",

@@ -72,11 +72,17 @@ def test_frame_precision_on_a_tiny_run(tiny_run):
     result = analyses.run("frame-precision", model, n=128)
     m = result.metrics
     assert m["steps"] == [0, 100, 200, 250] and m["n_checkpoints"] == 4 and m["final_step"] == 250
-    for key in ("frame_settling_step", "precision_settling_step", "frame_settles_first", "attention_settles_first",
-                "settling_steps", "frame", "precision", "frame_curve"):
-        assert key in m
-    assert set(m["settling_steps"]) == {"frame_ratio", "attention_js", "entropy_mae", "entropy_r2"}
     frame, prec = m["frame"], m["precision"]
+    # every settling step is the stated rule applied to the reported curve, and the headline follows from them
+    steps, settle = m["steps"], m["settling_steps"]
+    mean = lambda rows: [sum(r) / len(r) for r in rows]  # noqa: E731
+    assert settle == dict(frame_ratio=fp.settling_step(steps, mean(frame["overlap_ratio"])),
+                          attention_js=fp.settling_step(steps, mean(frame["attention_js_bits"])),
+                          entropy_mae=fp.settling_step(steps, [math.log10(v) for v in prec["entropy_mae_bits"]]),
+                          entropy_r2=fp.settling_step(steps, prec["entropy_r2"]))
+    assert m["frame_curve"] == "frame_ratio" and m["frame_settling_step"] == settle["frame_ratio"]
+    assert m["precision_settling_step"] == settle["entropy_mae"]
+    assert m["attention_settles_first"] == (settle["attention_js"] < settle["entropy_mae"])
     d_head, k = 8, 3  # d_model 16 / 2 heads; k = min(6 value tokens, 8) // 2
     assert frame["group"] == "values" and frame["d_head"] == d_head and frame["k"] == k
     assert frame["max_ratio"] == pytest.approx(d_head / k)
@@ -100,12 +106,12 @@ def test_a_checkpoint_without_its_run_folder_is_refused(tmp_path):
     checkpoint.save(tmp_path / "alone.safetensors", model, step=0, seed=0)
     alone = checkpoint.load(tmp_path / "alone.safetensors")
     assert alone.run_dir is None
-    with pytest.raises(analyses.AnalysisError, match="needs a run folder with several checkpoints; pass the run "
-                                                     "folder, e.g. --ckpt runs/NAME"):
+    with pytest.raises(analyses.AnalysisError, match=r"needs a run folder with several checkpoints \(at least 3; this "
+                                                     r"model's run holds 0\); pass the run folder, e.g. --ckpt runs/NAME"):
         analyses.run("frame-precision", alone)
     for step in (0, 100):  # a run folder with only two checkpoints is refused too
         checkpoint.save(tmp_path / "short" / "checkpoints" / checkpoint.checkpoint_name(step), model, step, 0)
-    with pytest.raises(analyses.AnalysisError, match="holds 2 checkpoint"):
+    with pytest.raises(analyses.AnalysisError, match="holds 2\\)"):
         analyses.run("frame-precision", checkpoint.load(tmp_path / "short"))
 
 
@@ -147,8 +153,9 @@ def test_belief_clusters_on_an_untrained_hmm_model():
     assert "arg-max true state" in result.definition
 
 
-def test_belief_clusters_refuses_a_bijection_model(small_model):
-    with pytest.raises(analyses.AnalysisError, match='needs an "hmm" model'):
+def test_belief_clusters_refuses_a_task_without_a_latent_state_per_query(small_model):
+    assert small_model.task.query_latent is None
+    with pytest.raises(analyses.AnalysisError, match="needs a task with a discrete latent state at every query"):
         analyses.run("belief-clusters", small_model)
 
 

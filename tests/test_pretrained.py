@@ -3,6 +3,7 @@ run.json and a model card; their weights reproduce the metrics recorded at the e
 every analysis runs on them (or refuses with the documented reason)."""
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -88,29 +89,18 @@ def test_ship_copies_a_finished_run_with_its_card_and_refuses_an_unfinished_one(
         ship(run, "again", dest_root=tmp_path / "pretrained")
 
 
-# Why an analysis may refuse a shipped model; anything else is a failure.
-REFUSALS = {
-    "needs an attention model": lambda m: not m.has_attention(),
-    'needs an "hmm" model': lambda m: m.task.name != "hmm",
-    "needs a run folder with several checkpoints": lambda m: m.run_dir is None or len(list_checkpoints(m.run_dir)) < 3,
-    "defines no hypothesis tokens": lambda m: m.task.name == "regression",
-    # qk-alignment compares feasible with eliminated hypotheses: regression has none, and an HMM
-    # with dense transitions never rules a hidden state out
-    "needs a discrete task whose posterior can rule hypotheses out": lambda m: m.task.name == "regression",
-    "has both a feasible and an eliminated hypothesis": lambda m: m.task.name == "hmm",
-}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_analysis_runs_on_every_shipped_model(name):
+    """Each analysis runs, or refuses exactly when its declared requirements say it must (nothing else)."""
     model = load(name)  # loaded by name, as a user would: frame-precision finds the run's checkpoints
-    for analysis in analyses.NAMES:
-        subject = [model, load("bijection-transformer-cpu")] if analysis == "compare" else model
-        try:
-            result = analyses.run(analysis, subject, **({"n": 64} if "n" in analyses.options(analysis) else {}))
-        except AnalysisError as refused:
-            assert any(reason in str(refused) and applies(model) for reason, applies in REFUSALS.items()), \
-                f"{analysis} refused {name}: {refused}"
+    for analysis in analyses.REGISTRY.values():
+        subject = [model, load(name)] if analysis.multi_model else model
+        options = {"n": 64} if "n" in analysis.defaults() else {}
+        unmet = analysis.unmet(model)
+        if unmet:
+            with pytest.raises(AnalysisError, match=re.escape(unmet[0])):
+                analysis(subject, **options)
             continue
-        assert result.metrics and result.figures, analysis
+        result = analysis(subject, **options)
+        assert result.metrics and result.figures, analysis.name

@@ -3,7 +3,9 @@ import json
 
 import pytest
 
-from interp.reproduce import ROWS, Reproduction, plan
+import models
+import tasks
+from interp.reproduce import Reproduction, plan, rows
 from tests.cli import run_cli
 
 
@@ -14,19 +16,25 @@ def tiny_recipes(monkeypatch):
 
     def tiny(self, task, arch):
         recipe = real(self, task, arch)
-        recipe["model"].update(d_model=16, n_layers=2, **({"n_heads": 2} if arch == "transformer" else {}))
+        recipe["model"].update(d_model=16, n_layers=2, **({"n_heads": 2} if "n_heads" in recipe["model"] else {}))
         recipe["train"].update(steps=20)
         return recipe
 
     monkeypatch.setattr(Reproduction, "recipe", tiny)
 
 
-def test_plan_covers_every_row():
-    steps = plan(("bijection", "hmm", "regression", "recall"), ("transformer", "mamba", "lstm", "mlp"))
+def test_plan_covers_every_row_the_tasks_declare():
+    steps = plan(tasks.NAMES, models.ARCHS)
     analysed = {s[1:] for s in steps if s[0] == "analyse"}
-    for row in ROWS:
+    table = rows(tasks.NAMES, models.ARCHS)
+    for row in table:
         assert (row.task, row.arch, row.analysis) in analysed
-    assert sum(s[0] == "train" for s in steps) == 16
+    assert sum(s[0] == "train" for s in steps) == len(tasks.NAMES) * len(models.ARCHS)
+    # every task's paper rows are in the table: those for one architecture once, the others once per architecture
+    for name, cls in tasks.REGISTRY.items():
+        declared = sum(1 if r.arch else len(models.ARCHS) for r in cls.paper_rows)
+        assert sum(r.task == name for r in table) == declared
+    assert {r.analysis for r in table} <= set(__import__("analyses").NAMES)
 
 
 def test_reproduce_trains_fills_rows_and_skips_done_work(tmp_path, capsys, tiny_recipes):
