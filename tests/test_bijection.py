@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tasks
-from tests.brute_force import bijection_posterior
+from tasks.bijection import enumerated_posterior as bijection_posterior
 
 
 @pytest.mark.parametrize("settings", [

@@ -6,7 +6,7 @@ import torch
 
 from tasks.base import ConfigError
 from tasks.hmm import EMIT, OBS0, SEP, TRANS, HMM, dirichlet, forward_filter, quantise_units
-from tests.brute_force import hmm_filter
+from tasks.hmm import enumerated_filter as hmm_filter
 
 
 @pytest.mark.parametrize("S, O, K", [(2, 2, 6), (3, 3, 5), (3, 2, 4)])

@@ -6,7 +6,7 @@ import torch
 
 from tasks.base import ConfigError
 from tasks.recall import Recall
-from tests.brute_force import recall_posterior
+from tasks.recall import enumerated_posterior as recall_posterior
 
 
 @pytest.mark.parametrize("settings", [

@@ -9,7 +9,7 @@ import models
 import tasks
 from analyses import calibration
 from interp.train import TrainSettings, Trainer
-from tests.brute_force import regression_predictive
+from tasks.regression import conditioned_predictive as regression_predictive
 
 
 @pytest.mark.parametrize("d, n, weight_std, noise_std", [(1, 5, 1.0, 0.5), (3, 8, 2.0, 0.1), (4, 6, 0.5, 1.0)])
