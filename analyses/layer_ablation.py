@@ -26,6 +26,7 @@ this number.
 """.split())
 
 PARTS = {"block": "whole block", "attention_only": "attention only", "mlp_only": "MLP only"}
+SUBLAYER_OUT = {"attention_only": "hook_attn_out", "mlp_only": "hook_mlp_out"}  # TransformerLens's sublayer outputs
 CLAIMED_RATIO = 10.0
 
 
@@ -50,7 +51,7 @@ def zero_hooks(name: str) -> list:
 def part_hooks(part: str, layer: int) -> list:
     if part == "block":
         return skip_block_hooks(layer)
-    return zero_hooks(f"blocks.{layer}.hook_{'attn' if part == 'attention_only' else 'mlp'}_out")
+    return zero_hooks(f"blocks.{layer}.{SUBLAYER_OUT[part]}")
 
 
 def needed_hooks(part: str, layer: int) -> list[str]:

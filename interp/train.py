@@ -211,7 +211,7 @@ class Trainer:
     any of them stops all of them, each trains on its share of every batch, and only rank 0 writes.
     """
 
-    def __init__(self, out: str | Path, task_config: dict | None = None, arch: str = "transformer",
+    def __init__(self, out: str | Path, task_config: dict | None = None, arch: str | None = None,
                  model_config: dict | None = None, settings: TrainSettings | None = None,
                  device: str | None = None, resume: bool = False, progress: bool = True):
         self.out = Path(out)
@@ -254,7 +254,9 @@ class Trainer:
             raise UserError(f"batch-size {self.settings.batch_size} is not divisible by the {self.dist.world_size} "
                             f"training processes; each takes an equal share of every batch")
         try:
-            self.task = tasks.from_config(task_config or {"name": "bijection"})
+            # defaults: the first task listed and the capacity-reference architecture
+            self.task = tasks.from_config(task_config or {"name": tasks.NAMES[0]})
+            arch = arch or models.REFERENCE
             self.model = models.build(arch, self.task, config=model_config, seed=self.settings.seed)
         except tasks.ConfigError as err:
             raise UserError(str(err)) from None

@@ -19,6 +19,8 @@ from typing import Callable
 
 import torch
 from torch import nn
+
+from . import _optimized_python  # noqa: F401  (before TransformerLens: lets python -OO import it)
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
