@@ -25,8 +25,9 @@ from interp import checkpoint
 from interp.train import Trainer
 from tests.cli import fork_cli, run_cli, wait_for
 
-# 600 steps: checkpoints (and resume states) every 100 steps; about 5 s uninterrupted here.
-ARGS = ["--steps", "600", "--batch-size", "16", "--warmup", "10", "-T", "V=6", "-T", "L=5",
+# 1500 steps: checkpoints (and resume states) every 100 steps; about 5 s uninterrupted here (600
+# steps finished in 2 s on a faster day, before most kills could land).
+ARGS = ["--steps", "1500", "--checkpoint-every", "100", "--batch-size", "16", "--warmup", "10", "-T", "V=6", "-T", "L=5",
         "-M", "d_model=16", "-M", "n_layers=1", "-M", "n_heads=2"]
 KILLS = 6
 SEED = int(os.environ.get("CRASH_SEED", "0"))
