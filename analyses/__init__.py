@@ -8,26 +8,17 @@ adding one file here.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from tasks.plugins import discover
 
 from .base import Analysis, AnalysisError, Option, Result
 
 
-def _discover() -> dict[str, Analysis]:
-    found: dict[str, Analysis] = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name == "base" or info.name.startswith("_"):
-            continue
-        declared = getattr(importlib.import_module(f"{__name__}.{info.name}"), "ANALYSIS", None)
-        if isinstance(declared, Analysis):
-            if declared.name in found:
-                raise ImportError(f"two analyses are named {declared.name!r}")
-            found[declared.name] = declared
-    return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
+def _declared(module) -> list[tuple[str, Analysis]]:
+    analysis = getattr(module, "ANALYSIS", None)
+    return [(analysis.name, analysis)] if isinstance(analysis, Analysis) else []
 
 
-REGISTRY: dict[str, Analysis] = _discover()
+REGISTRY: dict[str, Analysis] = discover(__name__, __path__, _declared, lambda a: a.order, "analyses")
 NAMES = tuple(REGISTRY)
 MULTI_MODEL = {name for name, analysis in REGISTRY.items() if analysis.multi_model}
 

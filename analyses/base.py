@@ -171,13 +171,6 @@ class Analysis:
         return self.run(model, **checked)
 
 
-def require_attention(model, analysis: str) -> None:
-    """For helpers called outside the registry (the explorer): the same refusal as ``requires``."""
-    test, why = REQUIREMENTS["attention"]
-    if not test(model):
-        raise AnalysisError(f"{analysis} " + why.format(arch=getattr(model, "arch", type(model).__name__), task=""))
-
-
 # Training batches are seeded by seed * 1_000_003 + step; held-out batches live far above that.
 HELD_OUT_SEED_BASE = 1 << 40
 

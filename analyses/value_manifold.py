@@ -127,8 +127,6 @@ def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> R
     if hook_dict is None or n_layers is None:
         raise AnalysisError(f"value-manifold needs a hooked model with blocks; "
                             f"{getattr(model, 'arch', type(model).__name__)} is not one")
-    if max_points < 1:
-        raise AnalysisError(f"max_points must be at least 1, got {max_points}")
     streams = [s for s in STREAMS if all(hook_name(s, l) in hook_dict for l in range(n_layers))]
     if "residual" not in streams:
         raise AnalysisError(f"value-manifold needs the hook points blocks.<layer>.hook_resid_post, which "

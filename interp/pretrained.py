@@ -16,7 +16,7 @@ from pathlib import Path
 import models
 import tasks
 
-from .catalog import PRETRAINED_DIR, locate, shipped, summary
+from .catalog import PRETRAINED_DIR
 from .checkpoint import list_checkpoints
 from .errors import UserError
 from .train import preset_recipe, recorded_settings

@@ -16,35 +16,18 @@ one.
 """
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
-import pkgutil
 from dataclasses import fields
 from functools import lru_cache
 
 import tasks
 from tasks import ConfigError, Task
+from tasks.plugins import classes_in, discover
 
 from .base import AnswerHead, Provenance, matched_width
 
-
-def _discover() -> dict[str, type[AnswerHead]]:
-    found: dict[str, type[AnswerHead]] = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name == "base" or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for cls in vars(module).values():
-            if inspect.isclass(cls) and issubclass(cls, AnswerHead) and cls.__module__ == module.__name__ and cls.arch:
-                if cls.arch in found:
-                    raise ImportError(f"two architectures are named {cls.arch!r}: {found[cls.arch].__module__} "
-                                      f"and {module.__name__}")
-                found[cls.arch] = cls
-    return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
-
-
-REGISTRY: dict[str, type[AnswerHead]] = _discover()
+REGISTRY: dict[str, type[AnswerHead]] = discover(__name__, __path__, lambda m: classes_in(m, AnswerHead, "arch"),
+                                                 lambda cls: cls.order, "architectures")
 ARCHS = tuple(REGISTRY)
 REFERENCE = next((arch for arch, cls in REGISTRY.items() if cls.capacity_reference), None)
 

@@ -8,29 +8,13 @@ Every module in this package that defines a ``Task`` subclass with a ``name`` is
 """
 from __future__ import annotations
 
-import importlib
 import inspect
-import pkgutil
 
 from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, entropy_bits
+from .plugins import classes_in, discover
 
-
-def _discover() -> dict[str, type[Task]]:
-    found: dict[str, type[Task]] = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name == "base" or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for cls in vars(module).values():
-            if inspect.isclass(cls) and issubclass(cls, Task) and cls.__module__ == module.__name__ and cls.name:
-                if cls.name in found:
-                    raise ImportError(f"two tasks are named {cls.name!r}: {found[cls.name].__module__} and "
-                                      f"{module.__name__}")
-                found[cls.name] = cls
-    return dict(sorted(found.items(), key=lambda item: (item[1].order, item[0])))
-
-
-REGISTRY: dict[str, type[Task]] = _discover()
+REGISTRY: dict[str, type[Task]] = discover(__name__, __path__, lambda m: classes_in(m, Task, "name"),
+                                           lambda cls: cls.order, "tasks")
 NAMES = tuple(REGISTRY)
 
 

@@ -342,7 +342,7 @@ def expected(case: Case) -> str:
     import analyses
     import models
     import tasks
-    from interp.pretrained import shipped
+    from interp.catalog import shipped
 
     message = case.message
     for key, names in (("TASKS", tasks.NAMES), ("ARCHS", models.ARCHS), ("ANALYSES", analyses.NAMES),

@@ -14,7 +14,7 @@ import torch
 import tasks
 from interp import checkpoint
 from interp.explore import Explorer, build_app, parse_tokens
-from interp.pretrained import locate
+from interp.catalog import locate
 
 from tests.cli import run_cli
 

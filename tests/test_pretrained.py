@@ -15,7 +15,8 @@ from analyses.base import AnalysisError, held_out_batch
 from analyses.calibration import measure
 from interp import load
 from interp.checkpoint import list_checkpoints
-from interp.pretrained import PRETRAINED_DIR, model_card, ship, shipped, summary, train_command
+from interp.catalog import PRETRAINED_DIR, shipped, summary
+from interp.pretrained import model_card, ship, train_command
 from tests.cli import run_cli
 
 SHIPPED = shipped()

@@ -99,7 +99,7 @@ def test_reproduce_rejects_unknown_names(tmp_path, capsys):
 
 
 def test_reproduce_from_the_shipped_models_trains_nothing(tmp_path, capsys):
-    from interp.pretrained import PRETRAINED_DIR
+    from interp.catalog import PRETRAINED_DIR
 
     before = {p: p.stat().st_mtime_ns for p in PRETRAINED_DIR.rglob("*")}
     done = run_cli(capsys, "reproduce", "--runs", "shipped", "--only", "recall", "--archs", "transformer",
