@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 import models
+from tasks import Task
 
 
 class AnalysisError(ValueError):
@@ -107,6 +108,8 @@ REQUIREMENTS: dict[str, tuple[Callable, str]] = {
                      "needs a task with a discrete latent state at every query (its clusters); {task!r} has none"),
     "length-setting": (lambda m: m.task.length_setting is not None,
                        "needs a task with a length setting to vary; {task!r} has none"),
+    "table": (lambda m: type(m.task).with_table is not Task.with_table,
+              "needs a task with a table of key-value bindings; {task!r} has none"),
     "series": (_has_series,
                "needs a run folder with several checkpoints (at least %d; this model's run holds {n_checkpoints}); "
                "pass the run folder, e.g. --ckpt runs/NAME" % MIN_SERIES),

@@ -218,6 +218,10 @@ class Task:
         config[self.length_setting] = n
         return make(self.name, **config)
 
+    def with_table(self, n: int) -> "Task":
+        """The same task binding exactly ``n`` key-value pairs (a task with a table of bindings says how)."""
+        raise ConfigError(f"task {self.name!r} has no table of bindings to resize")
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")
         return f"{type(self).__name__}({args})"

@@ -1,42 +1,54 @@
 """Associative recall: random-access lookup of key -> value bindings shown earlier in the sequence.
 
-Each sequence draws a fresh table: N distinct keys from a pool of ``n_keys`` and N distinct values
+Each sequence draws a fresh table: n distinct keys from a pool of ``n_keys`` and n distinct values
 from a pool of ``n_values``, paired at random (an injective assignment, uniform over all of them).
-The table is shown once, then ``queries`` = M keys are asked about:
+The table is shown once, then ``queries`` = M keys are asked about. Two layouts:
+
+``layout="paper"`` (the default; the authors' data module, see ../shared/REFERENCE.md):
+
+    STORE k1 SEP v1  ...  STORE kn SEP vn  [FILL x 4 per empty slot]  FILL x fillers
+    QUERY q1 PAD  FILL x gap  QUERY q2 PAD  FILL x gap  ...  QUERY qM PAD
+
+with the defaults N=64 pairs from pools of 256 keys and 256 values, 32 fillers after the table, 3
+queries and 16 fillers between queries: 329 tokens. The answers are never shown (PAD holds their
+place). Token ids: keys ``0..n_keys-1``, values ``n_keys..n_keys+n_values-1``, then SEP, STORE,
+QUERY, PAD, FILL; ``vocab_size = n_keys + n_values + 5``.
+
+``layout="compact"`` (no markers, no fillers; the small setting of earlier versions):
 
     k1 v1 k2 v2 ... kN vN SEP q1 a1 q2 a2 ... qM
 
-Token ids: keys ``0..n_keys-1``, values ``n_keys..n_keys+n_values-1``, ``SEP = n_keys+n_values``;
-``vocab_size = n_keys + n_values + 1`` and ``seq_len = 2N + 2M`` (2N pair tokens, SEP, then M
-query keys with an answer token after every query but the last). The answer classes are the
-n_values values (``n_classes = n_values``, ``answer_token_offset = n_keys``: the answer logits are
-the model's output logits of the value tokens).
+``vocab_size = n_keys + n_values + 1``, ``seq_len = 2N + 2M``; the answers to all but the last
+query are shown.
 
-Queries. Each query key is one of the N bound keys, uniformly, except that with probability
+Table size. The table has ``slots`` places (default N). Each sequence binds n pairs, drawn
+uniformly from ``N_min..N`` (default: exactly N), in the first n slots; the rest are filler (paper
+layout only: it has the filler token). So ``N_min`` < N trains on a range of table sizes at one
+sequence length, and ``slots`` > N evaluates a model on a smaller table than it was trained on
+without moving any position: a model that addresses by content keeps its accuracy, one that learned
+where slot i sits does not.
+
+Queries. Each query key is one of the n bound keys, uniformly, except that with probability
 ``p_unbound`` it is instead a key of the pool that was never bound (uniform over those
-``n_keys - N``; needs ``n_keys > N``). The answer a_i shown after a bound query is its bound
-value; after an unbound query it is a value drawn uniformly from all n_values, independently each
-time (noise). Queries are drawn independently, so a key may be asked about more than once.
+``n_keys - n``; needs ``n_keys > N``). The answer a_i after a bound query is its bound value; after
+an unbound query it is a value drawn uniformly from all n_values, independently each time (noise).
+Queries are drawn independently, so a key may be asked about more than once.
 
 Labels and posterior. The belief is asked for at the query key q_i itself and labelled with the
 value class of a_i, i.e. at the position *before* the answer (labelling the answer token would
 teach copying). The exact Bayes predictive at q_i is
 - a delta on the bound value if q_i was bound (entropy 0);
 - uniform over all n_values if q_i was never bound (entropy log2 n_values). This holds even when
-  the same unbound key was asked before: the earlier answer was an independent uniform draw, not a
-  binding, so it carries no information about the next one. Nor do the shown values narrow it to
-  the unbound values, since the noise is drawn from the whole value pool.
-The hard label of an unbound query is the sampled noise answer, so the achievable cross-entropy
-there is log2 n_values. Non-query positions hold uniform 1/n_values placeholders in ``posterior``
-and -100 in ``targets``.
+  the same unbound key was asked before: an earlier answer (shown in the compact layout) was an
+  independent uniform draw, not a binding, so it carries no information about the next one. Nor do
+  the shown values narrow it to the unbound values, since the noise is drawn from the whole pool.
+The hard label of an unbound query is the sampled noise answer. Non-query positions hold uniform
+1/n_values placeholders in ``posterior`` and -100 in ``targets``.
 
-Why there is no QUERY marker token: the layout is fixed, so a query key is identified by its
-position after SEP (SEP, then alternating query key / answer). A marker would add length and
-vocabulary without adding information.
-
-``batch.hypothesis``: ``keys`` [B, N] bound key tokens in order of appearance, ``values`` [B, N]
-their value class indices, ``query_keys`` [B, M] key tokens asked, ``bound`` [B, M] whether each
-query key was bound, ``answers`` [B, M] value class index of each answer (the last one unshown).
+``batch.hypothesis``: ``keys`` [B, slots] bound key tokens in table order (-1 in an empty slot),
+``values`` [B, slots] their value class indices (-1 empty), ``n_pairs`` [B], ``query_keys``
+[B, M] key tokens asked, ``bound`` [B, M], ``slot`` [B, M] the table slot each query asks about
+(-1 if unbound), ``answers`` [B, M] value class index of each answer.
 
 ``length_setting = "queries"``: the number of queries sets the sequence length.
 """
@@ -50,29 +62,51 @@ import torch
 
 from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, batch_at_queries
 
+LAYOUTS = ("paper", "compact")
+MARKERS = ("SEP", "STORE", "QUERY", "PAD", "FILL")  # paper layout: token ids n_keys + n_values + i
 
-def enumerated_posterior(n_keys: int, n_values: int, tokens: list[int], query_index: int) -> torch.Tensor:
+
+def read_sequence(n_keys: int, n_values: int, tokens: list[int], layout: str):
+    """(table keys, table value classes, query keys, shown answer classes) of one raw sequence.
+
+    Reads the tokens left to right, as a person would, independently of where ``sample`` put them.
+    """
+    K, sep = n_keys, n_keys + n_values
+    if layout == "compact":
+        split = tokens.index(sep)
+        return (tokens[0:split:2], [v - K for v in tokens[1:split:2]], tokens[split + 1::2],
+                [a - K for a in tokens[split + 2::2]])
+    store, query = sep + 1, sep + 2
+    keys, values, queries = [], [], []
+    for i, token in enumerate(tokens):
+        if token == store:
+            assert tokens[i + 2] == sep
+            keys.append(tokens[i + 1])
+            values.append(tokens[i + 3] - K)
+        elif token == query:
+            queries.append(tokens[i + 1])
+    return keys, values, queries, []
+
+
+def enumerated_posterior(n_keys: int, n_values: int, tokens: list[int], query_index: int,
+                         layout: str = "compact") -> torch.Tensor:
     """P(answer to query ``query_index`` = v | everything before it), read off the raw tokens alone.
 
     Enumerates every hidden world: each injective table from the bound keys to values, and each
     tuple of answers to queries 0..query_index, weighting by the generative process (a bound key
-    answers its table value; an unbound key answers a uniform draw from all values). Which keys
-    are bound and which are asked does not depend on the values, so those factors cancel.
+    answers its table value; an unbound key answers a uniform draw from all values). Answers that
+    were not shown (the paper layout's PAD) are summed over. Which keys are bound and which are
+    asked does not depend on the values, so those factors cancel.
     """
-    sep = n_keys + n_values
-    split = tokens.index(sep)
-    shown_keys = tokens[0:split:2]
-    shown_values = [v - n_keys for v in tokens[1:split:2]]
-    query_keys = tokens[split + 1::2]
-    shown_answers = [a - n_keys for a in tokens[split + 2::2]]
-
+    shown_keys, shown_values, query_keys, shown_answers = read_sequence(n_keys, n_values, tokens, layout)
+    seen = min(query_index, len(shown_answers))  # answers shown before this query
     counts = [0.0] * n_values
     for table_values in itertools.permutations(range(n_values), len(shown_keys)):
         table = dict(zip(shown_keys, table_values))
         if list(table_values) != shown_values:
             continue
         for answers in itertools.product(range(n_values), repeat=query_index + 1):
-            if list(answers[:query_index]) != shown_answers[:query_index]:
+            if list(answers[:seen]) != shown_answers[:seen]:
                 continue
             weight = 1.0
             for q, a in zip(query_keys, answers):
@@ -82,6 +116,14 @@ def enumerated_posterior(n_keys: int, n_values: int, tokens: list[int], query_in
     return torch.tensor([c / total for c in counts])
 
 
+def _whole(label: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"recall: {label} must be an integer >= {low}, got {value!r}")
+    if value < low:
+        raise ConfigError(f"recall: {label} must be at least {low}, got {label}={value}")
+    return value
+
+
 class Recall(Task):
     name = "recall"
     order = 3
@@ -89,6 +131,9 @@ class Recall(Task):
     frame = "values"
     eliminates = True  # a bound key's answer is a delta: every other value is ruled out
     primitive = Primitive("binding", "accuracy", "min", 0.9, "between the paper's >= 97.8% and the LSTM's 0.5%")
+    # The paper's task at CPU cost: the transformer is trained on every table size from 8 to 64
+    # (fewer pairs, more filler), which a content-addressed lookup needs and a positional one cannot
+    # exploit; see models/pretrained/recall-*-cpu/README.md for what each recipe reached.
     presets = {"cpu": Preset(train=dict(steps=3_000),
                              by_arch={"mamba": Preset(train=dict(steps=2_000)),
                                       "lstm": Preset(train=dict(steps=2_000)),
@@ -97,14 +142,25 @@ class Recall(Task):
                        for arch, paper, text in (("transformer", 1.0, "100%"), ("mamba", 0.978, "97.8%"),
                                                  ("lstm", 0.005, "0.5%"), ("mlp", None, "–")))
 
-    def __init__(self, N: int = 8, n_keys: int = 16, n_values: int = 16, queries: int = 4,
-                 p_unbound: float = 0.0):
-        for label, value in (("N", N), ("n_keys", n_keys), ("n_values", n_values),
-                             ("queries", queries)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"recall: {label} must be an integer >= 1, got {value!r}")
-            if value < 1:
-                raise ConfigError(f"recall: {label} must be at least 1, got {label}={value}")
+    def __init__(self, N: int = 64, n_keys: int = 256, n_values: int = 256, queries: int = 3,
+                 p_unbound: float = 0.0, layout: str = "paper", fillers: int | None = None,
+                 gap: int | None = None, N_min: int | None = None, slots: int | None = None):
+        if layout not in LAYOUTS:
+            raise ConfigError(f"recall: layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        paper = layout == "paper"
+        N, n_keys, n_values, queries = (_whole(label, value, 1) for label, value in
+                                        (("N", N), ("n_keys", n_keys), ("n_values", n_values), ("queries", queries)))
+        fillers = _whole("fillers", (32 if paper else 0) if fillers is None else fillers, 0)
+        gap = _whole("gap", (16 if paper else 0) if gap is None else gap, 0)
+        N_min = _whole("N_min", N if N_min is None else N_min, 1)
+        slots = _whole("slots", N if slots is None else slots, 1)
+        if N_min > N:
+            raise ConfigError(f"recall: N_min={N_min} is more than N={N}; the table holds N_min..N pairs")
+        if slots < N:
+            raise ConfigError(f"recall: slots={slots} cannot hold N={N} pairs; raise slots or lower N")
+        if not paper and (fillers or gap or N_min != N or slots != N):
+            raise ConfigError("recall: fillers, gap, N_min and slots need layout='paper' (the compact layout "
+                              "has no filler token)")
         if N > n_keys:
             raise ConfigError(f"recall: N={N} bindings need N distinct keys; raise n_keys to at "
                               f"least {N} or lower N (n_keys={n_keys})")
@@ -120,33 +176,66 @@ class Recall(Task):
                               f"raise n_keys above N={N} or set p_unbound=0")
         self.N, self.n_keys, self.n_values, self.queries = N, n_keys, n_values, queries
         self.p_unbound = float(p_unbound)
-        self.SEP = n_keys + n_values
-        self.vocab_size = n_keys + n_values + 1
+        self.layout, self.fillers, self.gap, self.N_min, self.slots = layout, fillers, gap, N_min, slots
+        for i, marker in enumerate(MARKERS if paper else MARKERS[:1]):
+            setattr(self, marker, n_keys + n_values + i)
+        self.vocab_size = n_keys + n_values + (len(MARKERS) if paper else 1)
         self.n_classes = n_values
         self.answer_token_offset = n_keys  # answers are read off the value tokens' output logits
-        self.seq_len = 2 * N + 2 * queries
+        if paper:
+            self.first_query = 4 * slots + fillers  # the first QUERY marker
+            self.seq_len = self.first_query + 3 * queries + gap * (queries - 1)
+        else:
+            self.seq_len = 2 * N + 2 * queries
 
     def config(self) -> dict:
-        return dict(name=self.name, N=self.N, n_keys=self.n_keys, n_values=self.n_values,
-                    queries=self.queries, p_unbound=self.p_unbound)
+        return dict(name=self.name, N=self.N, n_keys=self.n_keys, n_values=self.n_values, queries=self.queries,
+                    p_unbound=self.p_unbound, layout=self.layout, fillers=self.fillers, gap=self.gap,
+                    N_min=self.N_min, slots=self.slots)
+
+    def with_table(self, n: int) -> "Recall":
+        """Exactly ``n`` pairs; in the paper layout at the same length (the other slots filler), so no
+        query moves."""
+        config = self.config() | dict(N=n, N_min=n)
+        if self.layout == "paper":
+            config["slots"] = max(self.slots, n)
+        else:
+            config["slots"] = n
+        config.pop("name")
+        return Recall(**config)
+
+    def query_positions(self, queries: int | None = None) -> torch.Tensor:
+        """Positions of the query keys, where beliefs are asked for."""
+        M = self.queries if queries is None else queries
+        if self.layout == "paper":
+            return self.first_query + 1 + (3 + self.gap) * torch.arange(M)
+        return 2 * self.N + 1 + 2 * torch.arange(M)
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
         N, K, V, M, B = self.N, self.n_keys, self.n_values, self.queries, checked_batch_size(batch_size)
-        # Distinct draws as argsort of i.i.d. uniform noise. The first N of the key permutation are
+        S = self.slots
+        # Distinct draws as argsort of i.i.d. uniform noise. The first n of the key permutation are
         # bound; the rest is the pool of never-bound keys unbound queries draw from.
         key_perm = torch.rand(B, K, generator=generator).argsort(dim=1)
-        values = torch.rand(B, V, generator=generator).argsort(dim=1)[:, :N]
-        keys = key_perm[:, :N]
+        value_perm = torch.rand(B, V, generator=generator).argsort(dim=1)
+        n_pairs = self.N_min + (torch.rand(B, generator=generator) * (N - self.N_min + 1)).long().clamp(max=N - self.N_min)
+        filled = torch.arange(S) < n_pairs[:, None]  # [B, S]
+        empty = torch.full((B, S), -1)
+        keys = empty.clone()
+        keys[:, :N] = key_perm[:, :N]
+        keys = keys.where(filled, empty)
+        values = empty.clone()
+        values[:, :N] = value_perm[:, :N]
+        values = values.where(filled, empty)
 
         # Every random tensor is drawn whatever the settings, so the stream a seed produces does
         # not depend on which branch a query takes.
         bound = torch.rand(B, M, generator=generator) >= self.p_unbound
-        bound_slot = torch.randint(0, N, (B, M), generator=generator)
-        n_free = max(K - N, 1)  # placeholder width when no key is free (then bound is all True)
-        free_slot = N + torch.randint(0, n_free, (B, M), generator=generator)
+        bound_slot = (torch.rand(B, M, generator=generator) * n_pairs[:, None]).long().clamp(max=n_pairs[:, None] - 1)
+        n_free = (K - n_pairs[:, None]).clamp(min=1)  # placeholder width when no key is free (bound is all True)
+        free_slot = n_pairs[:, None] + (torch.rand(B, M, generator=generator) * n_free).long().clamp(max=n_free - 1)
         noise = torch.randint(0, V, (B, M), generator=generator)
-        slot = torch.where(bound, bound_slot, free_slot.clamp(max=K - 1))
-        query_keys = key_perm.gather(1, slot)
+        query_keys = key_perm.gather(1, torch.where(bound, bound_slot, free_slot.clamp(max=K - 1)))
         bound_answer = values.gather(1, bound_slot)
         answers = torch.where(bound, bound_answer, noise)
 
@@ -154,60 +243,105 @@ class Recall(Task):
         delta = torch.nn.functional.one_hot(bound_answer, V).float()
         query_posterior = torch.where(bound[..., None], delta, torch.full_like(delta, 1.0 / V))
 
-        T = self.seq_len
-        tokens = torch.empty(B, T, dtype=torch.long)
-        pair_pos = torch.arange(N) * 2
-        tokens[:, pair_pos] = keys
-        tokens[:, pair_pos + 1] = values + K
-        tokens[:, 2 * N] = self.SEP
-        query_pos = 2 * N + 1 + 2 * torch.arange(M)
+        query_pos = self.query_positions()
+        if self.layout == "paper":
+            tokens = torch.full((B, self.seq_len), self.FILL)
+            pair_pos = 4 * torch.arange(S)
+            for offset, content in enumerate((torch.full_like(keys, self.STORE), keys,
+                                              torch.full_like(keys, self.SEP), values + K)):
+                tokens[:, pair_pos + offset] = content.where(filled, torch.full_like(keys, self.FILL))
+            tokens[:, query_pos - 1] = self.QUERY
+            tokens[:, query_pos + 1] = self.PAD
+        else:
+            tokens = torch.empty(B, self.seq_len, dtype=torch.long)
+            tokens[:, 0:2 * N:2] = keys
+            tokens[:, 1:2 * N:2] = values + K
+            tokens[:, 2 * N] = self.SEP
+            tokens[:, query_pos[:-1] + 1] = answers[:, :-1] + K
         tokens[:, query_pos] = query_keys
-        tokens[:, query_pos[:-1] + 1] = answers[:, :-1] + K
 
         return batch_at_queries(tokens, query_pos, query_posterior, answers,
-                                hypothesis=dict(keys=keys, values=values, query_keys=query_keys,
-                                                bound=bound, answers=answers))
+                                hypothesis=dict(keys=keys, values=values, n_pairs=n_pairs, query_keys=query_keys,
+                                                bound=bound, slot=bound_slot.where(bound, torch.full_like(bound_slot, -1)),
+                                                answers=answers))
 
     def batch_from_tokens(self, tokens: torch.Tensor) -> Batch:
-        """The table before SEP, then any number of queries (answers shown after them carry nothing)."""
-        N, K, V = self.N, self.n_keys, self.n_values
+        """The table, then any number of queries laid out as in ``sample`` (shown answers carry nothing)."""
+        K, V = self.n_keys, self.n_values
         tokens = (tokens if tokens.dim() == 2 else tokens[None]).long().cpu()
-        keys, shown = tokens[:, 0:2 * N:2], tokens[:, 1:2 * N:2]
-        queries, answers = tokens[:, 2 * N + 1::2], tokens[:, 2 * N + 2::2]
-        is_key, is_value = (lambda x: ((x >= 0) & (x < K)).all()), (lambda x: ((x >= K) & (x < K + V)).all())
-        if tokens.shape[1] <= 2 * N + 1 or not ((tokens[:, 2 * N] == self.SEP).all() and is_key(keys)
-                                                and is_value(shown) and is_key(queries) and is_value(answers)):
-            raise ConfigError(f"recall: a sequence is {N} key-value pairs, SEP, then query keys each followed "
-                              f"by an answer value")
-        if (keys[:, :, None] == keys[:, None, :]).sum((1, 2)).gt(N).any():
+        is_key = lambda x: ((x >= 0) & (x < K)).all()
+        is_value = lambda x: ((x >= K) & (x < K + V)).all()
+        if self.layout == "paper":
+            keys, values, queries, ok = self._read_paper(tokens, is_key, is_value)
+        else:
+            N = self.N
+            keys, values = tokens[:, 0:2 * N:2], tokens[:, 1:2 * N:2] - K
+            queries, answers = tokens[:, 2 * N + 1::2], tokens[:, 2 * N + 2::2]
+            ok = (tokens.shape[1] > 2 * N + 1 and bool((tokens[:, 2 * N] == self.SEP).all()) and is_key(keys)
+                  and is_value(values + K) and is_key(queries) and is_value(answers))
+        if not ok:
+            layout = (f"up to {self.slots} slots of STORE key SEP value (or FILL x4), {self.fillers} FILL, then "
+                      f"QUERY key PAD separated by {self.gap} FILL" if self.layout == "paper" else
+                      f"{self.N} key-value pairs, SEP, then query keys each followed by an answer value")
+            raise ConfigError(f"recall: a sequence is {layout}")
+        bound_keys = keys.where(keys >= 0, torch.full_like(keys, -2))
+        if ((bound_keys[:, :, None] == bound_keys[:, None, :]) & (bound_keys[:, :, None] >= 0)).sum((1, 2)).gt(
+                (keys >= 0).sum(1)).any():
             raise ConfigError("recall: the table binds a key twice")
-        match = queries[:, :, None] == keys[:, None, :]  # [B, M, N]: at most one bound slot per query
+        match = queries[:, :, None] == bound_keys[:, None, :]  # [B, M, S]: at most one bound slot per query
         bound = match.any(-1)
-        delta = torch.nn.functional.one_hot((match.long() * (shown - K)[:, None, :]).sum(-1), V).float()
+        slot = torch.where(bound, match.long().argmax(-1), torch.full_like(bound, -1, dtype=torch.long))
+        delta = torch.nn.functional.one_hot(values.clamp(min=0).gather(1, slot.clamp(min=0)), V).float()
         posterior = torch.where(bound[..., None], delta, torch.full_like(delta, 1.0 / V))
-        return batch_at_queries(tokens, 2 * N + 1 + 2 * torch.arange(queries.shape[1]), posterior,
-                                torch.full(queries.shape, -100), hypothesis=dict(keys=keys, values=shown - K,
-                                                                                query_keys=queries, bound=bound))
+        return batch_at_queries(tokens, self.query_positions(queries.shape[1]), posterior,
+                                torch.full(queries.shape, -100),
+                                hypothesis=dict(keys=keys, values=values, n_pairs=(keys >= 0).sum(1),
+                                                query_keys=queries, bound=bound, slot=slot))
+
+    def _read_paper(self, tokens: torch.Tensor, is_key, is_value):
+        """Keys, value classes (-1 in empty slots), query keys and whether the layout holds, at fixed positions."""
+        K, S, T = self.n_keys, self.slots, tokens.shape[1]
+        rest = T - self.first_query + self.gap
+        M = rest // (3 + self.gap)
+        if T <= self.first_query or M < 1 or rest % (3 + self.gap):
+            return None, None, None, False
+        table = tokens[:, :4 * S].reshape(-1, S, 4)
+        filled = table[:, :, 0] == self.STORE
+        empty = (table == self.FILL).all(-1)
+        keys = table[:, :, 1].where(filled, torch.full_like(filled, -1, dtype=torch.long))
+        values = (table[:, :, 3] - K).where(filled, torch.full_like(filled, -1, dtype=torch.long))
+        query_pos = self.query_positions(M)
+        queries = tokens[:, query_pos]
+        fill = torch.ones(T, dtype=torch.bool)
+        fill[:4 * S] = False
+        for offset in (-1, 0, 1):
+            fill[query_pos + offset] = False
+        ok = (bool((filled | empty).all()) and bool((table[:, :, 2][filled] == self.SEP).all())
+              and is_key(table[:, :, 1][filled]) and is_value(table[:, :, 3][filled]) and is_key(queries)
+              and bool((tokens[:, query_pos - 1] == self.QUERY).all()) and bool((tokens[:, query_pos + 1] == self.PAD).all())
+              and bool((tokens[:, fill] == self.FILL).all()))
+        return keys, values, queries, ok
 
     @classmethod
     def small_config(cls, rng: random.Random) -> dict:
         N = rng.randint(1, 3)
         n_keys, n_values = rng.randint(N, 4), rng.randint(N, 4)
         p_unbound = rng.uniform(0.0, 0.9) if n_keys > N else 0.0  # unbound queries need a free key
-        return dict(N=N, n_keys=n_keys, n_values=n_values, queries=rng.randint(1, 3), p_unbound=p_unbound)
+        config = dict(N=N, n_keys=n_keys, n_values=n_values, queries=rng.randint(1, 3), p_unbound=p_unbound)
+        if rng.random() < 0.5:
+            return config | dict(layout="compact")
+        return config | dict(layout="paper", fillers=rng.randint(0, 2), gap=rng.randint(0, 2),
+                             N_min=rng.randint(1, N), slots=N + rng.randint(0, 1))
 
     def brute_force(self, batch: Batch, row: int) -> torch.Tensor:
         tokens = batch.tokens[row].tolist()
-        return torch.stack([enumerated_posterior(self.n_keys, self.n_values, tokens, i)
+        return torch.stack([enumerated_posterior(self.n_keys, self.n_values, tokens, i, self.layout)
                             for i in range(self.queries)]).double()
 
     def token_names(self, tokens: torch.Tensor) -> list[str]:
-        K = self.n_keys
-        names = []
-        for t in tokens:
-            t = int(t)
-            names.append(f"k{t}" if t < K else "SEP" if t == self.SEP else f"v{t - K}")
-        return names
+        K, V = self.n_keys, self.n_values
+        markers = MARKERS if self.layout == "paper" else MARKERS[:1]
+        return [f"k{t}" if t < K else f"v{t - K}" if t < K + V else markers[t - K - V] for t in map(int, tokens)]
 
     def hypothesis_tokens(self) -> dict[str, torch.Tensor]:
         K, V = self.n_keys, self.n_values

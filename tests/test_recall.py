@@ -9,11 +9,17 @@ from tasks.recall import Recall
 from tasks.recall import enumerated_posterior as recall_posterior
 
 
+COMPACT = dict(layout="compact")
+
+
 @pytest.mark.parametrize("settings", [
-    dict(N=2, n_keys=3, n_values=3, queries=3, p_unbound=0.5),
-    dict(N=2, n_keys=4, n_values=3, queries=4, p_unbound=0.6),
-    dict(N=3, n_keys=3, n_values=4, queries=3),
-    dict(N=1, n_keys=2, n_values=2, queries=4, p_unbound=0.7),
+    dict(N=2, n_keys=3, n_values=3, queries=3, p_unbound=0.5, **COMPACT),
+    dict(N=2, n_keys=4, n_values=3, queries=4, p_unbound=0.6, **COMPACT),
+    dict(N=3, n_keys=3, n_values=4, queries=3, **COMPACT),
+    dict(N=1, n_keys=2, n_values=2, queries=4, p_unbound=0.7, **COMPACT),
+    dict(N=2, n_keys=4, n_values=3, queries=3, p_unbound=0.5, fillers=2, gap=1),
+    dict(N=3, n_keys=4, n_values=4, queries=2, N_min=1, slots=4, p_unbound=0.3),
+    dict(N=2, n_keys=3, n_values=3, queries=3, fillers=0, gap=0, N_min=1),
 ])
 def test_posterior_equals_enumeration(settings):
     task = Recall(**settings)
@@ -23,12 +29,12 @@ def test_posterior_equals_enumeration(settings):
     for b in range(len(batch)):
         tokens = batch.tokens[b].tolist()
         for i, pos in enumerate(positions.tolist()):
-            expected = recall_posterior(task.n_keys, task.n_values, tokens, i)
+            expected = recall_posterior(task.n_keys, task.n_values, tokens, i, task.layout)
             torch.testing.assert_close(batch.posterior[b, pos], expected, atol=1e-6, rtol=0)
 
 
 def test_repeated_unbound_key_stays_uniform():
-    task = Recall(N=2, n_keys=3, n_values=3, queries=4, p_unbound=0.5)
+    task = Recall(N=2, n_keys=3, n_values=3, queries=4, p_unbound=0.5, **COMPACT)
     batch = task.sample(64, generator=torch.Generator().manual_seed(0))
     h = batch.hypothesis
     positions = batch.query_mask[0].nonzero().flatten()
@@ -41,7 +47,7 @@ def test_repeated_unbound_key_stays_uniform():
 
 def test_tokens_follow_the_layout():
     N, K, V, M = 5, 9, 7, 6
-    task = Recall(N=N, n_keys=K, n_values=V, queries=M, p_unbound=0.3)
+    task = Recall(N=N, n_keys=K, n_values=V, queries=M, p_unbound=0.3, **COMPACT)
     batch = task.sample(32, generator=torch.Generator().manual_seed(0))
     h = batch.hypothesis
     tokens = batch.tokens
@@ -69,13 +75,14 @@ def test_tokens_follow_the_layout():
 
 
 def test_names_and_hypothesis_tokens():
-    task = Recall(N=2, n_keys=4, n_values=8, queries=2)
+    task = Recall(N=2, n_keys=4, n_values=8, queries=2, **COMPACT)
     assert task.token_names(torch.tensor([3, 4, 11, 12])) == ["k3", "v0", "v7", "SEP"]
     frame = task.hypothesis_tokens()
     assert torch.equal(frame["keys"], torch.arange(4)) and torch.equal(frame["values"], torch.arange(4, 12))
     logits = torch.randn(3, task.vocab_size)
     assert torch.equal(task.answer_logits(logits), logits[:, 4:12])
-    assert task.config() == dict(name="recall", N=2, n_keys=4, n_values=8, queries=2, p_unbound=0.0)
+    assert task.config() == dict(name="recall", N=2, n_keys=4, n_values=8, queries=2, p_unbound=0.0,
+                                 layout="compact", fillers=0, gap=0, N_min=2, slots=2)
     assert Recall(**{k: v for k, v in task.config().items() if k != "name"}).config() == task.config()
     assert Recall.length_setting == "queries"
 
@@ -120,7 +127,68 @@ def test_unbound_fraction():
     (dict(p_unbound=-0.1), r"p_unbound must be in \[0, 1\)"),
     (dict(p_unbound="0.1"), "p_unbound must be a number"),
     (dict(N=4, n_keys=4, p_unbound=0.2), "raise n_keys above N=4 or set p_unbound=0"),
+    (dict(layout="grid"), "layout must be one of paper, compact"),
+    (dict(fillers=-1), "fillers must be at least 0"),
+    (dict(gap=1.5), "gap must be an integer"),
+    (dict(N=8, N_min=9), "N_min=9 is more than N=8"),
+    (dict(N=8, slots=7), "slots=7 cannot hold N=8 pairs"),
+    (dict(N=8, N_min=4, layout="compact"), "need layout='paper'"),
 ])
 def test_bad_settings_are_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
         Recall(**settings)
+
+
+def test_paper_layout_and_its_defaults():
+    """The authors' format: 64 x STORE k SEP v, 32 fillers, 3 x QUERY k PAD with 16 fillers between."""
+    task = Recall()
+    assert (task.N, task.n_keys, task.n_values, task.queries, task.fillers, task.gap) == (64, 256, 256, 3, 32, 16)
+    assert task.seq_len == 64 * 4 + 32 + 3 * 3 + 2 * 16 == 329 and task.vocab_size == 256 + 256 + 5
+    batch = task.sample(8, generator=torch.Generator().manual_seed(0))
+    names = task.token_names(batch.tokens[0])
+    assert names[:4] == ["STORE", f"k{batch.hypothesis['keys'][0, 0].item()}", "SEP",
+                         f"v{batch.hypothesis['values'][0, 0].item()}"]
+    assert names[256:288] == ["FILL"] * 32
+    assert names[288] == "QUERY" and names[290] == "PAD" and names[291:307] == ["FILL"] * 16
+    assert names[-3] == "QUERY" and names[-1] == "PAD"
+    assert torch.equal(batch.query_mask[0].nonzero().flatten(), torch.tensor([289, 308, 327]))
+    h = batch.hypothesis
+    assert all(len(set(row.tolist())) == 64 for row in h["keys"]) and h["bound"].all()
+    assert torch.equal(batch.targets[:, [289, 308, 327]], h["values"].gather(1, h["slot"]))
+
+
+def test_table_sizes_vary_at_one_length():
+    """N_min < N: every size from N_min to N occurs, empty slots are filler, the queries do not move."""
+    task = Recall(N=6, n_keys=10, n_values=10, queries=2, N_min=2, slots=8, p_unbound=0.2)
+    batch = task.sample(3000, generator=torch.Generator().manual_seed(0))
+    h = batch.hypothesis
+    assert sorted(set(h["n_pairs"].tolist())) == [2, 3, 4, 5, 6]
+    counts = torch.bincount(h["n_pairs"])[2:].float()
+    assert counts.min() > 0.85 * counts.mean()
+    filled = torch.arange(8) < h["n_pairs"][:, None]
+    assert ((h["keys"] >= 0) == filled).all() and ((h["values"] >= 0) == filled).all()
+    table = batch.tokens[:, :32].reshape(-1, 8, 4)
+    assert (table[~filled] == task.FILL).all() and (table[filled][:, 0] == task.STORE).all()
+    # a bound query asks about a filled slot, spread over all of them; an unbound one about no slot
+    slot = h["slot"]
+    assert (slot[h["bound"]] < h["n_pairs"][:, None].expand_as(slot)[h["bound"]]).all()
+    assert (slot[~h["bound"]] == -1).all() and set(slot[h["bound"]].tolist()) == set(range(6))
+    # reading the tokens back gives the same posterior and slots
+    again = task.batch_from_tokens(batch.tokens)
+    torch.testing.assert_close(again.posterior, batch.posterior)
+    assert torch.equal(again.hypothesis["slot"], slot)
+    # more queries than trained: the layout extends, positions of the first ones stay
+    longer = task.with_length(4).sample(2)
+    assert torch.equal(longer.query_mask[0].nonzero().flatten()[:2], batch.query_mask[0].nonzero().flatten())
+
+
+def test_malformed_paper_sequences_are_refused():
+    task = Recall(N=2, n_keys=4, n_values=4, queries=2, fillers=1, gap=1)
+    tokens = task.sample(1, generator=torch.Generator().manual_seed(0)).tokens
+    for position, token in ((0, task.FILL), (2, task.PAD), (8, task.STORE), (10, task.SEP)):
+        bad = tokens.clone()
+        bad[0, position] = token
+        with pytest.raises(ConfigError, match="a sequence is up to 2 slots"):
+            task.batch_from_tokens(bad)
+    with pytest.raises(ConfigError, match="a sequence is"):
+        task.batch_from_tokens(tokens[:, :-1])

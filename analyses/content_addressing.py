@@ -1,0 +1,142 @@
+"""Content addressing: is recall done by matching the query key, or by remembering where slot i sits?
+
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import torch
+
+from .base import Analysis, AnalysisError, Option, Result, held_out_batch, n_option, seed_option
+
+DEFINITION = " ".join("""
+ Accuracy is the fraction of bound queries (keys that are in the table) whose arg-max answer is the
+bound value; unbound queries have no right answer and are left out. Per-slot accuracy: the table is
+filled to its largest size (every slot holds a pair) and accuracy is split by the table slot the
+query asks about (slot 0 is shown first); per_slot_min is the worst slot and slot_spread the best
+minus the worst. Accuracy by table size: the same model on tables of n pairs for each n, the
+remaining slots filled with filler, so no query moves; a lookup that matches keys by content keeps
+its accuracy at every n, one that learned positions fails where slots are empty or never trained.
+Accuracy by query count: the task rebuilt with that many queries (those a model's position table
+cannot hold are listed as skipped). content_addressed is true when per_slot_min and the accuracy at
+every table size tested are at least the threshold.
+""".split())
+
+
+def parse_sizes(spec: str, largest: int) -> list[int]:
+    if not spec:
+        powers = [2 ** i for i in range(largest.bit_length()) if 2 ** i < largest]
+        return powers + [largest]
+    try:
+        sizes = sorted({int(part) for part in str(spec).split(",") if part.strip()})
+    except ValueError:
+        raise AnalysisError(f"--sizes must be comma-separated integers, got {spec!r}") from None
+    if not sizes or sizes[0] < 1 or sizes[-1] > largest:
+        raise AnalysisError(f"--sizes must lie from 1 to the table's {largest} slots, got {spec!r}")
+    return sizes
+
+
+@torch.no_grad()
+def bound_accuracy(model, task, n: int, seed: int, chunk: int = 256) -> dict:
+    """Correct / asked counts of bound queries on ``n`` held-out sequences of ``task``, in total and per slot."""
+    batch = held_out_batch(task, n, seed)
+    device = next(model.parameters()).device
+    mask = batch.query_mask
+    guesses = []
+    for i in range(0, len(batch), chunk):
+        logits = model.answer_logits(batch.tokens[i:i + chunk].to(device))
+        guesses.append(logits[mask[i:i + chunk].to(device)].argmax(-1).cpu())
+    guess = torch.cat(guesses).view(len(batch), -1)
+    h = batch.hypothesis
+    bound = h["bound"]
+    right = (guess == h["answers"]) & bound
+    slots = task.slots
+    return dict(accuracy=right.sum().item() / max(bound.sum().item(), 1), n_bound=int(bound.sum()),
+                per_slot_right=torch.bincount(h["slot"][bound], weights=right[bound].float(), minlength=slots).tolist(),
+                per_slot_asked=torch.bincount(h["slot"][bound], minlength=slots).tolist())
+
+
+def compute(model, sizes: str = "", queries: str = "", threshold: float = 0.95, n: int = 2048,
+            seed: int = 1234) -> Result:
+    """Per-slot accuracy with a full table, accuracy across table sizes and across query counts."""
+    task = model.task
+    largest = task.slots
+    full = task.with_table(largest)
+    slots = bound_accuracy(model, full, n, seed)
+    per_slot = [r / a if a else None for r, a in zip(slots["per_slot_right"], slots["per_slot_asked"])]
+    measured = [a for a in per_slot if a is not None]
+
+    by_size = {}
+    for size in parse_sizes(sizes, largest):
+        by_size[str(size)] = bound_accuracy(model, task.with_table(size), n, seed)["accuracy"]
+
+    trained_queries = task.queries
+    counts = parse_counts(queries, trained_queries)
+    n_ctx = model.cfg.n_ctx if model.positions else None
+    by_queries, skipped = {}, {}
+    for count in counts:
+        variant = task.with_length(count)
+        if n_ctx is not None and variant.seq_len > n_ctx:
+            skipped[str(count)] = f"needs {variant.seq_len} positions; the model has n_ctx={n_ctx}"
+            continue
+        by_queries[str(count)] = bound_accuracy(model, variant, n, seed)["accuracy"]
+
+    per_slot_min = min(measured)
+    metrics = dict(
+        table_slots=largest, trained_table_sizes=[task.N_min, task.N], trained_queries=trained_queries,
+        accuracy_full_table=slots["accuracy"], per_slot_accuracy=per_slot, per_slot_asked=slots["per_slot_asked"],
+        per_slot_min=per_slot_min, worst_slot=per_slot.index(per_slot_min), slot_spread=max(measured) - per_slot_min,
+        accuracy_by_table_size=by_size, accuracy_by_queries=by_queries, skipped_queries=skipped,
+        threshold=threshold,
+        content_addressed=bool(per_slot_min >= threshold and min(by_size.values()) >= threshold),
+        n_sequences=n, seed=seed)
+    return Result("content-addressing", DEFINITION, metrics, {
+        "accuracy-by-slot": slot_figure(per_slot, threshold, task.name),
+        "accuracy-by-table-size": size_figure(by_size, (task.N_min, task.N), threshold),
+    })
+
+
+def parse_counts(spec: str, trained: int) -> list[int]:
+    if not spec:
+        return sorted({1, trained, 2 * trained, 4 * trained})
+    try:
+        counts = sorted({int(part) for part in str(spec).split(",") if part.strip()})
+    except ValueError:
+        raise AnalysisError(f"--queries must be comma-separated integers, got {spec!r}") from None
+    if not counts or counts[0] < 1:
+        raise AnalysisError(f"--queries must be positive integers, got {spec!r}")
+    return counts
+
+
+def slot_figure(per_slot: list, threshold: float, task_name: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_bar(x=list(range(len(per_slot))), y=per_slot, marker_color="#1f77b4",
+                hovertemplate="slot %{x}<br>accuracy %{y:.3f}<extra></extra>")
+    fig.add_hline(y=threshold, line_dash="dash", annotation_text=f"threshold {threshold:g}")
+    fig.update_layout(title=f"{task_name}: accuracy by table slot (full table)", xaxis_title="table slot (0 = shown first)",
+                      yaxis_title="accuracy of bound queries", yaxis_range=[0, 1.02], template="plotly_white",
+                      width=760, height=420)
+    return fig
+
+
+def size_figure(by_size: dict, trained: tuple[int, int], threshold: float) -> go.Figure:
+    fig = go.Figure()
+    fig.add_scatter(x=[int(k) for k in by_size], y=list(by_size.values()), mode="lines+markers", name="model")
+    fig.add_vrect(x0=trained[0], x1=trained[1], fillcolor="#2ca02c", opacity=0.08, line_width=0,
+                  annotation_text="trained sizes")
+    fig.add_hline(y=threshold, line_dash="dash")
+    fig.update_layout(title="Accuracy by table size (same length: empty slots are filler)", xaxis_type="log",
+                      xaxis_title="pairs in the table", yaxis_title="accuracy of bound queries", yaxis_range=[0, 1.02],
+                      template="plotly_white", width=640, height=420)
+    return fig
+
+
+ANALYSIS = Analysis(
+    "content-addressing", "binding by content or by position: accuracy per table slot, table size and query count",
+    DEFINITION, compute,
+    options=(Option("sizes", "", "comma-separated table sizes to test (default: powers of two and the full table)"),
+             Option("queries", "", "comma-separated query counts (default: 1, trained, 2x and 4x trained)"),
+             Option("threshold", 0.95, "accuracy a content-addressed lookup must reach everywhere", low=0.0, high=1.0),
+             n_option(2048), seed_option()),
+    requires=("table",), order=3)
+run = ANALYSIS

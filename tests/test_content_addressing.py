@@ -1,0 +1,70 @@
+"""content-addressing against constructed lookups whose answer is known: one that matches keys by
+content, one that remembers the first slots by position."""
+import pytest
+import torch
+
+import analyses
+import tasks
+from analyses.base import AnalysisError
+
+
+class TableReader(torch.nn.Module):
+    """Answers a recall query by reading the table in the tokens: by content (find the query key) or
+    by position (only the first ``remembered`` slots, as a positional shortcut would)."""
+
+    positions = True
+
+    def __init__(self, task, remembered=None):
+        super().__init__()
+        self.task, self.remembered = task, remembered
+        self.weight = torch.nn.Parameter(torch.zeros(1))  # a device to run on
+        self.cfg = type("Cfg", (), {"n_ctx": task.seq_len})()
+
+    def answer_logits(self, tokens):
+        task = self.task
+        batch = task.batch_from_tokens(tokens)
+        h = batch.hypothesis
+        slot = h["slot"]
+        truth = h["values"].gather(1, slot.clamp(min=0))
+        forgotten = slot >= (self.remembered if self.remembered is not None else task.slots)
+        guess = torch.where(forgotten, (truth + 1) % task.n_classes, truth)  # a wrong answer when forgotten
+        logits = torch.zeros(*tokens.shape, task.n_classes)
+        logits[batch.query_mask] = torch.nn.functional.one_hot(guess, task.n_classes).float().flatten(0, 1) * 10
+        return logits
+
+
+TASK = dict(N=16, N_min=4, n_keys=32, n_values=32, queries=2, fillers=2, gap=1)
+
+
+def test_a_content_lookup_passes_everywhere():
+    task = tasks.make("recall", **TASK)
+    result = analyses.run("content-addressing", TableReader(task), n=256)
+    m = result.metrics
+    assert m["per_slot_min"] == 1.0 and m["slot_spread"] == 0.0 and m["content_addressed"]
+    assert set(m["accuracy_by_table_size"]) == {"1", "2", "4", "8", "16"}
+    assert all(a == 1.0 for a in m["accuracy_by_table_size"].values())
+    # the constructed model has positions for the trained length only: more queries are skipped, with why
+    assert m["accuracy_by_queries"] == {"1": 1.0, "2": 1.0} and "n_ctx=" in m["skipped_queries"]["4"]
+    assert min(m["per_slot_asked"]) > 0 and sum(m["per_slot_asked"]) == 256 * 2
+
+
+def test_a_positional_shortcut_is_caught():
+    task = tasks.make("recall", **TASK)
+    m = analyses.run("content-addressing", TableReader(task, remembered=8), n=512).metrics
+    assert m["per_slot_accuracy"][:8] == [1.0] * 8 and m["per_slot_accuracy"][8:] == [0.0] * 8
+    assert m["per_slot_min"] == 0.0 and m["worst_slot"] == 8 and m["slot_spread"] == 1.0
+    assert not m["content_addressed"]
+    # tables of up to 8 pairs never use the forgotten slots, larger ones do in proportion
+    assert m["accuracy_by_table_size"]["8"] == 1.0
+    assert m["accuracy_by_table_size"]["16"] == pytest.approx(0.5, abs=0.05)
+
+
+def test_options_and_refusals():
+    task = tasks.make("recall", **TASK)
+    with pytest.raises(AnalysisError, match="--sizes must lie from 1 to the table's 16 slots"):
+        analyses.run("content-addressing", TableReader(task), sizes="4,17")
+    m = analyses.run("content-addressing", TableReader(task), sizes="3,16", queries="1", n=64).metrics
+    assert list(m["accuracy_by_table_size"]) == ["3", "16"] and list(m["accuracy_by_queries"]) == ["1"]
+    model = __import__("models").build("transformer", tasks.make("bijection", V=4, L=3))
+    with pytest.raises(AnalysisError, match="needs a task with a table of key-value bindings"):
+        analyses.run("content-addressing", model)
