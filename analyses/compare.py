@@ -4,11 +4,14 @@ The definition of every number is ``DEFINITION`` below (also written into each r
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import plotly.graph_objects as go
 
 import tasks
 
-from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
+from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option
 from .calibration import measure
 
 def primitives() -> dict[str, tuple]:
@@ -27,7 +30,10 @@ Every model is measured with ``calibration`` on its own task (entropy MAE and KL
 bits, accuracy for discrete tasks; n held-out sequences, the same seed for all). The primitives
 matrix has one row per architecture and one column per inference primitive, each judged from the
 runs given, never assumed: {_criteria()}. A cell with no run of that task and architecture is
-"not measured"; with several, the best run counts.
+"not measured"; with several, the best run counts. With sweeps (``interp sweep`` folders), each cell
+also gives the architecture's break point on that primitive's difficulty curve: the smallest axis
+value at which it fails the same threshold at the sweep's capacity and training budget (both in the
+sweep's JSON), or "beyond the tested range".
 """.split())
 
 
@@ -48,8 +54,37 @@ def primitive_cell(rows: list[dict], arch: str, primitive: str) -> dict:
     return dict(status="pass" if passed else "fail", value=best, threshold=threshold, metric=metric, task=task)
 
 
-def compute(model, n: int = 1000, seed: int = 1234) -> Result:
+def read_sweeps(spec: str) -> dict[str, dict]:
+    """primitive -> the sweep.json of each folder in the comma-separated ``spec``."""
+    found = {}
+    for folder in (part.strip() for part in spec.split(",") if part.strip()):
+        path = Path(folder) / "sweep.json"
+        try:
+            sweep = json.loads(path.read_text())
+            found[sweep["primitive"]] = sweep
+        except (OSError, ValueError, KeyError):
+            raise AnalysisError(f"--sweeps: {path} is not a sweep's result; run `interp sweep --out {folder}` "
+                                f"first") from None
+    return found
+
+
+def curve_cell(sweep: dict, arch: str) -> dict | None:
+    """Where ``arch`` breaks on the sweep's curve (at the preset's capacity, else its smallest width)."""
+    by_width = sweep["break_points"].get(arch)
+    if not by_width:
+        return None
+    width = "preset" if "preset" in by_width else min(by_width, key=int)
+    brk = by_width[width]
+    text = (f"breaks at {sweep['axis']}={brk['value']}" if brk["value"] is not None
+            else f"holds to {sweep['axis']}={brk['last_pass']}")
+    return dict(axis=sweep["axis"], values=sweep["values"], width=width, text=text, **brk,
+                budget_steps=sweep["budget"]["steps"], budget_batch_size=sweep["budget"]["batch_size"],
+                threshold=sweep["threshold"], complete=sweep["complete"])
+
+
+def compute(model, n: int = 1000, seed: int = 1234, sweeps: str = "") -> Result:
     """Calibration of every model in ``model`` (a list of loaded models) and the primitives matrix."""
+    curves = read_sweeps(sweeps)
     runs = list(model) if isinstance(model, (list, tuple)) else [model]
     if not runs:
         raise AnalysisError("compare needs at least one model")
@@ -61,8 +96,13 @@ def compute(model, n: int = 1000, seed: int = 1234) -> Result:
                          entropy_mae_bits=numbers["entropy_mae_bits"], kl_bits=numbers["kl_bits"],
                          accuracy=numbers.get("accuracy")))
     archs = sorted({r["arch"] for r in rows})
+    archs += sorted({a for sweep in curves.values() for a in sweep["break_points"]} - set(archs))
     matrix = {arch: {p: primitive_cell(rows, arch, p) for p in primitives()} for arch in archs}
-    metrics = dict(runs=rows, primitives=matrix, n_sequences=n, seed=seed)
+    for arch in archs:
+        for p, sweep in curves.items():
+            if p in matrix[arch]:
+                matrix[arch][p]["curve"] = curve_cell(sweep, arch)
+    metrics = dict(runs=rows, primitives=matrix, n_sequences=n, seed=seed, sweeps=sorted(curves))
     return Result("compare", DEFINITION, metrics, {
         "calibration": bar_figure(rows), "primitives": matrix_figure(matrix)})
 
@@ -85,18 +125,26 @@ def bar_figure(rows: list[dict]) -> go.Figure:
 def matrix_figure(matrix: dict) -> go.Figure:
     archs, prims = list(matrix), list(primitives())
     score = {"pass": 1, "fail": 0, "not measured": 0.5}
-    text = [[f"{matrix[a][p]['status']}<br>" + (f"{matrix[a][p]['value']:.3g}" if matrix[a][p]["value"] is not None else "")
-             for p in prims] for a in archs]
+    def label(cell: dict) -> str:
+        single = cell["status"] + (f" {cell['value']:.3g}" if cell["value"] is not None else "")
+        curve = cell.get("curve")
+        return f"<b>{curve['text']}</b><br>{single}" if curve else single
+
+    text = [[label(matrix[a][p]) for p in prims] for a in archs]
     fig = go.Figure(go.Heatmap(
         z=[[score[matrix[a][p]["status"]] for p in prims] for a in archs], x=prims, y=archs, text=text,
         texttemplate="%{text}", zmin=0, zmax=1, showscale=False,
         colorscale=[[0, "#f4a6a6"], [0.5, "#e8e8e8"], [1, "#9fd8a4"]],
         hovertemplate="%{y} · %{x}<br>%{text}<extra></extra>"))
-    fig.update_layout(title="Inference primitives, measured (thresholds in the JSON)", template="plotly_white",
-                      width=560, height=160 + 60 * len(archs))
+    fig.update_layout(title="Inference primitives, measured (thresholds and budgets in the JSON)",
+                      template="plotly_white", width=720, height=160 + 70 * len(archs))
     return fig
 
 
 ANALYSIS = Analysis("compare", "calibration of several runs side by side, and the measured primitives matrix",
-                    DEFINITION, compute, options=(n_option(1000), seed_option()), multi_model=True, order=9)
+                    DEFINITION, compute,
+                    options=(n_option(1000), seed_option(),
+                             Option("sweeps", "", "comma-separated `interp sweep` folders: each cell also states where "
+                                                  "the architecture breaks on that primitive's difficulty curve")),
+                    multi_model=True, order=9)
 run = ANALYSIS

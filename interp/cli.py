@@ -114,7 +114,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
         overrides = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
                                            warmup=warmup, checkpoint_every=checkpoint_every).items()
                      if v is not None}
-        task = tasks.make(task_name, **parse_assignments(task_options, "task option"))
+        task = tasks.for_preset(task_name, preset, **parse_assignments(task_options, "task option"))
         settings = dataclasses.replace(preset_settings(preset, task, arch), **overrides)
         model_config = models.model_config(arch, preset, task, **parse_assignments(model_options, "model option"))
         trainer = Trainer(out, task.config(), arch, model_config, settings, device=device)
@@ -275,6 +275,51 @@ def reproduce(preset, only, archs, runs, out, device):
                        split(archs) if archs else models.ARCHS, device=device)
     table = job.execute()
     click.echo(f"wrote {out / 'reproduction.md'} and {out / 'reproduction.json'} ({len(table['rows'])} rows)")
+
+
+@main.command()
+@click.option("--task", "task_name", required=True, help="wind tunnel (see `interp list`)")
+@click.option("--axis", required=True, metavar="SETTING=V1,V2,...",
+              help="the task setting to vary, larger = harder, e.g. N=4,8,16,32,64 (recall) or K=10,20,40 (hmm)")
+@click.option("--archs", help="comma-separated architectures [default: every architecture of `interp list`]")
+@click.option("--widths", help="comma-separated d_model values, the same for every architecture [default: the "
+                               "preset's, matched to the capacity reference]")
+@click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
+@click.option("--steps", type=int, help="training steps of every point [default: the capacity reference's preset]")
+@click.option("--batch-size", type=int, help="sequences per step of every point [default: the preset's]")
+@click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="a fixed task setting")
+@click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="a fixed model setting")
+@click.option("--n", "n_eval", type=click.IntRange(1), default=1000, show_default=True, help="held-out sequences per point")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of every init and training batch")
+@click.option("--out", type=click.Path(path_type=Path), help="sweep folder [sweeps/TASK-SETTING]")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
+def sweep(task_name, axis, archs, widths, preset, steps, batch_size, task_options, model_options, n_eval, seed, out,
+          device):
+    """Difficulty curves: train every architecture at every axis value with one budget, measure the
+    task's primitive metric, and write OUT/sweep.json (curves, break points) and sweep.pdf/html/png.
+    Rerunning resumes: finished points are read back."""
+    import models
+
+    from .sweep import Sweep, parse_axis
+
+    split = lambda spec: tuple(x.strip() for x in spec.split(",") if x.strip())  # noqa: E731
+    try:
+        width_values = tuple(int(w) for w in split(widths)) if widths else ()
+    except ValueError:
+        raise UserError(f"--widths must be comma-separated integers, got {widths!r}") from None
+    out = out or Path("sweeps") / f"{task_name}-{parse_axis(axis)[0]}"
+    job = Sweep(task_name, axis, split(archs) if archs else models.ARCHS, out, width_values, preset, steps,
+                batch_size, parse_assignments(task_options, "task option"),
+                parse_assignments(model_options, "model option"), n_eval, seed, device)
+    summary = job.execute()
+    for arch, by_width in summary["break_points"].items():
+        for width, brk in by_width.items():
+            where = (f"breaks at {summary['axis']}={brk['value']}" if brk["value"] is not None
+                     else f"passes up to {summary['axis']}={brk['last_pass']} (beyond the tested range)")
+            label = arch + ("" if width == "preset" else f" d={width}")
+            click.echo(f"  {label:<20} {where}" + (" (fails at every value tested)" if brk["status"].startswith("fails")
+                                                    else ""))
+    click.echo(f"wrote {out / 'sweep.json'} and {out / 'sweep.pdf'}")
 
 
 @main.command()

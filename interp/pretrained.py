@@ -25,7 +25,7 @@ from .train import preset_recipe, recorded_settings
 def train_command(record: dict, preset: str) -> str:
     """The ``interp train`` command that reproduces the run: the preset plus whatever differs from it."""
     task_name, arch = record["task"]["name"], record["arch"]
-    default_task = tasks.make(task_name).config()
+    default_task = tasks.for_preset(task_name, preset).config()
     recipe = preset_recipe(preset, tasks.from_config(record["task"]), arch)  # on the run's own task
     ran = recorded_settings(record["train"])
     flags = dict(steps="--steps", batch_size="--batch-size", lr="--lr", seed="--seed", loss="--loss",

@@ -105,8 +105,8 @@ def recorded_settings(train: dict) -> dict:
 
 def preset_recipe(preset: str, task, arch: str) -> dict:
     """What ``interp train --task T --arch A --preset P`` trains, as its run.json records it (task,
-    arch, model, train). ``task`` is a task name (its defaults) or a Task."""
-    task = tasks.make(task) if isinstance(task, str) else task
+    arch, model, train). ``task`` is a task name (what the preset trains on) or a Task."""
+    task = tasks.for_preset(task, preset) if isinstance(task, str) else task
     return dict(task=task.config(), arch=arch, model=models.model_config(arch, preset, task),
                 train=recorded_settings(asdict(preset_settings(preset, task, arch))))
 

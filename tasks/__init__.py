@@ -31,6 +31,12 @@ def make(name: str, **settings) -> Task:
     return cls(**settings)
 
 
+def for_preset(name: str, preset: str, **settings) -> Task:
+    """The task ``preset`` trains on: the task's defaults, its preset's task settings, then ``settings``."""
+    own = REGISTRY[name].presets.get(preset) if name in REGISTRY else None
+    return make(name, **((own.task if own else {}) | settings))
+
+
 def from_config(config: dict) -> Task:
     """The task a ``task.config()`` dict describes (as stored in run.json and checkpoints)."""
     if not isinstance(config, dict) or "name" not in config:
@@ -45,5 +51,5 @@ def primitives() -> dict[str, tuple[str, Primitive]]:
     return {cls.primitive.name: (name, cls.primitive) for name, cls in REGISTRY.items() if cls.primitive}
 
 
-__all__ = ["Batch", "ConfigError", "PaperRow", "Preset", "Primitive", "Task", "NAMES", "REGISTRY", "make",
+__all__ = ["Batch", "ConfigError", "PaperRow", "Preset", "Primitive", "Task", "NAMES", "REGISTRY", "make", "for_preset",
            "from_config", "primitives", "entropy_bits"]

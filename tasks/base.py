@@ -78,13 +78,16 @@ class Preset:
     heads); ``train`` settings override the generic training recipe. ``longest``: the value of the
     task's length setting that learned position tables are sized for, so one model can be tested for
     length generalisation (an architecture with positions gets ``n_ctx`` = that sequence length).
-    ``by_arch`` holds the same three for one architecture, applied on top.
+    ``by_arch`` holds the same three for one architecture, applied on top. ``task``: the task settings
+    the preset trains on where the user gives none (e.g. recall's range of table sizes), for every
+    architecture.
     """
 
     model: dict = field(default_factory=dict)
     train: dict = field(default_factory=dict)
     longest: int | None = None
     by_arch: dict[str, "Preset"] = field(default_factory=dict)
+    task: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

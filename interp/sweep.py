@@ -1,0 +1,214 @@
+"""``interp sweep``: difficulty curves, the measured form of the primitives matrix.
+
+Each architecture is trained at each value of one task setting (the difficulty axis: recall's N,
+the HMM's K or S, bijection's V; larger is harder) and, optionally, at each model width, with one
+training budget for every point (the capacity reference's recipe for the task, or ``--steps`` and
+``--batch-size``), then measured on held-out sequences with the task's primitive metric. Like the
+MQAR grids of the Zoology work: where each architecture falls below the threshold, at equal
+capacity (the preset's matched widths, or the same ``d_model`` for all) and equal budget.
+
+Every point is a normal run folder under ``<out>/runs`` plus a ``point.json`` of its numbers, so an
+interrupted sweep resumes: finished points are read back, an interrupted run continues from its
+resume state. ``sweep.json`` (curves, break points, thresholds, budget) and ``sweep.pdf`` / ``.html``
+/ ``.png`` are rewritten after every point.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import plotly.graph_objects as go
+from tqdm.auto import tqdm
+
+import models
+import tasks
+
+from .checkpoint import pick_device
+from .errors import UserError
+from .files import atomic_write_json
+from .train import Trainer, preset_settings, recorded_settings
+
+DEFINITION = " ".join("""
+ Each point is one model of the architecture trained from scratch on the task with the axis setting
+at that value (other settings fixed), with the same training budget (steps, batch size, learning-rate
+schedule) for every point and architecture, then measured with ``calibration`` on held-out
+sequences of that task: the task's primitive metric (accuracy or entropy MAE in bits). Capacity is
+the preset's: the capacity reference's model and every other architecture matched to its parameter
+count on that task, or, with widths, d_model set to the width for every architecture. The break
+point of an architecture (at one width) is the smallest axis value whose metric fails the threshold;
+none within the tested values is reported as beyond the tested range. Larger axis values are assumed
+harder.
+""".split())
+
+
+@dataclass(frozen=True)
+class Point:
+    arch: str
+    value: int
+    width: int | None = None
+
+
+def parse_axis(spec: str) -> tuple[str, list[int]]:
+    """``"N=4,8,16"`` -> ("N", [4, 8, 16])."""
+    name, sep, values = str(spec).partition("=")
+    try:
+        parsed = sorted({int(v) for v in values.split(",") if v.strip()})
+    except ValueError:
+        parsed = []
+    if not sep or not name.strip() or not parsed:
+        raise UserError(f"--axis must be SETTING=V1,V2,... with integer values, e.g. --axis N=4,8,16,32,64; got {spec!r}")
+    return name.strip(), parsed
+
+
+def break_point(curve: list[tuple[int, float]], direction: str, threshold: float) -> dict:
+    """The first axis value (in increasing order) whose metric fails; a curve that never fails is
+    'beyond the tested range'."""
+    passes = (lambda v: v <= threshold) if direction == "max" else (lambda v: v >= threshold)
+    curve = sorted(curve)
+    for value, metric in curve:
+        if not passes(metric):
+            status = "fails at every value tested" if value == curve[0][0] else "breaks"
+            return dict(value=value, status=status, last_pass=max((v for v, _ in curve if v < value), default=None))
+    return dict(value=None, status="beyond the tested range", last_pass=curve[-1][0] if curve else None)
+
+
+class Sweep:
+    def __init__(self, task: str, axis: str, archs: tuple[str, ...], out: Path, widths: tuple[int, ...] = (),
+                 preset: str = "cpu", steps: int | None = None, batch_size: int | None = None,
+                 task_options: dict | None = None, model_options: dict | None = None, n: int = 1000,
+                 seed: int = 0, device: str | None = None):
+        if task not in tasks.NAMES:
+            raise UserError(f"unknown task {task!r}; valid tasks: {', '.join(tasks.NAMES)}")
+        bad = [a for a in archs if a not in models.ARCHS]
+        if bad:
+            raise UserError(f"unknown architecture(s) {', '.join(bad)}; valid: {', '.join(models.ARCHS)}")
+        self.setting, self.values = parse_axis(axis)
+        self.task_name, self.archs, self.widths, self.out, self.preset = task, tuple(archs), tuple(widths), Path(out), preset
+        self.task_options, self.model_options = dict(task_options or {}), dict(model_options or {})
+        self.n, self.seed, self.device = n, seed, pick_device(device)
+        self.primitive_name, self.primitive = next(((name, p) for name, (t, p) in tasks.primitives().items()
+                                                    if t == task), (None, None))
+        if self.primitive is None:
+            raise UserError(f"task {task!r} declares no inference primitive, so a sweep has no metric to plot")
+        base = self.task_at(self.values[0])  # refuse a bad axis or setting before any training
+        reference = models.REFERENCE or models.ARCHS[0]
+        budget = preset_settings(preset, base, reference)
+        self.budget = replace(budget, **{k: v for k, v in dict(steps=steps, batch_size=batch_size).items()
+                                         if v is not None}, eval_size=min(budget.eval_size, 256), seed=seed)
+        self.budget.validate()
+
+    def task_at(self, value: int):
+        try:
+            return tasks.for_preset(self.task_name, self.preset, **(self.task_options | {self.setting: value}))
+        except tasks.ConfigError as err:
+            raise UserError(f"{self.setting}={value}: {err}") from None
+
+    def points(self) -> list[Point]:
+        return [Point(arch, value, width) for arch in self.archs for width in (self.widths or (None,))
+                for value in self.values]
+
+    def run_dir(self, point: Point) -> Path:
+        width = f"-d{point.width}" if point.width else ""
+        return self.out / "runs" / f"{point.arch}-{self.setting}{point.value}{width}"
+
+    def model_config(self, point: Point, task) -> dict:
+        width = {"d_model": point.width} if point.width else {}
+        try:
+            return models.model_config(point.arch, self.preset, task, **(self.model_options | width))
+        except tasks.ConfigError as err:
+            raise UserError(f"{point.arch} at {self.setting}={point.value}: {err}") from None
+
+    def measure(self, point: Point) -> dict:
+        """Train the point (or resume, or reuse it) and measure it; the numbers are saved beside the run."""
+        from analyses.base import eval_batch
+        from analyses.calibration import measure
+
+        from .checkpoint import load, resolve
+
+        run_dir = self.run_dir(point)
+        saved = run_dir / "point.json"
+        if saved.exists():
+            return json.loads(saved.read_text())
+        task = self.task_at(point.value)
+        record = run_dir / "run.json"
+        if record.exists() and json.loads(record.read_text()).get("status") != "finished":
+            Trainer(run_dir, resume=True, device=self.device, progress=False).run()
+        elif not record.exists():
+            Trainer(run_dir, task.config(), point.arch, self.model_config(point, task), self.budget,
+                    device=self.device, progress=False).run()
+        model = load(resolve(run_dir), device=self.device)
+        numbers = measure(model, eval_batch(model, self.n, self.seed + 1234))
+        run = json.loads(record.read_text())
+        result = dict(arch=point.arch, value=point.value, width=point.width, run=str(run_dir),
+                      metric=numbers.get(self.primitive.metric), entropy_mae_bits=numbers["entropy_mae_bits"],
+                      accuracy=numbers.get("accuracy"), n_params=run.get("n_params"),
+                      train_minutes=round(run.get("wall_time_s", 0) / 60, 2), task=task.config())
+        atomic_write_json(saved, result)
+        return result
+
+    def execute(self, progress: bool = True) -> dict:
+        results = []
+        bar = tqdm(self.points(), desc=f"sweep {self.task_name} {self.setting}", unit="point", disable=not progress)
+        for point in bar:
+            bar.set_postfix_str(f"{point.arch} {self.setting}={point.value}" + (f" d={point.width}" if point.width else ""))
+            results.append(self.measure(point))
+            self.write(results)
+        bar.close()
+        return self.write(results)
+
+    def summary(self, results: list[dict]) -> dict:
+        p = self.primitive
+        breaks = {}
+        for arch in self.archs:
+            for width in (self.widths or (None,)):
+                curve = [(r["value"], r["metric"]) for r in results if r["arch"] == arch and r["width"] == width]
+                if curve:
+                    breaks.setdefault(arch, {})[str(width) if width else "preset"] = break_point(curve, p.direction,
+                                                                                                p.threshold)
+        return dict(task=self.task_name, primitive=self.primitive_name, axis=self.setting, values=self.values,
+                    archs=list(self.archs), widths=list(self.widths), preset=self.preset,
+                    metric=p.metric, direction=p.direction, threshold=p.threshold, threshold_why=p.why,
+                    budget=recorded_settings(asdict(self.budget)), fixed_task_settings=self.task_options,
+                    model_options=self.model_options, n_sequences=self.n, definition=DEFINITION,
+                    points=results, break_points=breaks, complete=len(results) == len(self.points()))
+
+    def write(self, results: list[dict]) -> dict:
+        from analyses.base import Result
+
+        from .export import write_result
+
+        summary = self.summary(results)
+        result = Result("sweep", DEFINITION, summary, {"curves": curve_figure(summary)})
+        write_result(result, self.out, ("pdf", "html", "png"))
+        atomic_write_json(self.out / "sweep.json", summary)
+        return summary
+
+
+def curve_figure(summary: dict) -> go.Figure:
+    fig = go.Figure()
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    dashes = ["solid", "dash", "dot", "dashdot"]
+    widths = summary["widths"] or [None]
+    for i, arch in enumerate(summary["archs"]):
+        for j, width in enumerate(widths):
+            points = sorted((r["value"], r["metric"]) for r in summary["points"] if r["arch"] == arch and r["width"] == width)
+            if not points:
+                continue
+            label = arch + (f" d={width}" if width else "")
+            brk = summary["break_points"][arch][str(width) if width else "preset"]
+            where = "beyond tested" if brk["value"] is None else f"breaks at {summary['axis']}={brk['value']}"
+            fig.add_scatter(x=[v for v, _ in points], y=[m for _, m in points], mode="lines+markers",
+                            name=f"{label} ({where})", line=dict(color=colours[i % len(colours)], dash=dashes[j % 4]))
+    fig.add_hline(y=summary["threshold"], line_dash="dash", line_color="grey",
+                  annotation_text=f"threshold {summary['threshold']:g}")
+    budget = summary["budget"]
+    metric = summary["metric"].replace("_", " ")
+    fig.update_layout(
+        title=f"{summary['primitive']} ({summary['task']}): {metric} against {summary['axis']}<br>"
+              f"<sub>{budget['steps']} steps x batch {budget['batch_size']} for every point, {summary['preset']} preset "
+              f"capacity</sub>",
+        xaxis=dict(title=summary["axis"], type="log", tickvals=summary["values"], ticktext=[str(v) for v in summary["values"]]),
+        yaxis=dict(title=metric, type="log" if summary["direction"] == "max" else "linear"),
+        template="plotly_white", width=760, height=460)
+    return fig

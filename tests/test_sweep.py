@@ -1,0 +1,68 @@
+"""interp sweep: break points on known curves, and a real (tiny) sweep that resumes and feeds compare."""
+import json
+
+import pytest
+
+import analyses
+import models
+import tasks
+from interp.errors import UserError
+from interp.sweep import Sweep, break_point, parse_axis
+
+
+def test_break_points_of_known_curves():
+    assert break_point([(4, 1.0), (8, 0.95), (16, 0.5), (32, 0.99)], "min", 0.9) == dict(
+        value=16, status="breaks", last_pass=8)  # the first failure counts, a later recovery does not
+    assert break_point([(8, 0.01), (4, 0.02)], "max", 0.05) == dict(value=None, status="beyond the tested range",
+                                                                    last_pass=8)
+    assert break_point([(4, 0.2), (8, 0.1)], "max", 0.05)["status"] == "fails at every value tested"
+    assert break_point([(4, 0.9)], "min", 0.9)["value"] is None  # the threshold itself passes
+
+
+@pytest.mark.parametrize("spec", ["N", "N=", "=4,8", "N=a,b", "N=4;8"])
+def test_bad_axes_are_refused(spec):
+    with pytest.raises(UserError, match="--axis must be SETTING=V1,V2"):
+        parse_axis(spec)
+
+
+def test_bad_settings_are_refused_before_training(tmp_path):
+    with pytest.raises(UserError, match="unknown task"):
+        Sweep("nope", "V=3", ("transformer",), tmp_path)
+    with pytest.raises(UserError, match="unknown architecture"):
+        Sweep("bijection", "V=3", ("gpt",), tmp_path)
+    with pytest.raises(UserError, match="V=1: bijection"):
+        Sweep("bijection", "V=1,3", ("transformer",), tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_tiny_sweep_resumes_and_feeds_the_matrix(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    job = Sweep("bijection", "V=3,4", ("transformer", "mlp"), out, steps=20, task_options=dict(L=2), n=64)
+    first = job.execute(progress=False)
+    assert first["complete"] and len(first["points"]) == 4
+    assert first["budget"]["steps"] == 20 and first["metric"] == "entropy_mae_bits" and first["axis"] == "V"
+    assert {p["task"]["V"] for p in first["points"]} == {3, 4} and {p["task"]["L"] for p in first["points"]} == {2}
+    for arch in ("transformer", "mlp"):  # equal capacity: the mlp matched to the transformer on each task
+        by_value = {p["value"]: p["n_params"] for p in first["points"] if p["arch"] == arch}
+        assert set(by_value) == {3, 4}
+    ref = {p["value"]: p["n_params"] for p in first["points"] if p["arch"] == "transformer"}
+    for p in first["points"]:
+        assert abs(p["n_params"] - ref[p["value"]]) <= 0.05 * ref[p["value"]]
+    for name in ("sweep.json", "sweep.pdf", "sweep.html", "sweep-curves.png"):
+        assert (out / name).stat().st_size > 0
+    assert (out / "sweep.pdf").read_bytes().startswith(b"%PDF")
+    # a second run reads every point back; a lost point.json is remeasured from its finished run
+    (out / "runs" / "mlp-V4" / "point.json").unlink()
+    mtime = (out / "runs" / "transformer-V3" / "run.json").stat().st_mtime
+    again = Sweep("bijection", "V=3,4", ("transformer", "mlp"), out, steps=20, task_options=dict(L=2), n=64)
+    second = again.execute(progress=False)
+    assert (out / "runs" / "transformer-V3" / "run.json").stat().st_mtime == mtime
+    assert [p["metric"] for p in second["points"]] == pytest.approx([p["metric"] for p in first["points"]])
+    # the primitives matrix takes the curve: each cell states where the architecture breaks
+    model = models.build("transformer", tasks.make("bijection", V=3, L=2))
+    result = analyses.run("compare", [model], n=32, sweeps=str(out))
+    cell = result.metrics["primitives"]["mlp"]["accumulation"]
+    assert cell["status"] == "not measured" and cell["curve"]["axis"] == "V"
+    assert cell["curve"]["budget_steps"] == 20 and cell["curve"]["text"].split(" ")[0] in ("breaks", "holds")
+    with pytest.raises(analyses.AnalysisError, match="is not a sweep's result"):
+        analyses.run("compare", [model], sweeps=str(tmp_path / "none"))
