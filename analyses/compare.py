@@ -73,12 +73,14 @@ def curve_cell(sweep: dict, arch: str) -> dict | None:
     by_width = sweep["break_points"].get(arch)
     if not by_width:
         return None
-    width = "preset" if "preset" in by_width else min(by_width, key=int)
+    width = "preset" if "preset" in by_width else next(iter(by_width))
     brk = by_width[width]
+    budget = sweep["budget"] if sweep["mode"] == "trained" else next(
+        (r for name, r in sweep["budget"].items() if name == width), {})
     text = (f"breaks at {sweep['axis']}={brk['value']}" if brk["value"] is not None
             else f"holds to {sweep['axis']}={brk['last_pass']}")
     return dict(axis=sweep["axis"], values=sweep["values"], width=width, text=text, **brk,
-                budget_steps=sweep["budget"]["steps"], budget_batch_size=sweep["budget"]["batch_size"],
+                budget_steps=budget.get("steps"), budget_batch_size=budget.get("batch_size"), mode=sweep["mode"],
                 threshold=sweep["threshold"], complete=sweep["complete"])
 
 

@@ -278,7 +278,9 @@ def reproduce(preset, only, archs, runs, out, device):
 
 
 @main.command()
-@click.option("--task", "task_name", required=True, help="wind tunnel (see `interp list`)")
+@click.option("--task", "task_name", help="wind tunnel (see `interp list`); with --runs, theirs")
+@click.option("--runs", help="comma-separated run folders or shipped names: measure these across the axis instead "
+                             "of training one model per point")
 @click.option("--axis", required=True, metavar="SETTING=V1,V2,...",
               help="the task setting to vary, larger = harder, e.g. N=4,8,16,32,64 (recall) or K=10,20,40 (hmm)")
 @click.option("--archs", help="comma-separated architectures [default: every architecture of `interp list`]")
@@ -293,7 +295,7 @@ def reproduce(preset, only, archs, runs, out, device):
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of every init and training batch")
 @click.option("--out", type=click.Path(path_type=Path), help="sweep folder [sweeps/TASK-SETTING]")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
-def sweep(task_name, axis, archs, widths, preset, steps, batch_size, task_options, model_options, n_eval, seed, out,
+def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, task_options, model_options, n_eval, seed, out,
           device):
     """Difficulty curves: train every architecture at every axis value with one budget, measure the
     task's primitive metric, and write OUT/sweep.json (curves, break points) and sweep.pdf/html/png.
@@ -307,16 +309,19 @@ def sweep(task_name, axis, archs, widths, preset, steps, batch_size, task_option
         width_values = tuple(int(w) for w in split(widths)) if widths else ()
     except ValueError:
         raise UserError(f"--widths must be comma-separated integers, got {widths!r}") from None
-    out = out or Path("sweeps") / f"{task_name}-{parse_axis(axis)[0]}"
+    if not task_name and not runs:
+        raise UserError("give --task (train one model per point) or --runs (measure trained runs)")
+    run_names = split(runs) if runs else ()
+    out = out or Path("sweeps") / f"{task_name or Path(run_names[0]).name.split('-')[0]}-{parse_axis(axis)[0]}"
     job = Sweep(task_name, axis, split(archs) if archs else models.ARCHS, out, width_values, preset, steps,
                 batch_size, parse_assignments(task_options, "task option"),
-                parse_assignments(model_options, "model option"), n_eval, seed, device)
+                parse_assignments(model_options, "model option"), n_eval, seed, device, run_names)
     summary = job.execute()
     for arch, by_width in summary["break_points"].items():
         for width, brk in by_width.items():
             where = (f"breaks at {summary['axis']}={brk['value']}" if brk["value"] is not None
                      else f"passes up to {summary['axis']}={brk['last_pass']} (beyond the tested range)")
-            label = arch + ("" if width == "preset" else f" d={width}")
+            label = arch + ("" if width == "preset" else f" d={width}" if width.isdigit() else f" ({width})")
             click.echo(f"  {label:<20} {where}" + (" (fails at every value tested)" if brk["status"].startswith("fails")
                                                     else ""))
     click.echo(f"wrote {out / 'sweep.json'} and {out / 'sweep.pdf'}")

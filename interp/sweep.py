@@ -7,7 +7,11 @@ training budget for every point (the capacity reference's recipe for the task, o
 MQAR grids of the Zoology work: where each architecture falls below the threshold, at equal
 capacity (the preset's matched widths, or the same ``d_model`` for all) and equal budget.
 
-Every point is a normal run folder under ``<out>/runs`` plus a ``point.json`` of its numbers, so an
+With ``runs`` instead, nothing is trained: each given model is measured at every axis value (the
+task it was trained on with that one setting changed; recall's N keeps the table's length, so no query
+moves), a curve at the capacity and budget those runs had (both recorded per point).
+
+Every trained point is a normal run folder under ``<out>/runs`` plus a ``point.json`` of its numbers, so an
 interrupted sweep resumes: finished points are read back, an interrupted run continues from its
 resume state. ``sweep.json`` (curves, break points, thresholds, budget) and ``sweep.pdf`` / ``.html``
 / ``.png`` are rewritten after every point.
@@ -38,7 +42,8 @@ the preset's: the capacity reference's model and every other architecture matche
 count on that task, or, with widths, d_model set to the width for every architecture. The break
 point of an architecture (at one width) is the smallest axis value whose metric fails the threshold;
 none within the tested values is reported as beyond the tested range. Larger axis values are assumed
-harder.
+harder. Evaluated sweeps (given runs) measure each trained model on its task with the axis setting
+changed instead of training one per point; their budget is each run's own.
 """.split())
 
 
@@ -47,6 +52,12 @@ class Point:
     arch: str
     value: int
     width: int | None = None
+    run: str | None = None  # an evaluated sweep: the trained run measured at this value
+
+    @property
+    def curve(self) -> str:
+        """Which curve of its architecture the point is on: the preset's capacity, a width or a run."""
+        return self.run or (str(self.width) if self.width else "preset")
 
 
 def parse_axis(spec: str) -> tuple[str, list[int]]:
@@ -74,37 +85,85 @@ def break_point(curve: list[tuple[int, float]], direction: str, threshold: float
 
 
 class Sweep:
-    def __init__(self, task: str, axis: str, archs: tuple[str, ...], out: Path, widths: tuple[int, ...] = (),
+    def __init__(self, task: str | None, axis: str, archs: tuple[str, ...], out: Path, widths: tuple[int, ...] = (),
                  preset: str = "cpu", steps: int | None = None, batch_size: int | None = None,
                  task_options: dict | None = None, model_options: dict | None = None, n: int = 1000,
-                 seed: int = 0, device: str | None = None):
+                 seed: int = 0, device: str | None = None, runs: tuple[str, ...] = ()):
+        self.setting, self.values = parse_axis(axis)
+        self.out, self.preset, self.widths = Path(out), preset, tuple(widths)
+        self.task_options, self.model_options = dict(task_options or {}), dict(model_options or {})
+        self.n, self.seed, self.device = n, seed, pick_device(device)
+        self.runs = self.read_runs(runs, task) if runs else {}
+        self._loaded = {}  # an evaluated sweep's model in use (points come run by run)
+        if self.runs:
+            if widths or steps or batch_size or task_options or model_options:
+                raise UserError("an evaluated sweep (--runs) measures the runs as trained; drop --widths, --steps, "
+                                "--batch-size, -T and -M, or drop --runs to train one model per point")
+            task = next(iter(self.runs.values()))["task"]["name"]
+            archs = tuple(dict.fromkeys(r["arch"] for r in self.runs.values()))
         if task not in tasks.NAMES:
             raise UserError(f"unknown task {task!r}; valid tasks: {', '.join(tasks.NAMES)}")
         bad = [a for a in archs if a not in models.ARCHS]
         if bad:
             raise UserError(f"unknown architecture(s) {', '.join(bad)}; valid: {', '.join(models.ARCHS)}")
-        self.setting, self.values = parse_axis(axis)
-        self.task_name, self.archs, self.widths, self.out, self.preset = task, tuple(archs), tuple(widths), Path(out), preset
-        self.task_options, self.model_options = dict(task_options or {}), dict(model_options or {})
-        self.n, self.seed, self.device = n, seed, pick_device(device)
+        self.task_name, self.archs = task, tuple(archs)
         self.primitive_name, self.primitive = next(((name, p) for name, (t, p) in tasks.primitives().items()
                                                     if t == task), (None, None))
         if self.primitive is None:
             raise UserError(f"task {task!r} declares no inference primitive, so a sweep has no metric to plot")
-        base = self.task_at(self.values[0])  # refuse a bad axis or setting before any training
+        for point in self.points():  # refuse a bad axis or setting before any training
+            self.task_at(point)
+        if self.runs:
+            self.budget = None
+            return
         reference = models.REFERENCE or models.ARCHS[0]
-        budget = preset_settings(preset, base, reference)
+        budget = preset_settings(preset, self.task_at(self.points()[0]), reference)
         self.budget = replace(budget, **{k: v for k, v in dict(steps=steps, batch_size=batch_size).items()
                                          if v is not None}, eval_size=min(budget.eval_size, 256), seed=seed)
         self.budget.validate()
 
-    def task_at(self, value: int):
+    @staticmethod
+    def read_runs(runs: tuple[str, ...], task: str | None) -> dict[str, dict]:
+        """Run name -> its run.json (with the folder), every run of the one task."""
+        from .catalog import locate
+
+        found = {}
+        for spec in runs:
+            folder = locate(spec)
+            try:
+                record = json.loads((folder / "run.json").read_text())
+            except (OSError, ValueError):
+                raise UserError(f"--runs: {folder} is not a run folder (no readable run.json); pass run folders or "
+                                f"shipped model names (`interp list`)") from None
+            if record.get("status") != "finished":
+                raise UserError(f"--runs: {folder} has not finished training; resume it with interp train --resume")
+            found[folder.name] = dict(record, folder=str(folder))
+        names = {r["task"]["name"] for r in found.values()} | ({task} if task else set())
+        if len(names) > 1:
+            raise UserError(f"--runs: the runs are of different tasks ({', '.join(sorted(names))}); a curve is one task")
+        return found
+
+    def task_at(self, point: Point):
+        """The task of one point: the preset's with the axis setting, or the run's with it changed."""
         try:
-            return tasks.for_preset(self.task_name, self.preset, **(self.task_options | {self.setting: value}))
+            if point.run:
+                trained = tasks.from_config(self.runs[point.run]["task"])
+                task = trained.vary(self.setting, point.value)
+                if (task.vocab_size, task.n_classes) != (trained.vocab_size, trained.n_classes):
+                    raise UserError(f"{self.setting}={point.value} changes the vocabulary of {point.run}'s task, so the "
+                                    f"model cannot be measured on it; vary a setting that keeps it, or drop --runs")
+                n_ctx = self.runs[point.run]["model"].get("n_ctx") or trained.seq_len
+                if models.architecture(point.arch).positions and task.seq_len > n_ctx:
+                    raise UserError(f"{self.setting}={point.value} needs {task.seq_len} positions; {point.run} has "
+                                    f"n_ctx={n_ctx}. Leave the value out or train with -M n_ctx={task.seq_len}")
+                return task
+            return tasks.for_preset(self.task_name, self.preset, **(self.task_options | {self.setting: point.value}))
         except tasks.ConfigError as err:
-            raise UserError(f"{self.setting}={value}: {err}") from None
+            raise UserError(f"{self.setting}={point.value}: {err}") from None
 
     def points(self) -> list[Point]:
+        if self.runs:
+            return [Point(r["arch"], value, run=name) for name, r in self.runs.items() for value in self.values]
         return [Point(arch, value, width) for arch in self.archs for width in (self.widths or (None,))
                 for value in self.values]
 
@@ -121,31 +180,58 @@ class Sweep:
 
     def measure(self, point: Point) -> dict:
         """Train the point (or resume, or reuse it) and measure it; the numbers are saved beside the run."""
-        from analyses.base import eval_batch
-        from analyses.calibration import measure
-
         from .checkpoint import load, resolve
 
+        if point.run:
+            return self.evaluate(point)
         run_dir = self.run_dir(point)
         saved = run_dir / "point.json"
         if saved.exists():
             return json.loads(saved.read_text())
-        task = self.task_at(point.value)
+        task = self.task_at(point)
         record = run_dir / "run.json"
         if record.exists() and json.loads(record.read_text()).get("status") != "finished":
             Trainer(run_dir, resume=True, device=self.device, progress=False).run()
         elif not record.exists():
             Trainer(run_dir, task.config(), point.arch, self.model_config(point, task), self.budget,
                     device=self.device, progress=False).run()
-        model = load(resolve(run_dir), device=self.device)
-        numbers = measure(model, eval_batch(model, self.n, self.seed + 1234))
         run = json.loads(record.read_text())
-        result = dict(arch=point.arch, value=point.value, width=point.width, run=str(run_dir),
-                      metric=numbers.get(self.primitive.metric), entropy_mae_bits=numbers["entropy_mae_bits"],
-                      accuracy=numbers.get("accuracy"), n_params=run.get("n_params"),
-                      train_minutes=round(run.get("wall_time_s", 0) / 60, 2), task=task.config())
+        result = self.numbers(point, load(resolve(run_dir), device=self.device), task, run, str(run_dir))
         atomic_write_json(saved, result)
         return result
+
+    def evaluate(self, point: Point) -> dict:
+        """A trained run measured at the point's value; reused while its checkpoint is unchanged."""
+        from .checkpoint import load, resolve
+        from .reproduce import checkpoint_digest
+
+        run = self.runs[point.run]
+        file = resolve(run["folder"])
+        saved = self.out / "evaluated" / f"{point.run}-{self.setting}{point.value}.json"
+        digest = checkpoint_digest(file)
+        if saved.exists() and (cached := json.loads(saved.read_text())).get("checkpoint_sha256") == digest:
+            return cached
+        model = self._loaded.get(point.run)
+        if model is None:
+            model = load(file, device=self.device)
+            self._loaded = {point.run: model}
+        task = self.task_at(point)
+        result = self.numbers(point, model, task, run, run["folder"]) | dict(checkpoint_sha256=digest)
+        atomic_write_json(saved, result)
+        return result
+
+    def numbers(self, point: Point, model, task, run: dict, where: str) -> dict:
+        from analyses.base import held_out_batch
+        from analyses.calibration import measure
+
+        batch = held_out_batch(task, self.n, self.seed + 1234).to(next(model.parameters()).device)
+        numbers = measure(model, batch)
+        train = run.get("train") or {}
+        return dict(arch=point.arch, value=point.value, width=point.width, curve=point.curve, run=where,
+                    metric=numbers.get(self.primitive.metric), entropy_mae_bits=numbers["entropy_mae_bits"],
+                    accuracy=numbers.get("accuracy"), n_params=run.get("n_params"), train_steps=train.get("steps"),
+                    train_batch_size=train.get("batch_size"), train_minutes=round(run.get("wall_time_s", 0) / 60, 2),
+                    trained_task=run["task"], task=task.config())
 
     def execute(self, progress: bool = True) -> dict:
         results = []
@@ -160,16 +246,18 @@ class Sweep:
     def summary(self, results: list[dict]) -> dict:
         p = self.primitive
         breaks = {}
-        for arch in self.archs:
-            for width in (self.widths or (None,)):
-                curve = [(r["value"], r["metric"]) for r in results if r["arch"] == arch and r["width"] == width]
-                if curve:
-                    breaks.setdefault(arch, {})[str(width) if width else "preset"] = break_point(curve, p.direction,
-                                                                                                p.threshold)
+        for point in self.points():
+            curve = [(r["value"], r["metric"]) for r in results if r["arch"] == point.arch and r["curve"] == point.curve]
+            if curve:
+                breaks.setdefault(point.arch, {})[point.curve] = break_point(curve, p.direction, p.threshold)
+        budget = (recorded_settings(asdict(self.budget)) if self.budget else
+                  dict(mode="evaluated", **{name: dict(steps=r["train"]["steps"], batch_size=r["train"]["batch_size"],
+                                                        n_params=r.get("n_params")) for name, r in self.runs.items()}))
         return dict(task=self.task_name, primitive=self.primitive_name, axis=self.setting, values=self.values,
                     archs=list(self.archs), widths=list(self.widths), preset=self.preset,
+                    mode="evaluated" if self.runs else "trained", runs=list(self.runs),
                     metric=p.metric, direction=p.direction, threshold=p.threshold, threshold_why=p.why,
-                    budget=recorded_settings(asdict(self.budget)), fixed_task_settings=self.task_options,
+                    budget=budget, fixed_task_settings=self.task_options,
                     model_options=self.model_options, n_sequences=self.n, definition=DEFINITION,
                     points=results, break_points=breaks, complete=len(results) == len(self.points()))
 
@@ -189,26 +277,26 @@ def curve_figure(summary: dict) -> go.Figure:
     fig = go.Figure()
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     dashes = ["solid", "dash", "dot", "dashdot"]
-    widths = summary["widths"] or [None]
     for i, arch in enumerate(summary["archs"]):
-        for j, width in enumerate(widths):
-            points = sorted((r["value"], r["metric"]) for r in summary["points"] if r["arch"] == arch and r["width"] == width)
-            if not points:
-                continue
-            label = arch + (f" d={width}" if width else "")
-            brk = summary["break_points"][arch][str(width) if width else "preset"]
+        for j, (curve, brk) in enumerate(summary["break_points"].get(arch, {}).items()):
+            points = sorted((r["value"], r["metric"]) for r in summary["points"]
+                            if r["arch"] == arch and r["curve"] == curve)
+            label = arch + ("" if curve == "preset" else f" d={curve}" if curve.isdigit() else f" ({curve})")
             where = "beyond tested" if brk["value"] is None else f"breaks at {summary['axis']}={brk['value']}"
             fig.add_scatter(x=[v for v, _ in points], y=[m for _, m in points], mode="lines+markers",
-                            name=f"{label} ({where})", line=dict(color=colours[i % len(colours)], dash=dashes[j % 4]))
+                            name=f"{label}: {where}", line=dict(color=colours[i % len(colours)], dash=dashes[j % 4]))
     fig.add_hline(y=summary["threshold"], line_dash="dash", line_color="grey",
                   annotation_text=f"threshold {summary['threshold']:g}")
-    budget = summary["budget"]
     metric = summary["metric"].replace("_", " ")
+    if summary["mode"] == "trained":
+        budget = summary["budget"]
+        how = f"{budget['steps']} steps x batch {budget['batch_size']} for every point, {summary['preset']} preset capacity"
+    else:
+        trained = sorted({str(r["trained_task"].get(summary["axis"])) for r in summary["points"]})
+        how = f"trained models measured across {summary['axis']} (trained at {summary['axis']}={', '.join(trained)})"
     fig.update_layout(
-        title=f"{summary['primitive']} ({summary['task']}): {metric} against {summary['axis']}<br>"
-              f"<sub>{budget['steps']} steps x batch {budget['batch_size']} for every point, {summary['preset']} preset "
-              f"capacity</sub>",
+        title=f"{summary['primitive']} ({summary['task']}): {metric} against {summary['axis']}<br><sub>{how}</sub>",
         xaxis=dict(title=summary["axis"], type="log", tickvals=summary["values"], ticktext=[str(v) for v in summary["values"]]),
         yaxis=dict(title=metric, type="log" if summary["direction"] == "max" else "linear"),
-        template="plotly_white", width=760, height=460)
+        template="plotly_white", width=800, height=480, legend=dict(font=dict(size=11)))
     return fig

@@ -36,9 +36,13 @@ class TransformerConfig(ModelConfig):
     act_fn: str = "gelu"
     normalization: str = "LN"  # "LN" or "RMS" (pre-norm)
     n_ctx: int | None = None  # default: the task's sequence length
+    # "learned": a learned absolute position table (the paper's); "rotary": rotary embeddings in
+    # every head, so "the token k positions back" is one rule for every position rather than one to
+    # learn per row of the table (what long recall tables need on a CPU budget; see tasks/recall.py).
+    positional: str = "learned"
 
     ARCH = "transformer"
-    CHOICES = {"act_fn": ACT_FNS, "normalization": ("LN", "RMS")}
+    CHOICES = {"act_fn": ACT_FNS, "normalization": ("LN", "RMS"), "positional": ("learned", "rotary")}
 
     def check(self) -> None:
         if self.d_model % self.n_heads:
@@ -69,7 +73,8 @@ class WindTunnelTransformer(AnswerHead, HookedTransformer):
             d_head=config.d_model // config.n_heads, d_mlp=config.d_mlp or 4 * config.d_model,
             n_ctx=n_ctx, d_vocab=d_vocab, d_vocab_out=d_vocab_out,
             act_fn=config.act_fn, normalization_type=config.normalization,
-            positional_embedding_type="standard", default_prepend_bos=False, seed=seed,
+            positional_embedding_type="standard" if config.positional == "learned" else "rotary",
+            rotary_dim=config.d_model // config.n_heads, default_prepend_bos=False, seed=seed,
             device="cpu",
         )
         with warnings.catch_warnings():  # we use the 3.x HookedTransformer on purpose (see pyproject)
@@ -92,6 +97,8 @@ class WindTunnelTransformer(AnswerHead, HookedTransformer):
         if not self.task.continuous:
             return super().input_to_embed(input, *args, **kwargs)
         embed = self.hook_embed(self.embed(input))
+        if self.config.positional == "rotary":  # positions enter inside attention
+            return embed, None, None, None
         positions = self.hook_pos_embed(self.pos_embed(input[..., 0]))
         return embed + positions, None, None, None
 

@@ -221,6 +221,18 @@ class Task:
         config[self.length_setting] = n
         return make(self.name, **config)
 
+    def vary(self, setting: str, value) -> "Task":
+        """The same task with one setting changed, as a difficulty axis reads it (``interp sweep``):
+        the same vocabulary, so a trained model can be measured on it."""
+        from . import make
+
+        config = self.config()
+        if setting not in config or setting == "name":
+            raise ConfigError(f"task {self.name!r} has no setting {setting!r}; its settings: "
+                              f"{', '.join(k for k in config if k != 'name')}")
+        config[setting] = value
+        return make(config.pop("name"), **config)
+
     def with_table(self, n: int) -> "Task":
         """The same task binding exactly ``n`` key-value pairs (a task with a table of bindings says how)."""
         raise ConfigError(f"task {self.name!r} has no table of bindings to resize")

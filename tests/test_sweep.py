@@ -66,3 +66,43 @@ def test_a_tiny_sweep_resumes_and_feeds_the_matrix(tmp_path, capsys):
     assert cell["curve"]["budget_steps"] == 20 and cell["curve"]["text"].split(" ")[0] in ("breaks", "holds")
     with pytest.raises(analyses.AnalysisError, match="is not a sweep's result"):
         analyses.run("compare", [model], sweeps=str(tmp_path / "none"))
+
+
+def tiny_run(folder, task, arch, **task_settings):
+    from interp.train import Trainer, TrainSettings
+
+    t = tasks.make(task, **task_settings)
+    Trainer(folder, t.config(), arch, models.model_config(arch, "cpu", t),
+            TrainSettings(steps=10, batch_size=8, warmup=2, eval_size=16), progress=False).run()
+    return str(folder)
+
+
+def test_an_evaluated_sweep_measures_trained_runs_across_the_axis(tmp_path):
+    runs = [tiny_run(tmp_path / f"rec-{arch}", "recall", arch, N=4, N_min=2, n_keys=8, n_values=8, queries=2,
+                     fillers=1, gap=1) for arch in ("transformer", "lstm")]
+    out = tmp_path / "sweep"
+    summary = Sweep(None, "N=1,2,4", (), out, runs=tuple(runs), n=32).execute(progress=False)
+    assert summary["mode"] == "evaluated" and summary["task"] == "recall" and summary["archs"] == ["transformer", "lstm"]
+    assert summary["budget"]["rec-lstm"]["steps"] == 10
+    points = summary["points"]
+    assert len(points) == 6 and {p["curve"] for p in points} == {"rec-transformer", "rec-lstm"}
+    # N is the number of pairs in the same table: the length, and so every query position, stays
+    lengths = {tasks.from_config(p["task"]).seq_len for p in points}
+    assert lengths == {tasks.from_config(points[0]["trained_task"]).seq_len}
+    assert {(p["task"]["N"], p["task"]["N_min"], p["task"]["slots"]) for p in points} == {(1, 1, 4), (2, 2, 4), (4, 4, 4)}
+    assert set(summary["break_points"]["lstm"]) == {"rec-lstm"}
+    cached = sorted((out / "evaluated").iterdir())
+    assert len(cached) == 6
+    again = Sweep(None, "N=1,2,4", (), out, runs=tuple(runs), n=32).execute(progress=False)
+    assert again["points"] == points
+    # what cannot be measured is refused up front
+    with pytest.raises(UserError, match="measures the runs as trained"):
+        Sweep(None, "N=1,2", (), out, runs=tuple(runs), steps=5)
+    with pytest.raises(UserError, match="N=8 needs 40 positions; rec-transformer has n_ctx=24"):
+        Sweep(None, "N=2,8", (), out, runs=tuple(runs))  # a larger table is longer: the lstm could, the transformer not
+    with pytest.raises(UserError, match="N=9: recall: N=9 bindings need N distinct keys"):
+        Sweep(None, "N=9", (), out, runs=tuple(runs[1:]))
+    with pytest.raises(UserError, match="changes the vocabulary"):
+        Sweep(None, "n_keys=9", (), out, runs=tuple(runs))
+    with pytest.raises(UserError, match="is not a run folder"):
+        Sweep(None, "N=1", (), out, runs=(str(tmp_path / "none"),))
