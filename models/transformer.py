@@ -6,8 +6,10 @@ from the task. Every activation has TransformerLens's usual hook names (``blocks
 
 Presets
 - ``paper``: the reference model of the paper (d=192, 6 layers, 6 heads of 32, pre-norm RMSNorm,
-  MLP 4d, GELU, learned positions). TransformerLens has no tied unembedding and keeps attention and
-  MLP biases, so it has about 2.69M parameters against the paper's 2,677,440.
+  MLP 4d, GELU, learned positions). TransformerLens keeps attention and MLP biases, and this preset
+  leaves the unembedding untied, so it has about 2.69M parameters against the paper's 2,677,440.
+  ``tied=True`` reads the answer logits off the token embeddings (W_U = W_E^T), as the paper's
+  parameter count implies.
 - ``cpu``: the small model that reaches the paper's calibration regime on a 2-core CPU in about
   20 minutes (see benchmarks/cpu_preset.py and the README for the measured curve).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+from torch import nn
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from tasks import ConfigError, Task
@@ -40,6 +43,9 @@ class TransformerConfig(ModelConfig):
     # every head, so "the token k positions back" is one rule for every position rather than one to
     # learn per row of the table (what long recall tables need on a CPU budget; see tasks/recall.py).
     positional: str = "learned"
+    # Tied unembedding (W_U = W_E^T, discrete tasks): copying a token to the output is then one map
+    # for every token, not one per token learned from that token's own labels (recall's 256 values).
+    tied: bool = False
 
     ARCH = "transformer"
     CHOICES = {"act_fn": ACT_FNS, "normalization": ("LN", "RMS"), "positional": ("learned", "rotary")}
@@ -47,6 +53,22 @@ class TransformerConfig(ModelConfig):
     def check(self) -> None:
         if self.d_model % self.n_heads:
             raise ConfigError(f"transformer: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+
+
+class TiedUnembed(nn.Module):
+    """TransformerLens's unembedding with W_U the transpose of the token embedding (shared, not copied)."""
+
+    def __init__(self, embed: nn.Module, b_U: nn.Parameter):
+        super().__init__()
+        object.__setattr__(self, "embed", embed)  # a reference, not a second registration of W_E
+        self.b_U = b_U
+
+    @property
+    def W_U(self):
+        return self.embed.W_E.T
+
+    def forward(self, residual):
+        return residual @ self.W_U + self.b_U
 
 
 class WindTunnelTransformer(AnswerHead, HookedTransformer):
@@ -67,6 +89,9 @@ class WindTunnelTransformer(AnswerHead, HookedTransformer):
                               f"({task.seq_len} tokens)")
         # A continuous task has no vocabulary: a 1-row placeholder embedding is swapped for an input
         # projection below, and the unembedding has two outputs, the Gaussian's mean and log-variance.
+        if config.tied and task.continuous:
+            raise ConfigError("transformer: tied=True needs a discrete task (a Gaussian head has no token embedding "
+                              "to tie); drop -M tied=true")
         d_vocab, d_vocab_out = output_sizes(task)
         hooked = HookedTransformerConfig(
             n_layers=config.n_layers, d_model=config.d_model, n_heads=config.n_heads,
@@ -84,6 +109,9 @@ class WindTunnelTransformer(AnswerHead, HookedTransformer):
         if task.continuous:
             self.embed = InputProjection(task.input_dim, config.d_model)
             self.setup()  # re-index the hook points after swapping a module
+        elif config.tied:
+            self.unembed = TiedUnembed(self.embed, self.unembed.b_U)
+            self.setup()
 
     def input_to_embed(self, input, *args, **kwargs):
         """Refuse sequences longer than the position table, and project continuous inputs."""

@@ -149,6 +149,16 @@ CATALOGUE = [
          "interp reproduce --only bijection --archs transformer --runs old-runs --out repro",
          "interp: error: old-runs/bijection-transformer-cpu was not trained with the cpu preset (task.V: 6 (preset 20); "
          "task.L: 5 (preset 19); model.d_model: 16 (preset 96)); move it away or pass --runs with another folder"),
+    Case("sweep axis that is not SETTING=VALUES", "interp sweep --task recall --axis N --out sweep",
+         "interp: error: --axis must be SETTING=V1,V2,... with integer values, e.g. --axis N=4,8,16,32,64; got 'N'"),
+    Case("sweep over a setting the task does not have", "interp sweep --task hmm --axis depth=2,4 --out sweep",
+         "interp: error: depth=2: unknown setting(s) depth for task 'hmm'; valid settings: S, O, K, concentration"),
+    Case("sweep over runs that are not run folders", "interp sweep --runs notes.txt --axis K=5 --out sweep",
+         "interp: error: --runs: notes.txt is not a run folder (no readable run.json); pass run folders or shipped "
+         "model names (`interp list`)"),
+    Case("sweep of trained runs with a training budget", "interp sweep --runs tiny --axis L=3,4 --steps 5 --out sweep",
+         "interp: error: an evaluated sweep (--runs) measures the runs as trained; drop --widths, --steps, "
+         "--batch-size, -T and -M, or drop --runs to train one model per point"),
     Case("--out is a file", f"interp train --out notes.txt {TINY_RUN}",
          'interp: error: cannot write to notes.txt: notes.txt is a file, not a folder; choose another folder with --out'),
     Case("output folder that cannot be written", f"interp train --out read-only/run {TINY_RUN}",
