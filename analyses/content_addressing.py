@@ -7,6 +7,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import torch
 
+from tasks import ConfigError
+
 from .base import Analysis, AnalysisError, Option, Result, held_out_batch, n_option, seed_option
 
 DEFINITION = " ".join("""
@@ -18,7 +20,8 @@ minus the worst. Accuracy by table size: the same model on tables of n pairs for
 remaining slots filled with filler, so no query moves; a lookup that matches keys by content keeps
 its accuracy at every n, one that learned positions fails where slots are empty or never trained.
 Accuracy by query count: the task rebuilt with that many queries (those a model's position table
-cannot hold are listed as skipped). content_addressed is true when per_slot_min and the accuracy at
+cannot hold are listed as skipped). With the task option, all of it is measured on the model's task
+with those settings changed (e.g. the paper's 3 queries for a model trained with more). content_addressed is true when per_slot_min and the accuracy at
 every table size tested are at least the threshold.
 """.split())
 
@@ -56,10 +59,28 @@ def bound_accuracy(model, task, n: int, seed: int, chunk: int = 256) -> dict:
                 per_slot_asked=torch.bincount(h["slot"][bound], minlength=slots).tolist())
 
 
-def compute(model, sizes: str = "", queries: str = "", threshold: float = 0.95, n: int = 2048,
+def measured_task(model, settings: str):
+    """The model's task, or that task with ``settings`` ("queries=3,gap=16") changed, same vocabulary."""
+    task = model.task
+    for part in (p for p in settings.split(",") if p.strip()):
+        key, _, value = part.partition("=")
+        if not value.strip().lstrip("-").isdigit():
+            raise AnalysisError(f"--task must be KEY=INTEGER pairs separated by commas, got {settings!r}")
+        try:
+            task = task.vary(key.strip(), int(value))
+        except ConfigError as err:
+            raise AnalysisError(f"--task {part.strip()}: {err}") from None
+    if (task.vocab_size, task.n_classes) != (model.task.vocab_size, model.task.n_classes):
+        raise AnalysisError(f"--task {settings!r} changes the vocabulary; the model cannot be measured on it")
+    if model.positions and task.seq_len > model.cfg.n_ctx:
+        raise AnalysisError(f"--task {settings!r} needs {task.seq_len} positions; the model has n_ctx={model.cfg.n_ctx}")
+    return task
+
+
+def compute(model, sizes: str = "", queries: str = "", threshold: float = 0.95, task: str = "", n: int = 2048,
             seed: int = 1234) -> Result:
     """Per-slot accuracy with a full table, accuracy across table sizes and across query counts."""
-    task = model.task
+    settings, task = task, measured_task(model, task)
     largest = task.slots
     full = task.with_table(largest)
     slots = bound_accuracy(model, full, n, seed)
@@ -89,6 +110,7 @@ def compute(model, sizes: str = "", queries: str = "", threshold: float = 0.95, 
         accuracy_by_table_size=by_size, accuracy_by_queries=by_queries, skipped_queries=skipped,
         threshold=threshold,
         content_addressed=bool(per_slot_min >= threshold and min(by_size.values()) >= threshold),
+        measured_task=task.config(), task_changes=settings,
         n_sequences=n, seed=seed)
     return Result("content-addressing", DEFINITION, metrics, {
         "accuracy-by-slot": slot_figure(per_slot, threshold, task.name),
@@ -137,6 +159,8 @@ ANALYSIS = Analysis(
     options=(Option("sizes", "", "comma-separated table sizes to test (default: powers of two and the full table)"),
              Option("queries", "", "comma-separated query counts (default: 1, trained, 2x and 4x trained)"),
              Option("threshold", 0.95, "accuracy a content-addressed lookup must reach everywhere", low=0.0, high=1.0),
+             Option("task", "", "measure on the model's task with these settings changed, e.g. queries=3,gap=16 "
+                                "(the same vocabulary; default: the task as trained)"),
              n_option(2048), seed_option()),
     requires=("table",), order=3)
 run = ANALYSIS

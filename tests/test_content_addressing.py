@@ -68,3 +68,14 @@ def test_options_and_refusals():
     model = __import__("models").build("transformer", tasks.make("bijection", V=4, L=3))
     with pytest.raises(AnalysisError, match="needs a task with a table of key-value bindings"):
         analyses.run("content-addressing", model)
+
+
+def test_measured_on_another_layout_of_the_same_task():
+    task = tasks.make("recall", **TASK)
+    m = analyses.run("content-addressing", TableReader(task), task="queries=1", queries="1", n=64).metrics
+    assert m["measured_task"]["queries"] == 1 and m["task_changes"] == "queries=1" and m["per_slot_min"] == 1.0
+    for settings, message in (("n_keys=64", "changes the vocabulary"), ("depth=3", "has no setting 'depth'"),
+                              ("queries=9", "needs 101 positions; the model has n_ctx=73"),
+                              ("queries", "must be KEY=INTEGER pairs")):
+        with pytest.raises(AnalysisError, match=message):
+            analyses.run("content-addressing", TableReader(task), task=settings)
