@@ -9,6 +9,7 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+import models
 import tasks
 
 from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option
@@ -97,8 +98,8 @@ def compute(model, n: int = 1000, seed: int = 1234, sweeps: str = "") -> Result:
                          n_params=sum(p.numel() for p in m.parameters()),
                          entropy_mae_bits=numbers["entropy_mae_bits"], kl_bits=numbers["kl_bits"],
                          accuracy=numbers.get("accuracy")))
-    archs = sorted({r["arch"] for r in rows})
-    archs += sorted({a for sweep in curves.values() for a in sweep["break_points"]} - set(archs))
+    measured = {r["arch"] for r in rows} | {a for sweep in curves.values() for a in sweep["break_points"]}
+    archs = [a for a in models.ARCHS if a in measured] + sorted(measured - set(models.ARCHS))
     matrix = {arch: {p: primitive_cell(rows, arch, p) for p in primitives()} for arch in archs}
     for arch in archs:
         for p, sweep in curves.items():
@@ -138,7 +139,8 @@ def matrix_figure(matrix: dict) -> go.Figure:
         texttemplate="%{text}", zmin=0, zmax=1, showscale=False,
         colorscale=[[0, "#f4a6a6"], [0.5, "#e8e8e8"], [1, "#9fd8a4"]],
         hovertemplate="%{y} · %{x}<br>%{text}<extra></extra>"))
-    fig.update_layout(title="Inference primitives, measured (thresholds and budgets in the JSON)",
+    fig.update_layout(yaxis_autorange="reversed",
+                      title="Inference primitives, measured (thresholds and budgets in the JSON)",
                       template="plotly_white", width=720, height=160 + 70 * len(archs))
     return fig
 

@@ -25,7 +25,7 @@ from .checkpoint import load, pick_device, resolve
 from .errors import UserError
 from .export import write_result
 from .files import atomic_write_json, atomic_write_text
-from .train import Trainer, TrainSettings, preset_recipe, recorded_settings
+from .train import Trainer, TrainSettings, preset_recipe, recorded_model, recorded_settings
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,8 @@ class Reproduction:
         """Refuse to reuse (or resume) a run trained with other settings than the preset's: its numbers
         would silently stand in for the preset's in the table."""
         want = self.recipe(task, arch)
-        have = dict(record, train=recorded_settings(record.get("train", {})))
+        have = dict(record, train=recorded_settings(record.get("train", {})),
+                    model=recorded_model(arch, record.get("model", {})))
         diff = [f"{part}.{k}: {have[part].get(k)!r} (preset {v!r})" for part in ("task", "model", "train")
                 for k, v in want[part].items() if have.get(part, {}).get(k) != v]
         diff += [f"arch: {have.get('arch')!r} (preset {arch!r})"] if have.get("arch") != arch else []

@@ -19,6 +19,7 @@ resume state. ``sweep.json`` (curves, break points, thresholds, budget) and ``sw
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -287,16 +288,28 @@ def curve_figure(summary: dict) -> go.Figure:
                             name=f"{label}: {where}", line=dict(color=colours[i % len(colours)], dash=dashes[j % 4]))
     fig.add_hline(y=summary["threshold"], line_dash="dash", line_color="grey",
                   annotation_text=f"threshold {summary['threshold']:g}")
-    metric = summary["metric"].replace("_", " ")
+    metric = {"entropy_mae_bits": "entropy MAE (bits)"}.get(summary["metric"], summary["metric"].replace("_", " "))
     if summary["mode"] == "trained":
         budget = summary["budget"]
         how = f"{budget['steps']} steps x batch {budget['batch_size']} for every point, {summary['preset']} preset capacity"
     else:
-        trained = sorted({str(r["trained_task"].get(summary["axis"])) for r in summary["points"]})
-        how = f"trained models measured across {summary['axis']} (trained at {summary['axis']}={', '.join(trained)})"
+        axis = summary["axis"]
+        # A task that trains on a range of the axis says so with a "<axis>_min" setting (recall's N_min).
+        ranges = sorted({(r["trained_task"].get(f"{axis}_min", r["trained_task"].get(axis)), r["trained_task"].get(axis))
+                         for r in summary["points"]})
+        trained = ", ".join(f"{low}..{high}" if low != high else str(high) for low, high in ranges)
+        how = f"trained models measured across {axis} (trained on {axis}={trained})"
+        for low, high in ranges:
+            if low == high:
+                fig.add_vline(x=high, line_dash="dot", line_color="#2ca02c", annotation_text="trained")
+            else:
+                fig.add_vrect(x0=low, x1=high, fillcolor="#2ca02c", opacity=0.06,
+                              line_width=0, annotation_text="trained range")
     fig.update_layout(
         title=f"{summary['primitive']} ({summary['task']}): {metric} against {summary['axis']}<br><sub>{how}</sub>",
-        xaxis=dict(title=summary["axis"], type="log", tickvals=summary["values"], ticktext=[str(v) for v in summary["values"]]),
+        xaxis=dict(title=summary["axis"], type="log", tickvals=summary["values"], ticktext=[str(v) for v in summary["values"]],
+                   # explicit, so the shapes' extent does not stretch the log axis
+                   range=[math.log10(min(summary["values"])) - 0.1, math.log10(max(summary["values"])) + 0.1]),
         yaxis=dict(title=metric, type="log" if summary["direction"] == "max" else "linear"),
         template="plotly_white", width=800, height=480, legend=dict(font=dict(size=11)))
     return fig

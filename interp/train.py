@@ -103,6 +103,14 @@ def recorded_settings(train: dict) -> dict:
     return json.loads(json.dumps(asdict(TrainSettings()) | train))
 
 
+def recorded_model(arch: str, model: dict) -> dict:
+    """A model config as run.json holds it, with any setting added since the run was written at its default."""
+    try:
+        return models.model_config(arch, **model)
+    except tasks.ConfigError:
+        return model  # not a config of this architecture: compared as it is, so the difference shows
+
+
 def preset_recipe(preset: str, task, arch: str) -> dict:
     """What ``interp train --task T --arch A --preset P`` trains, as its run.json records it (task,
     arch, model, train). ``task`` is a task name (what the preset trains on) or a Task."""

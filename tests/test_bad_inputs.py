@@ -99,7 +99,7 @@ CATALOGUE = [
          "ConfigError: a task config is a dict with a 'name', like {'name': 'bijection', 'V': 20}; got {'V': 6}"),
     # -- model settings ----------------------------------------------------------------------------
     Case("unknown model setting", f"{TRAIN} -M colour=red",
-         'interp: error: unknown transformer setting(s) colour; valid: act_fn, d_mlp, d_model, n_ctx, n_heads, n_layers, normalization'),
+         'interp: error: unknown transformer setting(s) colour; valid: act_fn, d_mlp, d_model, n_ctx, n_heads, n_layers, normalization, positional, tied'),
     Case("non-positive layer count", f"{TRAIN} -M n_layers=0",
          'interp: error: transformer: n_layers must be a positive integer, got 0'),
     Case("NaN in a model setting", f"{TRAIN} -M d_model=NaN",
@@ -206,7 +206,7 @@ CATALOGUE = [
     Case("unknown architecture in checkpoint metadata", "interp run calibration --ckpt odd-arch.safetensors",
          "interp: error: odd-arch.safetensors: invalid config: unknown architecture 'rnn9000'; valid architectures: {ARCHS}"),
     Case("unknown model key in checkpoint metadata", "interp run calibration --ckpt odd-model.safetensors",
-         'interp: error: odd-model.safetensors: invalid config: unknown transformer setting(s) colour; valid: act_fn, d_mlp, d_model, n_ctx, n_heads, n_layers, normalization'),
+         'interp: error: odd-model.safetensors: invalid config: unknown transformer setting(s) colour; valid: act_fn, d_mlp, d_model, n_ctx, n_heads, n_layers, normalization, positional, tied'),
     Case("weights whose shapes disagree with the config", "interp run calibration --ckpt reshaped.safetensors",
          'interp: error: reshaped.safetensors: weights do not match the config in its metadata (shape of embed.W_E is (12, 16), config says (12, 32))'),
     Case("wrong task for a checkpoint", "interp run belief-clusters --ckpt tiny",

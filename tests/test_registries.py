@@ -160,3 +160,12 @@ def test_the_explorer_takes_typed_sequences_on_every_architecture(arch, tmp_path
     tokens = task.sample(1, generator=torch.Generator().manual_seed(0)).tokens[0]
     text = " ".join(task.token_names(tokens))
     assert explorer.typed(text) == tokens.tolist()
+
+
+def test_a_preset_may_train_on_its_own_task_settings():
+    """recall's cpu preset trains on tables of 1..64 pairs; the user's -T settings still win, and a
+    preset without task settings trains on the task's defaults."""
+    assert tasks.for_preset("recall", "cpu").N_min == 1
+    assert tasks.for_preset("recall", "cpu", N_min=32).N_min == 32
+    assert tasks.for_preset("recall", "paper").config() == tasks.make("recall").config()
+    assert preset_recipe("cpu", "recall", "mamba")["task"]["N_min"] == 1
