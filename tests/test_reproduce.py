@@ -105,6 +105,10 @@ def test_reproduce_from_the_shipped_models_trains_nothing(tmp_path, capsys):
     done = run_cli(capsys, "reproduce", "--runs", "shipped", "--only", "recall", "--archs", "transformer",
                    "--out", tmp_path)
     assert done.code == 0, done.err
-    (row,) = json.loads((tmp_path / "reproduction.json").read_text())["rows"]
-    assert row["ours"] == 1.0 and row["train_steps"] == 3000
+    accuracy, worst_slot = json.loads((tmp_path / "reproduction.json").read_text())["rows"]
+    shipped = json.loads((PRETRAINED_DIR.parent.parent / "figures" / "readme" / "reproduction" / "recall-transformer-cpu" /
+                          "content-addressing.json").read_text())["metrics"]
+    assert accuracy["metric"] == "accuracy_full_table" and accuracy["ours"] == shipped["accuracy_full_table"]
+    assert worst_slot["metric"] == "per_slot_min" and worst_slot["ours"] == shipped["per_slot_min"]
+    assert accuracy["train_steps"] == 3000 and "64 pairs" in accuracy["experiment"]
     assert before == {p: p.stat().st_mtime_ns for p in PRETRAINED_DIR.rglob("*")}
