@@ -187,6 +187,16 @@ def held_out_batch(task, n: int, seed: int):
     return task.sample(n, generator=torch.Generator().manual_seed(HELD_OUT_SEED_BASE + seed))
 
 
+def unmeasurable(trained, variant, n_ctx: int | None, model: str = "the model") -> str | None:
+    """Why a model trained on task ``trained`` cannot be measured on ``variant`` (None when it can):
+    another vocabulary, or more positions than its position table (``n_ctx`` None: no table)."""
+    if (variant.vocab_size, variant.n_classes) != (trained.vocab_size, trained.n_classes):
+        return f"changes the vocabulary of {model}'s task, so it cannot be measured there"
+    if n_ctx is not None and variant.seq_len > n_ctx:
+        return f"needs {variant.seq_len} positions; {model} has n_ctx={n_ctx}"
+    return None
+
+
 def eval_batch(model, n: int, seed: int):
     """A held-out batch of the model's task, on the model's device."""
     batch = held_out_batch(model.task, n, seed)

@@ -76,8 +76,7 @@ def curve_cell(sweep: dict, arch: str) -> dict | None:
         return None
     width = "preset" if "preset" in by_width else next(iter(by_width))
     brk = by_width[width]
-    budget = sweep["budget"] if sweep["mode"] == "trained" else next(
-        (r for name, r in sweep["budget"].items() if name == width), {})
+    budget = sweep["budget"] if sweep["mode"] == "trained" else sweep["budget"].get(width, {})
     text = (f"breaks at {sweep['axis']}={brk['value']}" if brk["value"] is not None
             else f"holds to {sweep['axis']}={brk['last_pass']}")
     return dict(axis=sweep["axis"], values=sweep["values"], width=width, text=text, **brk,

@@ -11,7 +11,7 @@ import torch
 
 from tasks import ConfigError
 
-from .base import Analysis, AnalysisError, Option, Result, held_out_batch, n_option, seed_option
+from .base import Analysis, AnalysisError, Option, Result, held_out_batch, n_option, seed_option, unmeasurable
 
 DEFINITION = " ".join("""
  Accuracy is the fraction of bound queries (keys that are in the table) whose arg-max answer is the
@@ -28,14 +28,19 @@ every table size tested are at least the threshold.
 """.split())
 
 
+def parse_ints(spec: str, flag: str) -> list[int]:
+    """The sorted distinct integers of a comma-separated option."""
+    try:
+        return sorted({int(part) for part in str(spec).split(",") if part.strip()})
+    except ValueError:
+        raise AnalysisError(f"{flag} must be comma-separated integers, got {spec!r}") from None
+
+
 def parse_sizes(spec: str, largest: int) -> list[int]:
     if not spec:
         powers = [2 ** i for i in range(largest.bit_length()) if 2 ** i < largest]
         return powers + [largest]
-    try:
-        sizes = sorted({int(part) for part in str(spec).split(",") if part.strip()})
-    except ValueError:
-        raise AnalysisError(f"--sizes must be comma-separated integers, got {spec!r}") from None
+    sizes = parse_ints(spec, "--sizes")
     if not sizes or sizes[0] < 1 or sizes[-1] > largest:
         raise AnalysisError(f"--sizes must lie from 1 to the table's {largest} slots, got {spec!r}")
     return sizes
@@ -76,10 +81,9 @@ def measured_task(model, settings: str):
             task = task.vary(key.strip(), int(value))
         except ConfigError as err:
             raise AnalysisError(f"--task {part.strip()}: {err}") from None
-    if (task.vocab_size, task.n_classes) != (model.task.vocab_size, model.task.n_classes):
-        raise AnalysisError(f"--task {settings!r} changes the vocabulary; the model cannot be measured on it")
-    if model.positions and task.seq_len > model.cfg.n_ctx:
-        raise AnalysisError(f"--task {settings!r} needs {task.seq_len} positions; the model has n_ctx={model.cfg.n_ctx}")
+    reason = unmeasurable(model.task, task, model.cfg.n_ctx if model.positions else None)
+    if reason:
+        raise AnalysisError(f"--task {settings!r} {reason}")
     return task
 
 
@@ -103,8 +107,9 @@ def compute(model, sizes: str = "", queries: str = "", threshold: float = 0.95, 
     by_queries, skipped = {}, {}
     for count in counts:
         variant = task.with_length(count)
-        if n_ctx is not None and variant.seq_len > n_ctx:
-            skipped[str(count)] = f"needs {variant.seq_len} positions; the model has n_ctx={n_ctx}"
+        reason = unmeasurable(task, variant, n_ctx)
+        if reason:
+            skipped[str(count)] = reason
             continue
         by_queries[str(count)] = bound_accuracy(model, variant, n, seed)["accuracy"]
 
@@ -127,10 +132,7 @@ def compute(model, sizes: str = "", queries: str = "", threshold: float = 0.95, 
 def parse_counts(spec: str, trained: int) -> list[int]:
     if not spec:
         return sorted({1, trained, 2 * trained, 4 * trained})
-    try:
-        counts = sorted({int(part) for part in str(spec).split(",") if part.strip()})
-    except ValueError:
-        raise AnalysisError(f"--queries must be comma-separated integers, got {spec!r}") from None
+    counts = parse_ints(spec, "--queries")
     if not counts or counts[0] < 1:
         raise AnalysisError(f"--queries must be positive integers, got {spec!r}")
     return counts

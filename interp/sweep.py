@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -117,6 +117,11 @@ class Sweep:
         if self.runs:
             self.budget = None
             return
+        known = {f.name for arch in self.archs for f in fields(models.architecture(arch).config_class)}
+        unknown = sorted(set(self.model_options) - known)
+        if unknown:
+            raise UserError(f"-M {', '.join(unknown)}: no swept architecture has that setting; valid: "
+                            f"{', '.join(sorted(known))}")
         reference = models.REFERENCE or models.ARCHS[0]
         budget = preset_settings(preset, self.task_at(self.points()[0]), reference)
         self.budget = replace(budget, **{k: v for k, v in dict(steps=steps, batch_size=batch_size).items()
@@ -148,15 +153,16 @@ class Sweep:
         """The task of one point: the preset's with the axis setting, or the run's with it changed."""
         try:
             if point.run:
+                from analyses.base import unmeasurable
+
                 trained = tasks.from_config(self.runs[point.run]["task"])
                 task = trained.vary(self.setting, point.value)
-                if (task.vocab_size, task.n_classes) != (trained.vocab_size, trained.n_classes):
-                    raise UserError(f"{self.setting}={point.value} changes the vocabulary of {point.run}'s task, so the "
-                                    f"model cannot be measured on it; vary a setting that keeps it, or drop --runs")
-                n_ctx = self.runs[point.run]["model"].get("n_ctx") or trained.seq_len
-                if models.architecture(point.arch).positions and task.seq_len > n_ctx:
-                    raise UserError(f"{self.setting}={point.value} needs {task.seq_len} positions; {point.run} has "
-                                    f"n_ctx={n_ctx}. Leave the value out or train with -M n_ctx={task.seq_len}")
+                positions = models.architecture(point.arch).positions
+                n_ctx = (self.runs[point.run]["model"].get("n_ctx") or trained.seq_len) if positions else None
+                reason = unmeasurable(trained, task, n_ctx, point.run)
+                if reason:
+                    raise UserError(f"{self.setting}={point.value} {reason}; leave the value out, or drop --runs "
+                                    f"and train one model per point")
                 return task
             return tasks.for_preset(self.task_name, self.preset, **(self.task_options | {self.setting: point.value}))
         except tasks.ConfigError as err:
@@ -173,9 +179,13 @@ class Sweep:
         return self.out / "runs" / f"{point.arch}-{self.setting}{point.value}{width}"
 
     def model_config(self, point: Point, task) -> dict:
+        """The preset's model, with the fixed -M settings this architecture has (n_heads goes only to
+        those with heads, as a task preset's model settings do) and the point's width."""
+        known = {f.name for f in fields(models.architecture(point.arch).config_class)}
+        fixed = {k: v for k, v in self.model_options.items() if k in known}
         width = {"d_model": point.width} if point.width else {}
         try:
-            return models.model_config(point.arch, self.preset, task, **(self.model_options | width))
+            return models.model_config(point.arch, self.preset, task, **(fixed | width))
         except tasks.ConfigError as err:
             raise UserError(f"{point.arch} at {self.setting}={point.value}: {err}") from None
 

@@ -106,3 +106,21 @@ def test_an_evaluated_sweep_measures_trained_runs_across_the_axis(tmp_path):
         Sweep(None, "n_keys=9", (), out, runs=tuple(runs))
     with pytest.raises(UserError, match="is not a run folder"):
         Sweep(None, "N=1", (), out, runs=(str(tmp_path / "none"),))
+
+
+def test_widths_give_one_curve_per_width_at_that_d_model(tmp_path):
+    job = Sweep("bijection", "V=3", ("transformer", "lstm"), tmp_path / "grid", widths=(8, 16), steps=5,
+                task_options=dict(L=2), model_options=dict(n_heads=2), n=16)
+    summary = job.execute(progress=False)
+    assert set(summary["break_points"]["lstm"]) == {"8", "16"} and summary["widths"] == [8, 16]
+    for arch in ("transformer", "lstm"):
+        runs = {p["width"]: json.loads((tmp_path / "grid" / "runs" / f"{arch}-V3-d{p['width']}" / "run.json").read_text())
+                for p in summary["points"] if p["arch"] == arch}
+        assert {w: r["model"]["d_model"] for w, r in runs.items()} == {8: 8, 16: 16}
+        assert runs[8]["n_params"] < runs[16]["n_params"]
+
+
+def test_a_model_setting_no_swept_architecture_has_is_refused(tmp_path):
+    with pytest.raises(UserError, match="-M colour: no swept architecture has that setting"):
+        Sweep("bijection", "V=3", ("transformer", "lstm"), tmp_path, model_options=dict(colour="red"))
+    assert not list(tmp_path.iterdir())
