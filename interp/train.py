@@ -29,7 +29,12 @@ from analyses.base import held_out_batch
 from . import checkpoint, distributed
 from .checkpoint import pick_device
 from .errors import UserError
-from .files import atomic_write_bytes, atomic_write_json, remove_stale_temps
+from .files import RunLock, atomic_write_bytes, atomic_write_json, read_json, remove_stale_temps
+
+MAX_STEPS = 10 ** 9  # step counts beyond these are typos, not plans (and overflow the batch seeds)
+MAX_BATCH = 2 ** 20
+MAX_LR = 10.0
+
 
 @dataclass
 class TrainSettings:
@@ -46,6 +51,10 @@ class TrainSettings:
     eval_size: int = 2000
     resume_every: int = 500  # steps between resume states (also written at every checkpoint)
     checkpoint_every: int = 0  # 0: the log-spaced schedule of checkpoint_steps; N: also every N steps
+    # Stages before the task itself: [[until_step, {task settings}], ...] trains on the task with those
+    # settings changed until that step (e.g. small recall tables at a short length first). Evaluation and
+    # checkpoints are always on the task itself. Empty: the task from the first step.
+    curriculum: tuple = ()
 
     def validate(self) -> "TrainSettings":
         if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
@@ -55,17 +64,39 @@ class TrainSettings:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UserError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        for name, top in (("steps", MAX_STEPS), ("warmup", MAX_STEPS), ("checkpoint_every", MAX_STEPS),
+                          ("eval_every", MAX_STEPS), ("resume_every", MAX_STEPS), ("batch_size", MAX_BATCH),
+                          ("eval_size", MAX_BATCH)):
+            if isinstance(getattr(self, name), int) and getattr(self, name) > top:
+                raise UserError(f"{name.replace('_', '-')} must be at most {top:,}, got {getattr(self, name):,}")
         for name in ("lr", "weight_decay", "grad_clip"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 or (name == "lr" and value == 0):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 0 or (name == "lr" and value == 0):
                 raise UserError(f"{name.replace('_', '-')} must be a finite positive number, got {value!r}")
+        if self.lr > MAX_LR:
+            raise UserError(f"lr must be at most {MAX_LR:g}, got {self.lr:g} (Adam steps of that size overflow)")
+        betas = self.betas if isinstance(self.betas, (list, tuple)) else ()
+        if len(betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
+                                      for b in betas):
+            raise UserError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 32:
             raise UserError(f"seed must be an integer from 0 to 2^32 - 1, got {self.seed!r}")  # torch's seed range
         if self.loss not in ("soft", "hard"):
             raise UserError(f"loss must be 'soft' or 'hard', got {self.loss!r}")
-        if not isinstance(self.warmup, int) or self.warmup < 0:
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise UserError(f"warmup must be a non-negative integer, got {self.warmup!r}")
         self.betas = tuple(self.betas)
+        stages = self.curriculum
+        if not isinstance(stages, (list, tuple)) or not all(
+                isinstance(stage, (list, tuple)) and len(stage) == 2 and isinstance(stage[1], dict)
+                and isinstance(stage[0], int) and not isinstance(stage[0], bool) for stage in stages):
+            raise UserError(f"curriculum must be a list of [until_step, {{task settings}}] pairs, got {stages!r}")
+        ends = [stage[0] for stage in stages]
+        if ends != sorted(set(ends)) or (ends and not (0 < ends[0] and ends[-1] <= self.steps)):
+            raise UserError(f"curriculum stages must end at increasing steps between 1 and steps={self.steps}, "
+                            f"got {ends}")
+        self.curriculum = tuple((end, dict(settings)) for end, settings in stages)
         return self
 
 
@@ -205,6 +236,24 @@ def load_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor])
     opt.load_state_dict(full)
 
 
+def check_optimizer(opt: torch.optim.Optimizer, moments: dict[str, torch.Tensor], step: int, where) -> None:
+    """A resume state's optimizer tensors are AdamW's: a step and two moments shaped like each parameter."""
+    params = [p for group in opt.param_groups for p in group["params"]]
+    expected = {f"optim.{i}.{name}": shape for i, p in enumerate(params)
+                for name, shape in (("step", (1,)), ("exp_avg", tuple(p.shape)), ("exp_avg_sq", tuple(p.shape)))}
+    found = {k: tuple(v.shape) for k, v in moments.items()}
+    if found == {} and step == 0:
+        return
+    wrong = next((k for k in sorted(expected.keys() | found.keys()) if expected.get(k) != found.get(k)), None)
+    if wrong is not None:
+        detail = (f"missing {wrong}" if wrong not in found else f"unexpected {wrong}" if wrong not in expected else
+                  f"{wrong} has shape {found[wrong]}, expected {expected[wrong]}")
+        raise UserError(f"{where}: malformed optimizer state ({detail}); it cannot be resumed")
+    broken = next((k for k, v in moments.items() if not v.is_floating_point() or not torch.isfinite(v).all()), None)
+    if broken:
+        raise UserError(f"{where}: optimizer tensor {broken} is not finite floating point; it cannot be resumed")
+
+
 def _step_of(line: str) -> float:
     """The step of a metrics line; a line cut short by a crash counts as after any resume point."""
     try:
@@ -225,10 +274,16 @@ class Trainer:
                  device: str | None = None, resume: bool = False, progress: bool = True):
         self.out = Path(out)
         self.progress = progress
+        self.fresh, self.progress_saved = not resume, False
         retain_freed_memory()
         self.dist, self.device = distributed.start(pick_device(device))
+        # Held by rank 0 from before the first check to the end of run(): a second trainer on this
+        # folder is refused (naming this one), never interleaved with it.
+        self.lock = RunLock(self.out)
         try:
             with self.dist.together():  # every process checks and builds before rank 0 writes anything
+                if self.dist.is_main:
+                    self.lock.acquire()
                 self._build(task_config, arch, model_config, settings, resume)
             with self.dist.together():
                 if resume:
@@ -236,8 +291,13 @@ class Trainer:
                 elif self.dist.is_main:
                     atomic_write_json(self.out / "run.json", self.record)
         except BaseException:
-            self.dist.close()
+            self.close()
             raise
+
+    def close(self) -> None:
+        """Let go of the run folder and the process group (run() does this when it ends)."""
+        self.lock.release()
+        self.dist.close()
 
     def _build(self, task_config, arch, model_config, settings, resume) -> None:
         run_file = self.out / "run.json"
@@ -245,14 +305,16 @@ class Trainer:
             if not run_file.exists():
                 raise UserError(f"nothing to resume: {run_file} does not exist (start the run without --resume)")
             try:
-                self.record = json.loads(run_file.read_text())
-            except (OSError, json.JSONDecodeError) as err:
-                raise UserError(f"cannot read {run_file} ({err}); it cannot be resumed, start a new run "
-                                f"with another --out") from None
+                self.record = read_json(run_file, "run record")
+            except UserError as err:
+                raise UserError(f"{err}; it cannot be resumed, start a new run with another --out") from None
             if self.record.get("status") == "finished":
                 raise UserError(f"{self.out} has already finished; nothing to resume")
             try:
                 task_config, arch, model_config = self.record["task"], self.record["arch"], self.record["model"]
+                for key, kind in (("task", dict), ("arch", str), ("model", dict), ("train", dict)):
+                    if not isinstance(self.record[key], kind):
+                        raise TypeError(f"{key} must be a JSON {'object' if kind is dict else 'string'}")
                 settings = TrainSettings(**self.record["train"]).validate()
             except (KeyError, TypeError, UserError) as err:
                 raise UserError(f"{run_file} is not a valid run record ({err}); it cannot be resumed") from None
@@ -268,9 +330,10 @@ class Trainer:
             arch = arch or models.REFERENCE
             self.model = models.build(arch, self.task, config=model_config, seed=self.settings.seed)
         except tasks.ConfigError as err:
-            raise UserError(str(err)) from None
+            raise UserError(f"{run_file}: {err}; it cannot be resumed" if resume else str(err)) from None
         self.model.to(self.device)
         s = self.settings
+        self.stages = [(end, self._stage_task(settings)) for end, settings in s.curriculum]
         decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay},
@@ -284,30 +347,75 @@ class Trainer:
                                versions=versions(), status="running",
                                started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
 
+    def _stage_task(self, settings: dict):
+        """The task with a curriculum stage's settings changed; it must share the task's vocabulary and answers."""
+        try:
+            stage = tasks.from_config(self.task.config() | settings)
+        except tasks.ConfigError as err:
+            raise UserError(f"curriculum stage {settings}: {err}") from None
+        shape = lambda task: (task.name, getattr(task, "vocab_size", None), getattr(task, "n_classes", None))
+        if shape(stage) != shape(self.task):
+            raise UserError(f"curriculum stage {settings} changes the vocabulary or the answers of the task; a stage "
+                            f"may change only what the model can be run on unchanged (sizes, lengths)")
+        return stage
+
+    def task_at(self, step: int):
+        """What step ``step`` trains on: the first curriculum stage not yet over, else the task itself."""
+        return next((task for end, task in self.stages if step < end), self.task)
+
     # -- persistence -------------------------------------------------------------------------
     def _restore(self) -> None:
         resume_file = self.out / "resume.safetensors"
+        self._check_checkpoints()
+        state = None
+        if resume_file.exists():  # everything is checked before anything is loaded or written
+            meta, tensors = checkpoint.read(resume_file)
+            if not self._same_run(meta):
+                raise UserError(f"{resume_file} is the state of another run than {self.out / 'run.json'} (their task, "
+                                f"architecture or model differ); it cannot be resumed")
+            if meta["step"] > self.settings.steps:
+                raise UserError(f"{resume_file} is at step {meta['step']}, beyond the run's {self.settings.steps} "
+                                f"steps; it cannot be resumed")
+            weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+            checkpoint.check_weights(self.model, weights, resume_file)
+            moments = {k: v for k, v in tensors.items() if k.startswith("optim.")}
+            check_optimizer(self.opt, moments, meta["step"], resume_file)
+            state = meta, weights, moments
         for folder in (self.out, self.out / "checkpoints"):  # a SIGKILL mid-write leaves its temp file
             if self.dist.is_main:
                 remove_stale_temps(folder)
         # Without a resume state the run was interrupted before its first one: it starts over,
         # which gives the same result because every batch is a function of (seed, step).
-        if resume_file.exists():
-            meta, tensors = checkpoint.read(resume_file)
-            if [meta[k] for k in ("task", "arch", "model")] != [self.record[k] for k in ("task", "arch", "model")]:
-                raise UserError(f"{resume_file} is the state of another run than {self.out / 'run.json'} (their task, "
-                                f"architecture or model differ); it cannot be resumed")
-            weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+        if state:
+            meta, weights, moments = state
             self.model.load_state_dict(weights)
-            load_optimizer(self.opt, {k: v.to(self.device) for k, v in tensors.items() if k.startswith("optim.")})
-            self.step, self.elapsed = int(meta["step"]), float(meta.get("elapsed_s", 0.0))
+            load_optimizer(self.opt, {k: v.to(self.device) for k, v in moments.items()})
+            self.step, self.elapsed = meta["step"], float(meta.get("elapsed_s", 0.0))
         # Drop metric lines written after the resume point, so the log reads as one clean run.
         metrics = self.out / "metrics.jsonl"
         if metrics.exists() and self.dist.is_main:
             kept = [line for line in metrics.read_text().splitlines() if _step_of(line) <= self.step]
             atomic_write_bytes(metrics, ("\n".join(kept) + "\n" if kept else "").encode())
 
+    def _same_run(self, meta: dict) -> bool:
+        """Whether a checkpoint's metadata describes this run's task, architecture, model and seed."""
+        return ([meta["task"], meta["arch"], meta["model"], meta.get("seed", 0)] ==
+                [self.task.config(), self.model.arch, self.model.config.to_dict(), self.settings.seed])
+
+    def _check_checkpoints(self) -> None:
+        """Every checkpoint already on disk belongs to the run in run.json, at a step within it: resuming
+        rewrites them, which only loses nothing when they are the ones this run writes."""
+        for step, path in checkpoint.list_checkpoints(self.out):
+            meta, _ = checkpoint.read(path, tensors=False)
+            if not self._same_run(meta) or meta["step"] != step or step > self.settings.steps:
+                why = (f"its step is {meta['step']}" if meta["step"] != step else
+                       f"step {step} is beyond the run's {self.settings.steps} steps" if self._same_run(meta) else
+                       "its task, architecture, model or seed differ from run.json")
+                raise UserError(f"{path} does not belong to the run in {self.out / 'run.json'} ({why}); it cannot "
+                                f"be resumed without overwriting it")
+
     def _save_resume(self) -> None:
+        self.progress_saved = True
         checkpoint.save(self.out / "resume.safetensors", self.model, self.step, self.settings.seed,
                         extra=optimizer_tensors(self.opt), extra_meta={"elapsed_s": self.elapsed})
 
@@ -331,8 +439,19 @@ class Trainer:
     def run(self) -> dict:
         try:
             return self._run()
+        except Exception:
+            if self.fresh and not self.progress_saved and self.dist.is_main:
+                self._remove_own_files()  # a run refused at its first steps leaves nothing to block the next
+            raise
         finally:
-            self.dist.close()
+            self.close()
+
+    def _remove_own_files(self) -> None:
+        for name in ("metrics.jsonl", f"checkpoints/{checkpoint.checkpoint_name(0)}", "run.json"):
+            (self.out / name).unlink(missing_ok=True)
+        remove_stale_temps(self.out / "checkpoints")
+        if (self.out / "checkpoints").is_dir() and not any((self.out / "checkpoints").iterdir()):
+            (self.out / "checkpoints").rmdir()
 
     def _run(self) -> dict:
         from tqdm.auto import tqdm
@@ -355,7 +474,7 @@ class Trainer:
                 group["lr"] = lr
             generator = torch.Generator().manual_seed(s.seed * 1_000_003 + self.step)
             # Every process draws the same full batch and trains on its own rows of it.
-            batch = self.dist.shard(self.task.sample(s.batch_size, generator=generator)).to(self.device)
+            batch = self.dist.shard(self.task_at(self.step).sample(s.batch_size, generator=generator)).to(self.device)
             with autocast:
                 loss = loss_of(batch)
             # The whole batch's loss (the mean of the processes' means: they have equally many
@@ -363,8 +482,10 @@ class Trainer:
             loss_value = self.dist.mean(loss.detach())
             if not torch.isfinite(loss_value):
                 bar.close()
+                kept = ("the last good checkpoint is kept" if self.progress_saved or not self.fresh else
+                        "the run was removed")
                 raise UserError(f"loss became {loss_value.item()} at step {self.step}; stopped without saving it "
-                                f"(the last good checkpoint is kept). Try a lower --lr")
+                                f"({kept}). Try a lower --lr")
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)

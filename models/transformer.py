@@ -18,8 +18,11 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens.hook_points import HookPoint
 
 from tasks import ConfigError, Task
 
@@ -46,6 +49,11 @@ class TransformerConfig(ModelConfig):
     # Tied unembedding (W_U = W_E^T, discrete tasks): copying a token to the output is then one map
     # for every token, not one per token learned from that token's own labels (recall's 256 values).
     tied: bool = False
+    # A causal token shift of this width on the embeddings (None: none): position t also receives learned
+    # per-channel multiples of the ``shift`` embeddings before it (see TokenShift). What lets a small
+    # transformer learn recall on a CPU budget: without it no probe left the copy-any-value plateau
+    # (models/pretrained/recall-transformer-cpu/README.md).
+    shift: int | None = None
 
     ARCH = "transformer"
     CHOICES = {"act_fn": ACT_FNS, "normalization": ("LN", "RMS"), "positional": ("learned", "rotary")}
@@ -53,6 +61,29 @@ class TransformerConfig(ModelConfig):
     def check(self) -> None:
         if self.d_model % self.n_heads:
             raise ConfigError(f"transformer: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+
+
+class TokenShift(nn.Module):
+    """A causal depthwise convolution on the embeddings: ``x_t + sum_{j=1..width} W_shift[j-1] * x_{t-j}``.
+
+    The short convolution that Mamba and H3 put before their mixer, and the Canon layers of Allen-Zhu
+    (2025, "Physics of Language Models 4.1") put before attention. On recall (``STORE k SEP v``) it
+    puts the key k into the residual of its value v two positions later, so the first attention layer
+    can match a query against bound keys by content. A plain transformer must first grow a head that
+    attends exactly two positions back to do this, and on a CPU budget it never did. It carries no
+    absolute position: a model with it can still only address the table by content.
+    """
+
+    def __init__(self, width: int, d_model: int, seed: int):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.W_shift = nn.Parameter(0.5 * torch.randn(width, d_model, generator=generator))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [batch, pos, d_model]
+        out = x
+        for j, weight in enumerate(self.W_shift, start=1):
+            out = out + weight * F.pad(x[:, :-j], (0, 0, j, 0))
+        return out
 
 
 class TiedUnembed(nn.Module):
@@ -108,10 +139,12 @@ class WindTunnelTransformer(AnswerHead, HookedTransformer):
         self.config, self.task, self.provenance = config, task, Provenance(seed=seed)
         if task.continuous:
             self.embed = InputProjection(task.input_dim, config.d_model)
-            self.setup()  # re-index the hook points after swapping a module
         elif config.tied:
             self.unembed = TiedUnembed(self.embed, self.unembed.b_U)
-            self.setup()
+        if config.shift:
+            self.token_shift = TokenShift(config.shift, config.d_model, seed)
+            self.hook_token_shift = HookPoint()  # the embeddings after the shift: the residual stream's start
+        self.setup()  # re-index the hook points after adding or swapping modules
 
     def input_to_embed(self, input, *args, **kwargs):
         """Refuse sequences longer than the position table, and project continuous inputs."""
@@ -123,12 +156,14 @@ class WindTunnelTransformer(AnswerHead, HookedTransformer):
                               f"(n_ctx={self.cfg.n_ctx}); learned positions exist only up to n_ctx. Train "
                               f"with -M n_ctx={length} to size them (rows past the training length stay untrained)")
         if not self.task.continuous:
-            return super().input_to_embed(input, *args, **kwargs)
-        embed = self.hook_embed(self.embed(input))
-        if self.config.positional == "rotary":  # positions enter inside attention
-            return embed, None, None, None
-        positions = self.hook_pos_embed(self.pos_embed(input[..., 0]))
-        return embed + positions, None, None, None
+            residual, *rest = super().input_to_embed(input, *args, **kwargs)
+        else:
+            residual, rest = self.hook_embed(self.embed(input)), [None, None, None]
+            if self.config.positional != "rotary":  # rotary: positions enter inside attention
+                residual = residual + self.hook_pos_embed(self.pos_embed(input[..., 0]))
+        if self.config.shift:
+            residual = self.hook_token_shift(self.token_shift(residual))
+        return residual, *rest
 
     def to(self, device_or_dtype, print_details: bool = False):
         return super().to(device_or_dtype, print_details=print_details)

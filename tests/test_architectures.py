@@ -229,3 +229,27 @@ def test_a_bfloat16_mamba_runs_on_cpu_in_eager_torch():
         half = model.to(torch.bfloat16)(tokens)
     assert half.dtype == torch.bfloat16
     torch.testing.assert_close(half.float(), full, rtol=0.1, atol=0.1)
+
+
+def test_the_token_shift_is_a_causal_depthwise_convolution():
+    import torch.nn.functional as F
+    from models.transformer import TokenShift
+
+    shift = TokenShift(3, 5, seed=0).double()
+    x = torch.randn(2, 7, 5, dtype=torch.float64)
+    kernel = torch.cat([shift.W_shift.detach().flip(0), torch.ones(1, 5, dtype=torch.float64)]).T[:, None]  # [d, 1, 4]
+    expected = F.conv1d(F.pad(x.transpose(1, 2), (3, 0)), kernel, groups=5).transpose(1, 2)
+    torch.testing.assert_close(shift(x), expected, rtol=0, atol=1e-12)
+    later = x.clone()
+    later[:, 4:] += 1.0
+    torch.testing.assert_close(shift(later)[:, :4], shift(x)[:, :4], rtol=0, atol=0)  # nothing flows backwards
+
+
+def test_a_shifted_transformer_has_the_hook_and_the_same_seed_gives_the_same_shift():
+    task = tasks.make("recall", N=2, n_keys=4, n_values=4, queries=1, fillers=0, gap=0)
+    build = lambda seed: models.build("transformer", task, config=models.model_config("transformer", "cpu", task, shift=2),
+                                      seed=seed)
+    model = build(3)
+    _, cache = model.run_with_cache(task.sample(2).tokens)
+    assert "hook_token_shift" in cache and torch.equal(model.token_shift.W_shift, build(3).token_shift.W_shift)
+    assert not torch.equal(model.token_shift.W_shift, build(4).token_shift.W_shift)

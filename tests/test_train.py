@@ -97,3 +97,25 @@ def test_a_corrupt_run_record_cannot_be_resumed(tmp_path):
                                                            "train": {"stepz": 3}}))
     with pytest.raises(UserError, match="not a valid run record"):
         Trainer(tmp_path / "run", resume=True, progress=False)
+
+
+def test_a_curriculum_trains_on_its_stages_then_on_the_task(tmp_path):
+    stage = dict(L=3)
+    settings = TrainSettings(steps=20, batch_size=8, warmup=2, eval_every=20, eval_size=50, curriculum=[[10, stage]])
+    trainer = Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
+    assert trainer.task_at(0).config() == trainer.task.config() | stage
+    assert trainer.task_at(9).L == 3 and trainer.task_at(10) is trainer.task
+    trainer.run()
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert recorded["train"]["curriculum"] == [[10, stage]] and recorded["task"]["L"] == 5
+
+
+@pytest.mark.parametrize("curriculum, message", [
+    ([[0, {}]], "increasing steps"), ([[30, {}]], "increasing steps"), ([[10, {}], [5, {}]], "increasing steps"),
+    ([[10, "L=3"]], "pairs"), ([10], "pairs"), ([[10, dict(L=99)]], "curriculum stage"),
+    ([[10, dict(V=7)]], "vocabulary")])
+def test_a_bad_curriculum_is_refused_before_anything_is_written(tmp_path, curriculum, message):
+    settings = TrainSettings(steps=20, batch_size=8, curriculum=curriculum)
+    with pytest.raises(UserError, match=message):
+        Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
