@@ -10,6 +10,7 @@ while training may still be resumed, ``resume.safetensors`` (weights + optimizer
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -38,8 +39,14 @@ def pick_device(device: str | None) -> str:
         kind = torch.device(device).type
     except (RuntimeError, TypeError):
         raise UserError(f"unknown device {device!r}; use auto, cpu or cuda") from None
+    if kind not in ("cpu", "cuda"):
+        raise UserError(f"unknown device {device!r}; use auto, cpu or cuda")
     if kind == "cuda" and not torch.cuda.is_available():
         raise UserError("--device cuda was asked for, but no CUDA device is available")
+    index = torch.device(device).index
+    if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
+        raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                        f"numbered from 0")
     return device
 
 
@@ -83,35 +90,86 @@ def resolve(path: str | Path) -> Path:
     return path
 
 
-def read(path: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """The metadata and tensors of one checkpoint file, after checking it is really safetensors."""
+def read(path: str | Path, tensors: bool = True) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The metadata (checked by ``validate_meta``) and tensors of one checkpoint file, after checking it
+    is really safetensors. ``tensors=False`` reads the header only (and returns no tensors)."""
     path = Path(path)
     sniff_weights(path)
     try:
-        data = path.read_bytes()
-        tensors = load_bytes(data)
+        if tensors:
+            data = path.read_bytes()
+            loaded = load_bytes(data)
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(8)
+                data += handle.read(int.from_bytes(data, "little"))
+            loaded = {}
         header_len = int.from_bytes(data[:8], "little")
         header = json.loads(data[8:8 + header_len])
-    except (SafetensorError, ValueError, OSError) as err:
+    except (SafetensorError, ValueError, OSError, RecursionError, MemoryError) as err:
         raise UserError(f"{path} is not a readable safetensors checkpoint ({err})") from None
-    raw = header.get("__metadata__", {}).get("interp")
-    if raw is None:
+    raw = header.get("__metadata__", {}).get("interp") if isinstance(header, dict) else None
+    if not isinstance(raw, str):
         raise UserError(f"{path} is a safetensors file without interp metadata; it was not written by `interp train`")
     try:
         meta = json.loads(raw)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         raise UserError(f"{path} has malformed interp metadata (not JSON)") from None
+    return validate_meta(meta, path), loaded
+
+
+def validate_meta(meta, where) -> dict:
+    """``meta`` if it has the shape ``describe`` writes (the task and model configs themselves are
+    checked by their own classes when the model is built), else a UserError naming ``where``."""
+    if not isinstance(meta, dict):
+        raise UserError(f"{where} has malformed interp metadata (a JSON object is expected)")
     missing = [k for k in ("task", "arch", "model", "step") if k not in meta]
-    if missing or not isinstance(meta.get("task"), dict) or not isinstance(meta.get("model"), dict):
-        raise UserError(f"{path} has incomplete interp metadata (missing {', '.join(missing) or 'task/model dicts'})")
-    return meta, tensors
+    if missing:
+        raise UserError(f"{where} has incomplete interp metadata (missing {', '.join(missing)})")
+    counts = lambda v, top: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < top  # noqa: E731
+    problem = ("task is not a config object with a name" if not isinstance(meta["task"], dict)
+               or not isinstance(meta["task"].get("name"), str) else
+               "arch is not a name" if not isinstance(meta["arch"], str) else
+               "model is not a config object" if not isinstance(meta["model"], dict) else
+               f"step must be a non-negative integer, got {meta['step']!r}" if not counts(meta["step"], 2 ** 63) else
+               f"seed must be an integer from 0 to 2^32 - 1, got {meta.get('seed')!r}"
+               if not counts(meta.get("seed", 0), 2 ** 32) else
+               f"elapsed_s must be a non-negative number, got {meta.get('elapsed_s')!r}"
+               if not (isinstance(meta.get("elapsed_s", 0.0), (int, float)) and 0 <= meta.get("elapsed_s", 0.0) < math.inf)
+               else None)
+    if problem:
+        raise UserError(f"{where} has invalid interp metadata ({problem})")
+    return meta
 
 
-def build_from_meta(meta: dict, where: Path):
+def check_weights(model, weights: dict[str, torch.Tensor], where) -> None:
+    """The tensors of a file against the model its metadata describes (built on the meta device, so
+    no memory is spent on a model the file cannot fill): same names and shapes, and finite parameters
+    (buffers such as an attention mask's -inf are what they are)."""
+    expected = model.state_dict()
+    mismatched = [k for k in expected if k in weights and weights[k].shape != expected[k].shape]
+    missing = [k for k in expected if k not in weights]
+    unexpected = [k for k in weights if k not in expected]
+    if mismatched or missing or unexpected:
+        detail = (f"shape of {mismatched[0]} is {tuple(weights[mismatched[0]].shape)}, config says "
+                  f"{tuple(expected[mismatched[0]].shape)}" if mismatched else
+                  f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}")
+        raise UserError(f"{where}: weights do not match the config in its metadata ({detail})")
+    broken = next((k for k, _ in model.named_parameters() if not torch.isfinite(weights[k]).all()), None)
+    if broken:
+        raise UserError(f"{where}: tensor {broken} holds NaN or infinite values; these weights cannot be measured")
+
+
+def build_from_meta(meta: dict, where: Path, weights: dict[str, torch.Tensor] | None = None):
+    """The model ``meta`` describes; with ``weights``, checked against them before any memory is spent."""
     try:
         task = tasks.from_config(meta["task"])
-        return models.build(meta["arch"], task, config=meta["model"], seed=int(meta.get("seed", 0)))
-    except (ConfigError, TypeError) as err:
+        if weights is not None:
+            with torch.device("meta"):
+                skeleton = models.build(meta["arch"], task, config=meta["model"], seed=meta.get("seed", 0))
+            check_weights(skeleton, weights, where)
+        return models.build(meta["arch"], task, config=meta["model"], seed=meta.get("seed", 0))
+    except (ConfigError, TypeError, ValueError) as err:
         raise UserError(f"{where}: invalid config: {err}") from None
 
 
@@ -126,22 +184,13 @@ def load(path: str | Path, task: str | None = None, device: str | None = None):
     meta, tensors = read(file)
     if task is not None and meta["task"].get("name") != task:
         raise UserError(f"{file} is a {meta['task'].get('name')!r} checkpoint, but this needs a {task!r} one")
-    model = build_from_meta(meta, file)
     weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
-    expected = model.state_dict()
-    mismatched = [k for k in expected if k in weights and weights[k].shape != expected[k].shape]
-    missing = [k for k in expected if k not in weights]
-    unexpected = [k for k in weights if k not in expected]
-    if mismatched or missing or unexpected:
-        detail = (f"shape of {mismatched[0]} is {tuple(weights[mismatched[0]].shape)}, config says "
-                  f"{tuple(expected[mismatched[0]].shape)}" if mismatched else
-                  f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}")
-        raise UserError(f"{file}: weights do not match the config in its metadata ({detail})")
+    model = build_from_meta(meta, file, weights)
     model.load_state_dict(weights)
     model.eval()
     run_dir = file.parent.parent if file.parent.name == "checkpoints" else None
     series = tuple(list_checkpoints(run_dir)) if run_dir is not None else ()
-    model.provenance = models.Provenance(seed=int(meta.get("seed", 0)), step=int(meta["step"]), path=file,
+    model.provenance = models.Provenance(seed=meta.get("seed", 0), step=meta["step"], path=file,
                                          run_dir=run_dir, checkpoints=series, loader=load)
     if device:
         model.to(pick_device(device))

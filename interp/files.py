@@ -6,9 +6,11 @@ existing file is only replaced by a complete new one.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from .errors import UserError
@@ -70,6 +72,8 @@ def sniff_weights(path: Path) -> None:
         raise UserError(f"checkpoint not found: {path}")
     if path.is_dir():
         raise UserError(f"{path} is a folder without checkpoints; pass a run folder or a .safetensors file")
+    if not path.is_file():  # a FIFO or a device would block or never end
+        raise UserError(f"{path} is not a regular file (a pipe or a device?); it is not a checkpoint")
     try:
         with open(path, "rb") as handle:
             head = handle.read(9)
@@ -87,3 +91,90 @@ def sniff_weights(path: Path) -> None:
     if len(head) < 9:
         raise UserError(f"{path} is empty or truncated; it is not a safetensors checkpoint")
     raise UserError(f"{path} is not a valid safetensors file (corrupt or truncated header)")
+
+
+def read_json(path: str | Path, what: str = "file") -> dict:
+    """A JSON object read from ``path``; anything else (unreadable, not UTF-8, not JSON, nested too
+    deeply, not an object) is a UserError naming the file."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path} is not a regular file; it cannot be read as a {what}")
+    try:
+        document = json.loads(path.read_bytes().decode())
+    except (OSError, ValueError, RecursionError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        reason = "nested too deeply" if isinstance(err, RecursionError) else getattr(err, "strerror", None) or err
+        raise UserError(f"cannot read {path} ({reason})") from None
+    if not isinstance(document, dict):
+        raise UserError(f"{path} is not a valid {what} (a JSON object is expected, got {type(document).__name__})")
+    return document
+
+
+class RunLock:
+    """An exclusive lock on a run folder for the life of one training process.
+
+    ``flock`` on ``FOLDER/.lock``: the kernel drops it when the process ends however it ends (a
+    SIGKILL too), so it never goes stale. The file holds the holder's pid, which a refused second
+    process names. It is removed on release; a process that locked a file another one had just
+    removed checks that its file is still the one at the path, and tries again if not. A folder the
+    lock created is removed again if it is still empty when the lock is released.
+    """
+
+    NAME = ".lock"
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.path = self.folder / self.NAME
+        self.made: Path | None = None  # the topmost folder this lock created
+        self.fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        try:
+            self.made = next((p for p in (*reversed(self.folder.parents), self.folder) if not p.exists()), None)
+            while True:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = os.pread(fd, 32, 0) or (time.sleep(0.1), os.pread(fd, 32, 0))[1]  # written just after locking
+                    holder = holder.decode(errors="replace").strip() or "unknown"
+                    os.close(fd)
+                    self._undo_folder()
+                    raise UserError(f"{self.folder} is in use by another training process (pid {holder}); wait "
+                                    f"for it to end, or stop it first") from None
+                if os.path.exists(self.path) and os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    break
+                os.close(fd)  # the holder removed it as we opened it: lock the new one
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+            self.fd = fd
+        except OSError as err:
+            self._undo_folder()
+            blocker = next((p for p in (self.folder, *self.folder.parents) if p.exists() and not p.is_dir()), None)
+            reason = f"{blocker} is a file, not a folder" if blocker else err.strerror or str(err)
+            raise UserError(f"cannot write to {self.folder}: {reason}; choose another folder with --out") from None
+        return self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            Path(self.path).unlink(missing_ok=True)  # while still held, so no one locks it in between
+            os.close(self.fd)
+            self.fd = None
+        self._undo_folder()
+
+    def _undo_folder(self) -> None:
+        if self.made is None:
+            return
+        for folder in (self.folder, *self.folder.parents):  # only empty ones: a run that wrote something stays
+            try:
+                folder.rmdir()
+            except OSError:
+                return
+            if folder == self.made:
+                return
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
