@@ -80,7 +80,7 @@ class Option:
 
 
 def n_option(default: int) -> Option:
-    return Option("n", default, "held-out sequences to measure on", low=1)
+    return Option("n", default, "held-out sequences to measure on", low=1, high=10 ** 7)  # more is a typo
 
 
 def seed_option() -> Option:

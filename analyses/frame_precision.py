@@ -118,6 +118,17 @@ def pattern_name(layer: int) -> str:
     return f"blocks.{layer}.attn.hook_pattern"
 
 
+def check_same_model(ckpt, model, path) -> None:
+    """Checkpoints of one run share the architecture and model config; a mixed folder cannot be compared."""
+    if (ckpt.arch, ckpt.config.to_dict()) != (model.arch, model.config.to_dict()):
+        theirs, ours = ckpt.config.to_dict(), model.config.to_dict()
+        diff = ", ".join(f"{k}={theirs.get(k)!r}" for k in sorted(theirs.keys() | ours.keys())
+                         if theirs.get(k) != ours.get(k))
+        what = f"a {ckpt.arch}, not a {model.arch}" if ckpt.arch != model.arch else f"a model with {diff}"
+        raise AnalysisError(f"frame-precision: {path.name} is {what} (the analysed checkpoint's); the run folder "
+                            f"mixes models")
+
+
 @torch.no_grad()
 def query_rows(model, batch) -> tuple[list[list[torch.Tensor]], np.ndarray]:
     """Per chunk and layer, the attention rows at query positions [N_chunk, H, T_k], and the final
@@ -167,6 +178,7 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
     final = load(found[-1][1], device=str(device))
     if final.task.config() != model.task.config():
         raise AnalysisError(f"frame-precision: the run's final checkpoint is for {final.task!r}, not {model.task!r}")
+    check_same_model(final, model, found[-1][1])
     final_rows, final_features = query_rows(final, batch)
     final_frames = key_frames(final, ids, k) if ids is not None else None
 
@@ -176,6 +188,7 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
         if ckpt.task.config() != model.task.config():
             raise AnalysisError(f"frame-precision: {path.name} is for {ckpt.task!r}, not {model.task!r}; "
                                 f"the run folder mixes tasks")
+        check_same_model(ckpt, model, path)
         # the final checkpoint is compared with its own cached rows, so its divergence is exactly 0
         rows, features = (final_rows, final_features) if ckpt is final else query_rows(ckpt, batch)
         per_layer = []

@@ -267,6 +267,9 @@ def reproduce(preset, only, archs, runs, out, device):
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
     split = lambda spec: tuple(x.strip() for x in spec.split(",") if x.strip())  # noqa: E731
+    for flag, spec in (("--only", only), ("--archs", archs)):
+        if spec is not None and not split(spec):
+            raise UserError(f"{flag} {spec!r} names nothing; leave it out for all, or name some (comma-separated)")
     if str(runs) == "shipped" and not runs.exists():
         from .catalog import PRETRAINED_DIR
 
@@ -337,10 +340,23 @@ def explore(ckpt, port, host):
     from .ports import check_port
 
     check_port(host, port)  # at once, not after the ~10 s of imports below
+    if not is_loopback(host):
+        click.echo(f"interp: warning: listening on {host} lets anyone who can reach this machine use the explorer "
+                   f"(it has no login); use --host 127.0.0.1 to keep it local", err=True)
     from .catalog import locate
     from .explore import serve
 
     serve(locate(ckpt), host=host, port=port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def is_user_error(err: Exception) -> bool:
@@ -356,11 +372,11 @@ def entry() -> None:
     """Console-script entry point: turn user errors into one line and a non-zero exit."""
     try:
         main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("interp: aborted", err=True)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        click.echo("interp: interrupted (a training run continues with --resume)", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt) as err:
+        # click turns Ctrl-C into Abort (after printing a newline); its cause tells the two apart
+        interrupted = isinstance(err, KeyboardInterrupt) or isinstance(err.__context__, KeyboardInterrupt)
+        click.echo("interp: interrupted (a training run continues with --resume)" if interrupted else
+                   "interp: aborted", err=True)
         sys.exit(130)
     except click.ClickException as err:
         click.echo(f"interp: error: {err.format_message()}", err=True)

@@ -56,7 +56,7 @@ def parse_tokens(task, text: str) -> list[int]:
     for word in re.split(r"[\s,]+", text.strip()):
         if word in by_name:
             ids.append(by_name[word])
-        elif word.isdigit() and int(word) < task.vocab_size:
+        elif word.isascii() and word.isdigit() and int(word) < task.vocab_size:  # not "²" or "٣"
             ids.append(int(word))
         elif word:
             raise UserError(f"unknown token {word!r}; write names such as {' '.join(list(by_name)[:3])} "
@@ -66,15 +66,20 @@ def parse_tokens(task, text: str) -> list[int]:
     return ids
 
 
-def ablation_hooks(choices: list[str]) -> list:
-    """Hooks for the chosen ablations: ``"H1.2"`` zeroes head 2 of layer 1, ``"B0"`` skips block 0."""
+def ablation_hooks(choices: list[str], model) -> list:
+    """Hooks for the chosen ablations: ``"H1.2"`` zeroes head 2 of layer 1, ``"B0"`` skips block 0;
+    anything else, or a layer or head ``model`` lacks, is refused."""
     hooks = []
-    for choice in sorted(choices or []):
-        if choice.startswith("H"):
-            layer, head = map(int, choice[1:].split("."))
+    for choice in sorted(choices or [], key=str):
+        match = re.fullmatch(r"H(\d+)\.(\d+)|B(\d+)", choice, re.ASCII) if isinstance(choice, str) else None
+        layer, head = int(match[1] or match[3]) if match else 0, int(match[2] or 0) if match else 0
+        if match is None or layer >= model.cfg.n_layers or (match[2] is not None and head >= model.cfg.n_heads):
+            raise UserError(f"unknown ablation {choice!r}; heads are H<layer>.<head>, blocks B<layer>, within the "
+                            f"model's {model.cfg.n_layers} layers of {model.cfg.n_heads} heads")
+        if match[3] is None:
             hooks.append((z_hook_name(layer), ablation_hook(head, None)))
         else:
-            hooks += part_hooks("block", int(choice[1:]))
+            hooks += part_hooks("block", layer)
     return hooks
 
 
@@ -99,6 +104,8 @@ class Explorer:
         self.steps = [step if step is not None else last.step for step, _ in self.checkpoints]
 
     def model(self, index: int):
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.checkpoints):
+            raise UserError(f"no checkpoint at slider position {index!r}; there are {len(self.checkpoints)}")
         if index not in self._models:
             self._models[index] = load(self.checkpoints[index][1], device="cpu")
         return self._models[index]
@@ -117,7 +124,10 @@ class Explorer:
     def ablated(self, index: int, choices: list[str]):
         with self.lock:
             model = self.model(index)
-            with model.hooks(fwd_hooks=ablation_hooks(choices)):
+            hooks = ablation_hooks(choices, model)
+            if any(name not in model.hook_dict for name, _ in hooks):
+                raise UserError(f"ablations {sorted(choices)} name a part this model does not have")
+            with model.hooks(fwd_hooks=hooks):
                 yield model
 
     # --- sequences ---------------------------------------------------------------------------
@@ -214,6 +224,9 @@ class Explorer:
         if not info["attention"]:
             return _message_figure(f"this {info['arch']} model has no attention: there are no attention "
                                    f"patterns to show (every other view works)")
+        if not all(isinstance(v, int) and 0 <= v < top for v, top in ((layer, info["n_layers"]), (head, info["n_heads"]))):
+            raise UserError(f"layer {layer!r}, head {head!r} is not in this model ({info['n_layers']} layers of "
+                            f"{info['n_heads']} heads)")
         batch = self.batch(tokens, seed)
         name = f"blocks.{layer}.attn.hook_pattern"
         with self.ablated(index, choices) as model:
@@ -266,6 +279,9 @@ class Explorer:
             return _message_figure("this model has no attention output to look at; see the residual stream")
         fig = go.Figure(figures[name])  # a copy: the cached figure keeps its size
         return fig.update_layout(width=None, height=460, margin=dict(t=80))
+
+
+REFUSED = (UserError, AnalysisError, ConfigError)  # inputs a view refuses with a message, not a traceback
 
 
 def _message_figure(text: str) -> go.Figure:
@@ -355,8 +371,11 @@ def build_app(explorer: Explorer):
     def choose_sequence(_sample, _apply, seed, text):
         try:
             if ctx.triggered_id == "sample":
-                tokens = explorer.sample(int(seed or 0))
-                return (dict(tokens=tokens, seed=int(seed or 0)),
+                seed = seed or 0
+                if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
+                    raise UserError(f"the seed must be a whole number from 0 to 2^32 - 1, got {seed!r}")
+                tokens = explorer.sample(seed)
+                return (dict(tokens=tokens, seed=seed),
                         " ".join(explorer.task.token_names(torch.tensor(tokens))), "")
             tokens = explorer.typed(text or "")
             return dict(tokens=tokens, seed=None), no_update, ""
@@ -370,17 +389,26 @@ def build_app(explorer: Explorer):
                   Output("step-label", "children"),
                   Input("step", "value"), Input("sequence", "data"), *ablations)
     def posterior(index, sequence, heads, blocks):
-        v = explorer.posterior_views(index, sequence["tokens"], sequence["seed"], heads + blocks)
+        try:
+            v = explorer.posterior_views(index, sequence["tokens"], sequence["seed"], heads + blocks)
+        except REFUSED as err:  # e.g. the slider onto a corrupt earlier checkpoint: said in the views
+            return *[_message_figure(str(err))] * 4, str(err), no_update
         return v["posterior"], v["entropy"], v["gap"], v["calibration"], v["summary"], f"step {steps[index]}"
 
     @app.callback(Output("attention", "figure"), Input("step", "value"), Input("sequence", "data"), *ablations,
                   Input("layer", "value"), Input("head", "value"))
     def attention(index, sequence, heads, blocks, layer, head):
-        return explorer.attention_view(index, sequence["tokens"], sequence["seed"], heads + blocks, layer, head)
+        try:
+            return explorer.attention_view(index, sequence["tokens"], sequence["seed"], heads + blocks, layer, head)
+        except REFUSED as err:
+            return _message_figure(str(err))
 
     @app.callback(Output("geometry", "figure"), Input("step", "value"), *ablations, Input("stream", "value"))
     def geometry(index, heads, blocks, stream):
-        return explorer.geometry_view(index, heads + blocks, stream)
+        try:
+            return explorer.geometry_view(index, heads + blocks, stream)
+        except REFUSED as err:
+            return _message_figure(str(err))
 
     return app
 

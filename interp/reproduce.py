@@ -24,8 +24,8 @@ import tasks
 from .checkpoint import load, pick_device, resolve
 from .errors import UserError
 from .export import write_result
-from .files import atomic_write_json, atomic_write_text
-from .train import Trainer, TrainSettings, preset_recipe, recorded_model, recorded_settings
+from .files import atomic_write_json, atomic_write_text, read_json
+from .train import Trainer, TrainSettings, preset_recipe, record_problem, recorded_model, recorded_settings
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,13 @@ class Reproduction:
 
     def record(self, task: str, arch: str) -> dict | None:
         path = self.run_dir(task, arch) / "run.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        if not path.exists():
+            return None
+        record = read_json(path, "run record")
+        if problem := record_problem(record):
+            raise UserError(f"{path} is not a valid run record ({problem}); move the run away or pass --runs with "
+                            f"another folder")
+        return record
 
     def recipe(self, task: str, arch: str) -> dict:
         """What the preset trains for this cell: the task, model and training settings of its run.json."""
@@ -135,8 +141,12 @@ class Reproduction:
         json_path = self.out / run_dir.name / f"{name}.json"
         digest = checkpoint_digest(file)
         if json_path.exists():
-            saved = json.loads(json_path.read_text())
-            if saved.get("checkpoint") == str(file) and saved.get("checkpoint_sha256") == digest:
+            try:
+                saved = read_json(json_path, "result")
+            except UserError:
+                saved = {}  # a cache: a corrupt one is computed again (and rewritten whole)
+            if saved.get("checkpoint") == str(file) and saved.get("checkpoint_sha256") == digest \
+                    and isinstance(saved.get("metrics"), dict):
                 return saved
         started = time.perf_counter()
         model = load(file, device=self.device)
@@ -164,7 +174,7 @@ class Reproduction:
         return self.write_table()
 
     def saved(self, task: str, arch: str, name: str) -> dict:
-        return json.loads((self.out / self.run_dir(task, arch).name / f"{name}.json").read_text())
+        return read_json(self.out / self.run_dir(task, arch).name / f"{name}.json", "result")
 
     def write_table(self) -> dict:
         done = {(s[1], s[2]) for s in self.steps}

@@ -236,6 +236,22 @@ def load_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor])
     opt.load_state_dict(full)
 
 
+RECORD_FIELDS = dict(task=dict, arch=str, model=dict, train=dict, status=str, final=dict, n_params=int,
+                     wall_time_s=(int, float))
+
+
+def record_problem(record: dict) -> str | None:
+    """What is wrong with the shape of a run.json (its values are checked where they are used), or None."""
+    missing = [k for k in ("task", "arch", "model", "train") if k not in record]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    for key, kind in RECORD_FIELDS.items():
+        if key in record and (not isinstance(record[key], kind) or isinstance(record[key], bool)):
+            names = {dict: "a JSON object", str: "a string", int: "an integer"}
+            return f"{key} must be {names.get(kind, 'a number')}, got {json.dumps(record[key])[:40]}"
+    return None
+
+
 def check_optimizer(opt: torch.optim.Optimizer, moments: dict[str, torch.Tensor], step: int, where) -> None:
     """A resume state's optimizer tensors are AdamW's: a step and two moments shaped like each parameter."""
     params = [p for group in opt.param_groups for p in group["params"]]
@@ -311,10 +327,9 @@ class Trainer:
             if self.record.get("status") == "finished":
                 raise UserError(f"{self.out} has already finished; nothing to resume")
             try:
+                if problem := record_problem(self.record):
+                    raise TypeError(problem)
                 task_config, arch, model_config = self.record["task"], self.record["arch"], self.record["model"]
-                for key, kind in (("task", dict), ("arch", str), ("model", dict), ("train", dict)):
-                    if not isinstance(self.record[key], kind):
-                        raise TypeError(f"{key} must be a JSON {'object' if kind is dict else 'string'}")
                 settings = TrainSettings(**self.record["train"]).validate()
             except (KeyError, TypeError, UserError) as err:
                 raise UserError(f"{run_file} is not a valid run record ({err}); it cannot be resumed") from None
