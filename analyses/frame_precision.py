@@ -120,13 +120,13 @@ def pattern_name(layer: int) -> str:
 
 def check_same_model(ckpt, model, path) -> None:
     """Checkpoints of one run share the architecture and model config; a mixed folder cannot be compared."""
-    if (ckpt.arch, ckpt.config.to_dict()) != (model.arch, model.config.to_dict()):
-        theirs, ours = ckpt.config.to_dict(), model.config.to_dict()
-        diff = ", ".join(f"{k}={theirs.get(k)!r}" for k in sorted(theirs.keys() | ours.keys())
-                         if theirs.get(k) != ours.get(k))
-        what = f"a {ckpt.arch}, not a {model.arch}" if ckpt.arch != model.arch else f"a model with {diff}"
-        raise AnalysisError(f"frame-precision: {path.name} is {what} (the analysed checkpoint's); the run folder "
-                            f"mixes models")
+    theirs, ours = (ckpt.arch, ckpt.config.to_dict()), (model.arch, model.config.to_dict())
+    if theirs != ours:
+        diff = (f"{ckpt.arch} vs {model.arch}" if ckpt.arch != model.arch else
+                ", ".join(f"{k}={theirs[1].get(k)!r} vs {ours[1].get(k)!r}"
+                          for k in sorted(theirs[1].keys() | ours[1].keys()) if theirs[1].get(k) != ours[1].get(k)))
+        raise AnalysisError(f"frame-precision: {path.name} is another model than the analysed checkpoint ({diff}); "
+                            f"the run folder mixes models")
 
 
 @torch.no_grad()

@@ -157,7 +157,7 @@ def check_weights(model, weights: dict[str, torch.Tensor], where) -> None:
         raise UserError(f"{where}: weights do not match the config in its metadata ({detail})")
     broken = next((k for k, _ in model.named_parameters() if not torch.isfinite(weights[k]).all()), None)
     if broken:
-        raise UserError(f"{where}: tensor {broken} holds NaN or infinite values; these weights cannot be measured")
+        raise UserError(f"{where}: tensor {broken} holds NaN or infinite values; the weights are broken (did training diverge?)")
 
 
 def build_from_meta(meta: dict, where: Path, weights: dict[str, torch.Tensor] | None = None):

@@ -11,6 +11,7 @@ import html
 import io
 import json
 import math
+import os
 from pathlib import Path
 
 from .errors import UserError
@@ -94,7 +95,7 @@ def clean(obj):
 def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: dict | None = None) -> list[Path]:
     """Render ``result`` in the chosen formats and write ``<out_dir>/<name>.<fmt>``; return the paths."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):  # os.path: no error on a name too long
         raise UserError(f"output path {out_dir} exists and is not a folder")
     context = context or {}
     rendered = {}

@@ -22,9 +22,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
-        blocker = next((p for p in (path.parent, *path.parent.parents) if p.exists() and not p.is_dir()), None)
-        reason = f"{blocker} is a file, not a folder" if blocker else err.strerror or str(err)
-        raise UserError(f"cannot write to {path.parent}: {reason}; choose another folder with --out") from None
+        raise unwritable(path.parent, err) from None
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; give the usual permissions
         with os.fdopen(fd, "wb") as handle:
@@ -40,6 +38,19 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def unwritable(folder: Path, err: OSError) -> UserError:
+    """The one line for a folder that cannot be made or written to (os.path's checks, unlike Path's,
+    never raise, e.g. on a name too long)."""
+    blocker = next((p for p in (folder, *folder.parents) if os.path.exists(p) and not os.path.isdir(p)), None)
+    reason = f"{blocker} is a file, not a folder" if blocker else err.strerror or str(err)
+    return UserError(f"cannot write to {_short(folder)}: {reason}; choose another folder with --out")
+
+
+def _short(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]}"
 
 
 def remove_stale_temps(folder: str | Path) -> None:
@@ -129,7 +140,7 @@ class RunLock:
 
     def acquire(self) -> "RunLock":
         try:
-            self.made = next((p for p in (*reversed(self.folder.parents), self.folder) if not p.exists()), None)
+            self.made = next((p for p in (*reversed(self.folder.parents), self.folder) if not os.path.exists(p)), None)
             while True:
                 self.folder.mkdir(parents=True, exist_ok=True)
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -150,9 +161,7 @@ class RunLock:
             self.fd = fd
         except OSError as err:
             self._undo_folder()
-            blocker = next((p for p in (self.folder, *self.folder.parents) if p.exists() and not p.is_dir()), None)
-            reason = f"{blocker} is a file, not a folder" if blocker else err.strerror or str(err)
-            raise UserError(f"cannot write to {self.folder}: {reason}; choose another folder with --out") from None
+            raise unwritable(self.folder, err) from None
         return self
 
     def release(self) -> None:

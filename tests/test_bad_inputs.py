@@ -41,7 +41,7 @@ class Case:
     call: str  # an `interp ...` command line, or a Python expression (with interp, tasks, models, analyses)
     message: str  # the exact line the user sees (CLI: stderr; Python: "ExceptionType: message"), see expected()
     code: int = 1  # CLI exit status
-    fault: str | None = None  # an injected fault: "full-disk", "read-only" or "port-in-use" (see injected)
+    fault: str | None = None  # injected: "full-disk", "read-only", "port-in-use", "locked" or "fifo" (see injected)
 
 
 TRAIN = "interp train --out new-run"  # a fresh run folder; every bad input must leave it uncreated
@@ -99,7 +99,7 @@ CATALOGUE = [
          "ConfigError: a task config is a dict with a 'name', like {'name': 'bijection', 'V': 20}; got {'V': 6}"),
     # -- model settings ----------------------------------------------------------------------------
     Case("unknown model setting", f"{TRAIN} -M colour=red",
-         'interp: error: unknown transformer setting(s) colour; valid: act_fn, d_mlp, d_model, n_ctx, n_heads, n_layers, normalization, positional, tied'),
+         'interp: error: unknown transformer setting(s) colour; valid: {TRANSFORMER}'),
     Case("non-positive layer count", f"{TRAIN} -M n_layers=0",
          'interp: error: transformer: n_layers must be a positive integer, got 0'),
     Case("NaN in a model setting", f"{TRAIN} -M d_model=NaN",
@@ -206,7 +206,7 @@ CATALOGUE = [
     Case("unknown architecture in checkpoint metadata", "interp run calibration --ckpt odd-arch.safetensors",
          "interp: error: odd-arch.safetensors: invalid config: unknown architecture 'rnn9000'; valid architectures: {ARCHS}"),
     Case("unknown model key in checkpoint metadata", "interp run calibration --ckpt odd-model.safetensors",
-         'interp: error: odd-model.safetensors: invalid config: unknown transformer setting(s) colour; valid: act_fn, d_mlp, d_model, n_ctx, n_heads, n_layers, normalization, positional, tied'),
+         'interp: error: odd-model.safetensors: invalid config: unknown transformer setting(s) colour; valid: {TRANSFORMER}'),
     Case("weights whose shapes disagree with the config", "interp run calibration --ckpt reshaped.safetensors",
          'interp: error: reshaped.safetensors: weights do not match the config in its metadata (shape of embed.W_E is (12, 16), config says (12, 32))'),
     Case("wrong task for a checkpoint", "interp run belief-clusters --ckpt tiny",
@@ -220,7 +220,7 @@ CATALOGUE = [
     Case("analysis option out of range", "interp run key-orthogonality --ckpt tiny --layer 7",
          'interp: error: layer 7, head 0 out of range: the model has 1 layers of 2 heads'),
     Case("non-positive sample count", "interp run calibration --ckpt tiny --n 0",
-         'interp: error: --n must be at least 1, got 0'),
+         'interp: error: --n must be from 1 to 10000000, got 0'),
     Case("negative seed", "interp run calibration --ckpt tiny --seed -1",
          'interp: error: --seed must be from 0 to 4294967295, got -1'),
     Case("malformed list option", "interp run length-generalization --ckpt tiny --lengths 5,x",
@@ -241,6 +241,48 @@ CATALOGUE = [
     Case("disk full while writing figures", "interp run calibration --ckpt tiny --format json,html",
          'interp: error: could not write figures/tiny/calibration.json: No space left on device; it was left as it was (free some space, or write elsewhere with --out)',
          fault="full-disk"),
+    # -- concurrency -------------------------------------------------------------------------------
+    Case("training a run another process is training", "interp train --resume --out paused", 'interp: error: paused is in use by another training process (pid 4242); wait for it to end, or stop it first', fault="locked"),
+    Case("a new run in a folder another process holds", f"interp train --out paused {TINY_RUN}", 'interp: error: paused is in use by another training process (pid 4242); wait for it to end, or stop it first', fault="locked"),
+    # -- documents of the wrong shape --------------------------------------------------------------
+    Case("number where the task config is expected (checkpoint)", "interp run calibration --ckpt number-task.safetensors", 'interp: error: number-task.safetensors has invalid interp metadata (task is not a config object with a name)'),
+    Case("string where the step is an integer (checkpoint)", "interp run calibration --ckpt string-step.safetensors", "interp: error: string-step.safetensors has invalid interp metadata (step must be a non-negative integer, got '20')"),
+    Case("seed out of range (checkpoint)", "interp run calibration --ckpt big-seed.safetensors", 'interp: error: big-seed.safetensors has invalid interp metadata (seed must be an integer from 0 to 2^32 - 1, got 1099511627776)'),
+    Case("metadata nested 100,000 deep (checkpoint)", "interp run calibration --ckpt deep.safetensors", 'interp: error: deep.safetensors has malformed interp metadata (not JSON)'),
+    Case("metadata that is not an object (checkpoint)", "interp run calibration --ckpt list-meta.safetensors", 'interp: error: list-meta.safetensors has malformed interp metadata (a JSON object is expected)'),
+    Case("17 KB file declaring a 1.6 GB model", "interp run calibration --ckpt huge-model.safetensors", 'interp: error: huge-model.safetensors: weights do not match the config in its metadata (shape of embed.W_E is (12, 16), config says (12, 8192))'),
+    Case("NaN weights", "interp run calibration --ckpt nan.safetensors", 'interp: error: nan.safetensors: tensor blocks.0.attn.W_Q holds NaN or infinite values; the weights are broken (did training diverge?)'),
+    Case("infinite weights", "interp run calibration --ckpt inf.safetensors", 'interp: error: inf.safetensors: tensor blocks.0.attn.W_Q holds NaN or infinite values; the weights are broken (did training diverge?)'),
+    Case("NaN weights (Python)", "interp.load('nan.safetensors')", 'UserError: nan.safetensors: tensor blocks.0.attn.W_Q holds NaN or infinite values; the weights are broken (did training diverge?)'),
+    Case("a pipe in a run's checkpoints", "interp run calibration --ckpt fifo-run", 'interp: error: fifo-run/checkpoints/step-00000100.safetensors is not a regular file (a pipe or a device?); it is not a checkpoint', fault="fifo"),
+    Case("number where the task config is expected (run.json)", "interp train --resume --out number-record", 'interp: error: number-record/run.json is not a valid run record (task must be a JSON object, got 3); it cannot be resumed'),
+    Case("string where an integer is expected (run.json)", "interp train --resume --out string-record", "interp: error: string-record/run.json is not a valid run record (steps must be a positive integer, got 'many'); it cannot be resumed"),
+    Case("seed out of range (run.json)", "interp train --resume --out seed-record", 'interp: error: seed-record/run.json is not a valid run record (seed must be an integer from 0 to 2^32 - 1, got -1); it cannot be resumed'),
+    Case("betas out of range (run.json)", "interp train --resume --out betas-record", 'interp: error: betas-record/run.json is not a valid run record (betas must be two numbers in [0, 1), got [2, 0.9]); it cannot be resumed'),
+    Case("run.json that is not an object", "interp train --resume --out list-record", 'interp: error: list-record/run.json is not a valid run record (a JSON object is expected, got list); it cannot be resumed, start a new run with another --out'),
+    Case("run.json nested 100,000 deep", "interp train --resume --out deep-record", 'interp: error: cannot read deep-record/run.json (nested too deeply); it cannot be resumed, start a new run with another --out'),
+    Case("run.json that is not UTF-8", "interp train --resume --out latin1-record", "interp: error: cannot read latin1-record/run.json ('utf-8' codec can't decode byte 0xe9 in position 13: invalid continuation byte); it cannot be resumed, start a new run with another --out"),
+    Case("reproduce over a corrupt run record",
+         "interp reproduce --only bijection --archs transformer --runs bad-runs --out repro", 'interp: error: bad-runs/bijection-transformer-cpu/run.json is not a valid run record (arch must be a string, got 5); move the run away or pass --runs with another folder'),
+    # -- resume consistency ------------------------------------------------------------------------
+    Case("resume after run.json was changed, no resume state", "interp train --resume --out changed-run", 'interp: error: changed-run/checkpoints/step-00000000.safetensors does not belong to the run in changed-run/run.json (its task, architecture, model or seed differ from run.json); it cannot be resumed without overwriting it'),
+    Case("resume state with a negative step", "interp train --resume --out negative-step", 'interp: error: negative-step/resume.safetensors has invalid interp metadata (step must be a non-negative integer, got -5)'),
+    Case("resume state beyond the run's steps", "interp train --resume --out future-step", "interp: error: future-step/resume.safetensors is at step 1000000, beyond the run's 20 steps; it cannot be resumed"),
+    Case("resume state missing a weight", "interp train --resume --out short-state", 'interp: error: short-state/resume.safetensors: weights do not match the config in its metadata (missing blocks.0.attn.W_Q)'),
+    Case("resume state with a malformed optimizer", "interp train --resume --out bad-optimizer", 'interp: error: bad-optimizer/resume.safetensors: malformed optimizer state (optim.0.exp_avg has shape (3,), expected (12, 16)); it cannot be resumed'),
+    Case("resume state with NaN weights", "interp train --resume --out nan-state", 'interp: error: nan-state/resume.safetensors: tensor blocks.0.attn.W_Q holds NaN or infinite values; the weights are broken (did training diverge?)'),
+    Case("frame-precision over a run of mixed models", "interp run frame-precision --ckpt mixed-models", 'interp: error: frame-precision: step-00000010.safetensors is another model than the analysed checkpoint (d_model=32 vs 16); the run folder mixes models'),
+    # -- extreme numbers, devices, names -----------------------------------------------------------
+    Case("huge learning rate", f"{TRAIN} --lr 1e308 {TINY_RUN}", 'interp: error: lr must be at most 10, got 1e+308 (Adam steps of that size overflow)'),
+    Case("batch size beyond any memory", f"{TRAIN} --batch-size 99999999999999999999999", 'interp: error: batch-size must be at most 1,048,576, got 99,999,999,999,999,999,999,999'),
+    Case("steps beyond any plan", f"{TRAIN} --steps 99999999999999999999999", 'interp: error: steps must be at most 1,000,000,000, got 99,999,999,999,999,999,999,999'),
+    Case("sample count beyond any memory", "interp run calibration --ckpt tiny --n 99999999999999999999999", 'interp: error: --n must be from 1 to 10000000, got 99999999999999999999999'),
+    Case("a device torch has no support for", f"{TRAIN} --device mps {TINY_RUN}", "interp: error: unknown device 'mps'; use auto, cpu or cuda"),
+    Case("the meta device", "interp run calibration --ckpt tiny --device meta", "interp: error: unknown device 'meta'; use auto, cpu or cuda"),
+    Case("run folder name longer than the file system allows", f"interp train --out {'r' * 300} {TINY_RUN}", 'interp: error: cannot write to rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr...rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr: File name too long; choose another folder with --out'),
+    Case("output folder name longer than the file system allows",
+         f"interp run calibration --ckpt tiny --format json --out {'f' * 300}", 'interp: error: cannot write to ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff...fffffffffffffffffffffffffffffffffff/tiny: File name too long; choose another folder with --out'),
+    Case("--only that names nothing", "interp reproduce --only , --runs old-runs --out repro", "interp: error: --only ',' names nothing; leave it out for all, or name some (comma-separated)"),
 ]
 
 
@@ -307,6 +349,75 @@ def build_workspace(root: Path) -> None:
     shutil.copy(good, root / "mixed-run" / "resume.safetensors")
     (root / "empty-folder").mkdir()
     (root / "read-only").mkdir()
+    build_hardening_workspace(root, meta, tensors, record, with_meta)
+
+
+def build_hardening_workspace(root: Path, meta: dict, tensors: dict, record: dict, with_meta) -> None:
+    """Documents of the wrong shape, broken weights, and resume folders that disagree with themselves."""
+    import torch
+    from safetensors.torch import save as save_bytes
+
+    from interp import checkpoint
+    from interp.train import Trainer, TrainSettings, loss_fn
+
+    # -- checkpoint metadata and weights
+    with_meta("number-task.safetensors", lambda m: m.update(task=3))
+    with_meta("string-step.safetensors", lambda m: m.update(step="20"))
+    with_meta("big-seed.safetensors", lambda m: m.update(seed=2 ** 40))
+    with_meta("huge-model.safetensors", lambda m: m["model"].update(d_model=8192, n_layers=48, n_heads=8))
+    (root / "deep.safetensors").write_bytes(save_bytes(tensors, metadata={"interp": "[" * 100_000 + "]" * 100_000}))
+    (root / "list-meta.safetensors").write_bytes(save_bytes(tensors, metadata={"interp": "[1, 2]"}))
+    name = next(k for k in tensors if k.endswith("W_Q"))
+    for file, value in (("nan.safetensors", float("nan")), ("inf.safetensors", float("inf"))):
+        broken = dict(tensors, **{name: tensors[name].clone().fill_(value)})
+        (root / file).write_bytes(save_bytes(broken, metadata={"interp": json.dumps(meta)}))
+    # -- run records (resumed)
+    running = dict(record, status="running")
+    for folder, content in [
+        ("number-record", json.dumps(dict(running, task=3)).encode()),
+        ("string-record", json.dumps(dict(running, train=dict(record["train"], steps="many"))).encode()),
+        ("seed-record", json.dumps(dict(running, train=dict(record["train"], seed=-1))).encode()),
+        ("betas-record", json.dumps(dict(running, train=dict(record["train"], betas=[2, 0.9]))).encode()),
+        ("list-record", b"[1, 2]"),
+        ("deep-record", b"[" * 100_000 + b"]" * 100_000),
+        ("latin1-record", b'{"status": "r\xe9sum\xe9"}'),  # Latin-1, not UTF-8
+    ]:
+        (root / folder).mkdir()
+        (root / folder / "run.json").write_bytes(content)
+    # run.json changed to another task setting, no resume state: resuming would overwrite the checkpoints
+    shutil.copytree(root / "tiny", root / "changed-run")
+    (root / "changed-run" / "run.json").write_text(json.dumps(dict(running, task=dict(record["task"], V=8, L=7))))
+    # -- a run paused after one step (a real resume state), and resume states broken in each way
+    settings = TrainSettings(steps=20, batch_size=8, warmup=2, eval_every=20, eval_size=20)
+    paused = Trainer(root / "paused", dict(name="bijection", V=6, L=5), "transformer",
+                     dict(d_model=16, n_layers=1, n_heads=2), settings, progress=False)
+    loss_fn(paused.model, paused.task.sample(8, generator=torch.Generator().manual_seed(0)), "soft").backward()
+    paused.opt.step()
+    paused.step = 1
+    paused._save_resume()
+    paused.close()
+    state_meta, state = checkpoint.read(root / "paused" / "resume.safetensors")
+    moment = "optim.0.exp_avg"
+    for folder, meta_change, tensor_change in [
+        ("negative-step", dict(step=-5), {}),
+        ("future-step", dict(step=10 ** 6), {}),
+        ("short-state", {}, {name: None}),
+        ("bad-optimizer", {}, {moment: torch.zeros(3)}),
+        ("nan-state", {}, {name: state[name].clone().fill_(float("nan"))}),
+    ]:
+        shutil.copytree(root / "paused", root / folder)
+        changed = {k: v for k, v in (state | tensor_change).items() if v is not None}
+        (root / folder / "resume.safetensors").write_bytes(
+            save_bytes(changed, metadata={"interp": json.dumps(state_meta | meta_change)}))
+    # -- frame-precision over a run whose earlier checkpoint is another model
+    shutil.copytree(root / "tiny", root / "mixed-models")
+    import models
+    import tasks
+    other = models.build("transformer", tasks.make("bijection", V=6, L=5), dict(d_model=32, n_layers=1, n_heads=2))
+    checkpoint.save(root / "mixed-models" / "checkpoints" / checkpoint.checkpoint_name(10), other, 10, 0)
+    # -- reproduce over a corrupt run record
+    shutil.copytree(root / "old-runs", root / "bad-runs")
+    (root / "bad-runs" / "bijection-transformer-cpu" / "run.json").write_text(json.dumps(dict(record, arch=5)))
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -336,6 +447,18 @@ def injected(fault: str | None, root: Path):
                         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(dir))
                     return real(*args, dir=dir, **kwargs)
                 patch.setattr(tempfile, "mkstemp", refuse)
+        elif fault == "fifo":  # made here: copying a FIFO would block
+            shutil.copytree(root / "tiny", root / "fifo-run")
+            os.mkfifo(root / "fifo-run" / "checkpoints" / "step-00000100.safetensors")
+            undo.callback(shutil.rmtree, root / "fifo-run")
+        elif fault == "locked":  # another trainer (pid 4242) holds the run folder's lock
+            import fcntl
+
+            handle = undo.enter_context(open(root / "paused" / ".lock", "w"))
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            handle.write("4242")
+            handle.flush()
+            undo.callback((root / "paused" / ".lock").unlink)
         elif fault == "port-in-use":
             listener = undo.enter_context(socket.socket())
             try:
@@ -347,16 +470,20 @@ def injected(fault: str | None, root: Path):
 
 
 def expected(case: Case) -> str:
-    """The exact message, with {TASKS}, {ARCHS}, {ANALYSES} and {SHIPPED} filled in from the registries,
-    so that adding a task or an analysis only needs the doc regenerated, not every row rewritten."""
+    """The exact message, with {TASKS}, {ARCHS}, {ANALYSES}, {SHIPPED} and {TRANSFORMER} (its settings)
+    filled in from the registries, so that adding a task, an analysis or a model setting only needs the
+    doc regenerated, not every row rewritten."""
+    from dataclasses import fields
+
     import analyses
     import models
     import tasks
     from interp.catalog import shipped
 
     message = case.message
+    settings = sorted(f.name for f in fields(models.architecture("transformer").config_class))
     for key, names in (("TASKS", tasks.NAMES), ("ARCHS", models.ARCHS), ("ANALYSES", analyses.NAMES),
-                       ("SHIPPED", shipped())):
+                       ("SHIPPED", shipped()), ("TRANSFORMER", settings)):
         message = message.replace("{" + key + "}", ", ".join(names))
     return message
 
@@ -441,7 +568,10 @@ def render() -> str:
         "(built by `build_workspace` in `tests/test_bad_inputs.py`); `new-run` does not exist beforehand.",
         "Faults in *italics* are injected: *full disk* makes the disk report ENOSPC when a file is flushed,",
         "*read-only* makes the folder refuse new files with EACCES (also for root), *port in use* holds the",
-        "port open. A real full disk is tested too (`test_a_real_file_size_limit_leaves_no_half_written_file`:",
+        "port open, *locked* holds the run folder's lock as a trainer with pid 4242 would, *fifo* puts a named",
+        "pipe where a checkpoint is expected. Concurrency for real (two trainers released together on one",
+        "folder), the resume of a real resume state and generated inputs are tested in `tests/test_hardening.py`.",
+        "A real full disk is tested too (`test_a_real_file_size_limit_leaves_no_half_written_file`:",
         "a write cut off half way by RLIMIT_FSIZE leaves the earlier outputs whole and no temp file behind).",
         "Lists of valid names in the messages (tasks, architectures, analyses, shipped models) come from the",
         "live registries, so adding one only needs this file regenerated. A failed write may leave the empty",
