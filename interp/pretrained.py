@@ -64,7 +64,10 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
         f"    {train_command(record, preset)}", "",
         f"{s['steps']:,} steps of {s['batch_size']} fresh sequences, AdamW lr {s['lr']} ({s['warmup']} warm-up "
         f"steps, cosine to 0), weight decay {s['weight_decay']}, grad clip {s['grad_clip']}, {s['loss']} targets"
-        f"{' (cross-entropy against the exact Bayes posterior)' if s['loss'] == 'soft' else ''}, seed {s['seed']}.",
+        f"{' (cross-entropy against the exact Bayes posterior)' if s['loss'] == 'soft' else ''}, seed {s['seed']}."
+        + "".join(f" Until step {end:,} it trained on the task with {', '.join(f'{k}={v}' for k, v in stage.items())}"
+                  f" (a curriculum stage); from then on, and in every evaluation, on the task itself."
+                  for end, stage in s.get("curriculum") or ()),
         f"Training took {record.get('wall_time_s', 0) / 60:.1f} minutes on {record.get('device', 'cpu')}{threads} "
         f"({versions}).", "",
         f"Held-out metrics at the end ({s['eval_size']:,} sequences): {metrics}.", "",
