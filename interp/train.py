@@ -315,6 +315,10 @@ class Trainer:
         self.lock.release()
         self.dist.close()
 
+    def __del__(self):  # a trainer built and dropped without run() (e.g. to read .step) frees its folder
+        if getattr(self, "lock", None) is not None:
+            self.lock.release()
+
     def _build(self, task_config, arch, model_config, settings, resume) -> None:
         run_file = self.out / "run.json"
         if resume:
