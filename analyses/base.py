@@ -16,6 +16,8 @@ import torch
 import models
 from tasks import Task
 
+from . import style
+
 
 class AnalysisError(ValueError):
     """The analysis cannot run on this model or with these options; the message says why."""
@@ -171,7 +173,10 @@ class Analysis:
             missing = self.unmet(m)
             if missing:
                 raise AnalysisError(f"{self.name} {missing[0]}")
-        return self.run(model, **checked)
+        result = self.run(model, **checked)
+        for fig in result.figures.values():
+            style.apply(fig)  # one style for every analysis's figures
+        return result
 
 
 # Training batches are seeded by seed * 1_000_003 + step; held-out batches live far above that.

@@ -11,6 +11,7 @@ import torch
 
 from tasks import ConfigError
 
+from . import style
 from .base import Analysis, AnalysisError, Option, Result, held_out_batch, n_option, seed_option, unmeasurable
 
 DEFINITION = " ".join("""
@@ -142,24 +143,23 @@ def slot_figure(per_slot: list, threshold: float, task_name: str) -> go.Figure:
     fig = go.Figure()
     fig.add_bar(x=list(range(len(per_slot))), y=per_slot, marker_color="#1f77b4",
                 hovertemplate="slot %{x}<br>accuracy %{y:.3f}<extra></extra>")
-    fig.add_hline(y=threshold, line_dash="dash", annotation_text=f"threshold {threshold:g}")
     fig.update_layout(title=f"{task_name}: accuracy by table slot (full table)", xaxis_title="table slot (0 = shown first)",
                       yaxis_title="accuracy of bound queries", yaxis_range=[0, 1.02], template="plotly_white",
                       width=760, height=420)
+    style.reference_line(fig, threshold, f"threshold {threshold:g}")
     return fig
 
 
 def size_figure(by_size: dict, trained: tuple[int, int], threshold: float) -> go.Figure:
     fig = go.Figure()
     fig.add_scatter(x=[int(k) for k in by_size], y=list(by_size.values()), mode="lines+markers", name="model")
-    fig.add_vrect(x0=trained[0], x1=trained[1], fillcolor="#2ca02c", opacity=0.08, line_width=0,
-                  annotation_text="trained sizes")
-    fig.add_hline(y=threshold, line_dash="dash")
     sizes = [int(k) for k in by_size] + list(trained)
     fig.update_layout(title="Accuracy by table size (same length: empty slots are filler)", xaxis_type="log",
                       xaxis_range=[math.log10(min(sizes)) - 0.1, math.log10(max(sizes)) + 0.1],  # log10 units
                       xaxis_title="pairs in the table", yaxis_title="accuracy of bound queries", yaxis_range=[0, 1.02],
                       template="plotly_white", width=640, height=420)
+    style.reference_band(fig, trained[0], trained[1], "trained sizes")
+    style.reference_line(fig, threshold, f"threshold {threshold:g}")
     return fig
 
 

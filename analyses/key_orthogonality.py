@@ -9,6 +9,7 @@ import math
 import plotly.graph_objects as go
 import torch
 
+from . import style
 from .base import Analysis, AnalysisError, Option, Result, untrained_twin
 
 DEFINITION = " ".join("""
@@ -125,9 +126,9 @@ def per_head_figure(trained: torch.Tensor, untrained: torch.Tensor, random: floa
     fig = go.Figure()
     fig.add_bar(x=names, y=trained.flatten().tolist(), name="trained")
     fig.add_bar(x=names, y=untrained.flatten().tolist(), name="untrained init")
-    fig.add_hline(y=random, line_dash="dash", annotation_text="random Gaussian", line_color="gray")
     fig.update_layout(title=f"Mean |off-diagonal key cosine| of the {group[:-1]} tokens per head (lower = more orthogonal)",
                       barmode="group", yaxis_title="mean |cos|", template="plotly_white", width=760, height=440)
+    style.reference_line(fig, random, "random Gaussian")
     return fig
 
 

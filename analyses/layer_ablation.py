@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from . import style
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .calibration import measure
 
@@ -109,13 +110,12 @@ def bar_figure(metrics: dict, task_name: str) -> go.Figure:
                                 for m, k in zip(rows["entropy_mae_bits"], rows["kl_bits"])],
                     hovertemplate=f"%{{x}}, {label} skipped<br>MAE ratio %{{y:.3g}}×"
                                   "<br>MAE %{customdata[0]:.4g} bits<br>KL %{customdata[1]:.4g} bits<extra></extra>")
-    fig.add_hline(y=CLAIMED_RATIO, line_dash="dash", line_color="gray", annotation_text="10× (paper's claim)")
-    fig.add_hline(y=1, line_dash="dot", line_color="lightgray", annotation_text="intact",
-                  annotation_position="bottom right")
     fig.update_layout(title=f"{task_name}: entropy MAE with one layer part skipped, relative to the intact model<br>"
                             f"<sup>intact MAE {metrics['intact']['entropy_mae_bits']:.4g} bits</sup>",
                       barmode="group", xaxis_title="layer", yaxis_title="MAE ratio to intact (log scale)",
                       yaxis_type="log", template="plotly_white", width=760, height=460)
+    style.reference_line(fig, CLAIMED_RATIO, "10× (paper's claim)")
+    style.reference_line(fig, 1, "intact", dash="dot")
     return fig
 
 

@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 
 from tasks import ConfigError
 
+from . import style
 from .base import Analysis, AnalysisError, Option, Result, held_out_batch, n_option, seed_option
 from .calibration import measure
 
@@ -86,9 +87,9 @@ def curve_figure(per_length: dict, boundary: int, setting: str, task_name: str) 
     for length, numbers in per_length.items():
         errors = numbers["abs_error_bits"]
         fig.add_scatter(x=list(range(1, len(errors) + 1)), y=errors, mode="lines+markers", name=f"{setting}={length}")
-    fig.add_vline(x=boundary + 0.5, line_dash="dash", annotation_text="training length")
     fig.update_layout(title=f"{task_name}: |H model - H Bayes| by query position", xaxis_title="query index",
                       yaxis_title="bits (log scale)", yaxis_type="log", template="plotly_white", width=760, height=440)
+    style.reference_line(fig, boundary + 0.5, "training length", axis="x")
     return fig
 
 

@@ -1,0 +1,167 @@
+"""The one figure style every analysis shares.
+
+``Analysis.__call__`` passes every figure an analysis returns through ``apply``, so a new analysis gets
+it without asking: the plotly_white template and one font; the title left-aligned at the top, wrapped
+to the page width, with the top margin made to fit it; tick labels in plain numbers and powers of ten,
+never SI prefixes ("100n", "10µ", "10B" bits); integer ticks on an x axis whose values are all
+integers (layers, query indices); the legend to the right of the plot, top-aligned. ``reference_line``
+draws a labelled reference line whose label sits on the line on a log axis too (plotly's own
+``add_hline(annotation_text=...)`` puts it at 10^value there). ``text_width`` is the estimate the
+wrapping uses, and the figure tests check titles with.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+FONT_SIZE = 13
+TITLE_SIZE = 16
+SUP_SCALE = 0.7  # plotly draws <sup> text at 70% of the size
+CHAR_EM = 0.58  # an upper estimate of the mean character width of plotly's sans-serif font, in ems
+DEFAULT_WIDTH, DEFAULT_HEIGHT = 700, 450  # plotly's page size when a figure sets none
+DEFAULT_TOP = 100  # plotly's top margin
+TITLE_PAD = 12  # pixels left and right of the title
+MAX_LIST_TICKS = 15  # an integer axis with at most this many distinct values gets exactly those ticks
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"<[^>]+>", "", text)
+
+
+def text_width(text: str, size: float) -> float:
+    """An upper estimate, in pixels, of the width of one line of ``text`` (tags removed) at font ``size``."""
+    return len(_plain(text)) * size * CHAR_EM
+
+
+def title_lines(text: str) -> list[tuple[str, float]]:
+    """The lines of a title (split at <br>) with the font size each is drawn at."""
+    lines = [line for line in re.split(r"<br\s*/?>", text or "") if line.strip()]
+    return [(line, TITLE_SIZE * (SUP_SCALE if line.lstrip().startswith("<sup>") else 1)) for line in lines]
+
+
+def _wrap(line: str, size: float, width: float) -> list[str]:
+    """``line`` broken at spaces into lines at most ``width`` pixels wide (a <sup> line stays <sup>)."""
+    sup = line.strip().startswith("<sup>") and line.strip().endswith("</sup>")
+    words, out = (_plain(line) if sup else line).split(" "), [""]
+    for word in words:
+        trial = f"{out[-1]} {word}".strip()
+        if out[-1] and text_width(trial, size) > width:
+            out.append(word)
+        else:
+            out[-1] = trial
+    return [f"<sup>{part}</sup>" for part in out] if sup else out
+
+
+def page_width(fig) -> float:
+    return fig.layout.width or DEFAULT_WIDTH
+
+
+def title_room(fig) -> float:
+    """The width a title line may take on ``fig``'s page."""
+    return page_width(fig) - 2 * TITLE_PAD
+
+
+def _axes(fig):
+    """(layout key, axis) for every x and y axis of the figure's layout."""
+    layout = fig.layout
+    return [(key, layout[key]) for key in layout if re.fullmatch(r"[xy]axis\d*", key)]
+
+
+def _axis_key(ref: str | None, letter: str) -> str:
+    """A trace's or annotation's axis reference ("x2") as a layout key ("xaxis2")."""
+    return letter + "axis" + (ref or letter)[1:]
+
+
+def _numbers(values) -> list[float] | None:
+    """The finite numbers among ``values``, or None when any value is not a number (a categorical axis)."""
+    out = []
+    for v in values if values is not None else []:
+        if v is None:
+            continue
+        if isinstance(v, str) or not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
+            return None
+        v = float(v)
+        if math.isfinite(v):
+            out.append(v)
+    return out
+
+
+def _integer_ticks(fig) -> None:
+    """Ticks at integers only, on every x axis whose trace values are all integers."""
+    seen: dict[str, list[float] | None] = {}
+    for trace in fig.data:
+        if trace.type not in ("scatter", "bar", "scattergl") or getattr(trace, "x", None) is None:
+            continue
+        key = _axis_key(trace.xaxis, "x")
+        values = _numbers(trace.x)
+        seen[key] = None if values is None or seen.get(key, []) is None else seen.get(key, []) + values
+    for key, values in seen.items():
+        axis = fig.layout[key]
+        if not values or any(v != int(v) for v in values) or axis.tickmode or axis.tickvals is not None:
+            continue
+        distinct = sorted(set(values))
+        if len(distinct) <= MAX_LIST_TICKS:
+            axis.update(tickmode="array", tickvals=distinct, ticktext=[f"{int(v)}" for v in distinct])
+        elif axis.type != "log":
+            span = distinct[-1] - distinct[0]
+            step = 10 ** math.floor(math.log10(span / 8))
+            step = next(m * step for m in (1, 2, 5, 10) if span / (m * step) <= 10)
+            axis.update(tick0=0, dtick=max(1, int(step)), tickformat="d")
+
+
+def apply(fig):
+    """Give ``fig`` the shared style (see the module docstring); returns ``fig``."""
+    fig.update_layout(template="plotly_white", font=dict(size=FONT_SIZE),
+                      legend=dict(x=1.02, y=1, xanchor="left", yanchor="top", font=dict(size=FONT_SIZE - 1)))
+    if fig.layout.width is None:
+        fig.update_layout(width=DEFAULT_WIDTH)
+    title = fig.layout.title.text or ""
+    lines = [part for line, size in title_lines(title) for part in _wrap(line, size, title_room(fig))]
+    if lines:
+        height = sum(1.35 * size for _, size in title_lines("<br>".join(lines)))
+        before, top = fig.layout.margin.t or DEFAULT_TOP, int(height) + 40
+        fig.update_layout(title=dict(text="<br>".join(lines), x=0, xref="container", xanchor="left",
+                                     y=1, yref="container", yanchor="top", pad=dict(t=10, l=TITLE_PAD),
+                                     font=dict(size=TITLE_SIZE)),
+                          margin=dict(t=top))
+        # the page grows by what the title takes beyond the top margin it had, not the plot (so a
+        # second ``apply`` changes nothing)
+        fig.update_layout(height=(fig.layout.height or DEFAULT_HEIGHT) + max(0, top - before))
+    plain = dict(exponentformat="power", showexponent="all", separatethousands=False)
+    for _, axis in _axes(fig):
+        axis.update(**plain, automargin=True)
+    for trace in fig.data:
+        if "colorbar" in trace:
+            trace.update(colorbar=plain)
+    for key in fig.layout:
+        if re.fullmatch(r"coloraxis\d*", key):
+            fig.layout[key].update(colorbar=plain)
+    _integer_ticks(fig)
+    return fig
+
+
+def _at(fig, axis: str, value: float) -> float:
+    """``value`` as an annotation on ``axis`` takes it: log10 on a log axis (a shape takes the value itself)."""
+    return math.log10(value) if fig.layout[axis + "axis"].type == "log" else value
+
+
+def reference_line(fig, value: float, text: str, axis: str = "y", dash: str = "dash", color: str = "gray",
+                   position: str = "right") -> None:
+    """A horizontal (``axis`` "y") or vertical ("x") line at ``value`` with the label ``text`` beside it.
+    Call it after the axis type is set (the label's place depends on it)."""
+    if axis == "y":
+        fig.add_hline(y=value, line_dash=dash, line_color=color)
+        fig.add_annotation(x=1 if position == "right" else 0, xref="x domain", y=_at(fig, "y", value), yref="y",
+                           text=text, showarrow=False, xanchor=position, yanchor="bottom", font=dict(color=color))
+    else:
+        fig.add_vline(x=value, line_dash=dash, line_color=color)
+        fig.add_annotation(y=1, yref="y domain", x=_at(fig, "x", value), xref="x", text=text, showarrow=False,
+                           xanchor="left", yanchor="top", font=dict(color=color))
+
+
+def reference_band(fig, low: float, high: float, text: str, color: str = "#2ca02c") -> None:
+    """A shaded band from ``low`` to ``high`` on the x axis, labelled at its middle (after the axis type is set)."""
+    fig.add_vrect(x0=low, x1=high, fillcolor=color, opacity=0.08, line_width=0)
+    middle = math.sqrt(low * high) if fig.layout.xaxis.type == "log" else (low + high) / 2
+    fig.add_annotation(y=1, yref="y domain", x=_at(fig, "x", middle), xref="x", text=text, showarrow=False,
+                       yanchor="top", font=dict(color=color))

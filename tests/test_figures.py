@@ -1,0 +1,204 @@
+"""Every analysis's figures, on small models: the shared style holds, no title is cut off, and no
+annotation sits outside (and so stretches) the data range of its axis. No analysis is named here: a
+new analysis is covered as soon as it is registered."""
+import math
+import random
+import re
+from dataclasses import fields
+from functools import lru_cache
+
+import plotly.graph_objects as go
+import pytest
+import torch
+
+import analyses
+import models
+import tasks
+from analyses import style
+from analyses.base import AnalysisError
+from interp import checkpoint
+from interp.train import Trainer, TrainSettings
+
+
+def small_model(arch: str, task_name: str):
+    known = {f.name for f in fields(models.architecture(arch).config_class)}
+    task = tasks.make(task_name, **tasks.REGISTRY[task_name].small_config(random.Random(1)))
+    config = dict(d_model=16, n_layers=2) | ({"n_heads": 2} if "n_heads" in known else {})
+    return models.build(arch, task, config, seed=0).eval()
+
+
+@pytest.fixture(scope="module")
+def candidates(tmp_path_factory):
+    """Small models to try each analysis on: a tiny run with a checkpoint series first, then every cell."""
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("figures") / "run"
+    settings = TrainSettings(steps=20, batch_size=16, lr=3e-3, warmup=2, eval_every=20, eval_size=32,
+                             checkpoint_every=5)
+    Trainer(out, dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=2, n_heads=2),
+            settings, progress=False).run()
+    cells = [(arch, task) for arch in models.ARCHS for task in tasks.NAMES]
+    return [lambda: checkpoint.load(out)] + [lambda cell=cell: small_model(*cell) for cell in cells]
+
+
+@lru_cache(maxsize=None)
+def _built(make):
+    return make()
+
+
+def figures_of(name: str, candidates) -> dict:
+    """The figures of analysis ``name`` on the first candidate model it runs on."""
+    analysis = analyses.get(name)
+    for make in candidates:
+        model = _built(make)
+        if analysis.unmet(model):
+            continue
+        options = {"n": 48} if "n" in analysis.defaults() else {}
+        try:
+            return analysis([model, model] if analysis.multi_model else model, **options).figures
+        except AnalysisError:  # a data-dependent refusal on a tiny task: try the next model
+            continue
+    pytest.fail(f"{name} ran on none of the small models")
+
+
+# -- the checks ----------------------------------------------------------------------------------
+def cut_titles(fig) -> list[str]:
+    """Title lines wider than the page leaves them (an upper estimate of the drawn width)."""
+    room = style.title_room(fig)
+    return [line for line, size in style.title_lines(fig.layout.title.text) if style.text_width(line, size) > room]
+
+
+def _axis_units(axis, values):
+    """``values`` in the units the axis is drawn in (log10 on a log axis), finite ones only."""
+    out = []
+    for v in values:
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            return None  # a categorical axis
+        if axis.type == "log":
+            v = math.log10(v) if v > 0 else math.nan
+        if math.isfinite(v):
+            out.append(v)
+    return out
+
+
+def data_extents(fig) -> dict[str, tuple[float, float]]:
+    """Per axis (layout key), the range its traces, shapes and any explicit range span, in axis units."""
+    points: dict[str, list] = {}
+
+    def add(key, values, log_units=False):
+        axis = fig.layout[key]
+        units = values if log_units else _axis_units(axis, values)
+        if units is None or points.get(key, []) is None:
+            points[key] = None
+        else:
+            points.setdefault(key, []).extend(units)
+
+    for trace in fig.data:
+        for letter in "xy":
+            values = getattr(trace, letter, None)
+            if values is None or trace.type not in ("scatter", "bar", "scattergl"):
+                continue
+            values = list(values)
+            error = getattr(trace, f"error_{letter}", None)
+            if error is not None and error.array is not None:
+                minus = error.arrayminus if error.arrayminus is not None else error.array
+                values += [v + e for v, e in zip(values, error.array) if None not in (v, e)]
+                values += [v - e for v, e in zip(values, minus) if None not in (v, e)]
+            if trace.type == "bar" and letter == "y":
+                values.append(0)
+            add(style._axis_key(getattr(trace, f"{letter}axis"), letter), values)
+    for shape in fig.layout.shapes:
+        for letter in "xy":
+            ref = getattr(shape, f"{letter}ref") or letter
+            if "domain" not in ref and ref != "paper":
+                add(style._axis_key(ref, letter), [getattr(shape, f"{letter}0"), getattr(shape, f"{letter}1")])
+    for key, axis in style._axes(fig):
+        if axis.range is not None and None not in axis.range:
+            add(key, list(axis.range), log_units=True)  # an explicit range is in axis units already
+    return {key: (min(v), max(v)) for key, v in points.items() if v}
+
+
+def stray_annotations(fig) -> list[str]:
+    """Annotations placed on a data axis outside the range that axis's data span (give or take 5%)."""
+    extents, stray = data_extents(fig), []
+    for note in fig.layout.annotations:
+        for letter in "xy":
+            ref = getattr(note, f"{letter}ref") or letter
+            at = getattr(note, letter)
+            if "domain" in ref or ref == "paper" or at is None:
+                continue
+            key = style._axis_key(ref, letter)
+            if key not in extents:
+                continue
+            low, high = extents[key]
+            slack = 0.05 * (high - low) + 1e-9
+            if not low - slack <= float(at) <= high + slack:
+                stray.append(f"{note.text!r} at {letter}={at} outside [{low:.3g}, {high:.3g}] of {key}")
+    return stray
+
+
+def style_breaks(fig) -> list[str]:
+    """Axes with SI-prefixed ticks, or integer-valued x axes whose ticks may be fractional."""
+    broken = [f"{key} exponentformat {axis.exponentformat}" for key, axis in style._axes(fig)
+              if axis.exponentformat not in ("power", "e", "E", "none")]
+    for trace in fig.data:
+        x = getattr(trace, "x", None)
+        if trace.type not in ("scatter", "bar") or x is None:
+            continue
+        values = style._numbers(x)
+        if values and all(v == int(v) for v in values):
+            axis = fig.layout[style._axis_key(trace.xaxis, "x")]
+            integer = (axis.tickvals is not None and all(float(v) == int(v) for v in axis.tickvals)) or \
+                (axis.dtick is not None and float(axis.dtick) == int(float(axis.dtick)) and axis.type != "log")
+            if not integer and axis.type != "log":
+                broken.append(f"{trace.name}: integer x values without integer ticks")
+    return broken
+
+
+@pytest.mark.parametrize("name", analyses.NAMES)
+def test_every_figure_fits_its_page_and_keeps_its_annotations_in_range(name, candidates):
+    figures = figures_of(name, candidates)
+    assert figures
+    for key, fig in figures.items():
+        where = f"{name}/{key}"
+        assert fig.layout.title.text, f"{where} has no title"
+        assert not cut_titles(fig), f"{where}: title cut off: {cut_titles(fig)}"
+        assert not stray_annotations(fig), f"{where}: {stray_annotations(fig)}"
+        assert not style_breaks(fig), f"{where}: {style_breaks(fig)}"
+
+
+# -- the checks catch what they are for ----------------------------------------------------------
+def log_figure():
+    fig = go.Figure(go.Bar(x=["layer 0", "layer 1"], y=[1.2, 3.0]))
+    fig.update_layout(yaxis_type="log", title="a reference line on a log axis")
+    return fig
+
+
+def test_the_checks_catch_a_cut_title_and_a_stretching_label():
+    fig = log_figure()
+    fig.add_hline(y=10, annotation_text="10×")  # plotly puts the label at 10^10 on a log axis
+    fig.update_layout(title="a title much too long for its page " * 4, width=400)
+    assert stray_annotations(fig) and cut_titles(fig)
+
+
+def test_the_shared_style_wraps_titles_and_places_reference_labels():
+    fig = log_figure()
+    style.reference_line(fig, 10, "10×")
+    fig.update_layout(title="a title much too long for its page " * 4 + "<br><sup>and a subtitle</sup>", width=400)
+    before = fig.layout.title.text
+    style.apply(fig)
+    assert not stray_annotations(fig) and not cut_titles(fig)
+    assert fig.layout.annotations[0].y == 1  # log10(10)
+    words = lambda text: re.sub(r"<[^>]+>", " ", text).split()  # noqa: E731
+    assert words(fig.layout.title.text) == words(before)  # only wrapped
+    height = fig.layout.height
+    style.apply(fig)
+    assert fig.layout.height == height  # applying twice changes nothing
+
+
+def test_integer_axes_get_integer_ticks():
+    fig = style.apply(go.Figure(go.Scatter(x=[1, 2, 3, 4, 5, 6, 7], y=[1e-7, 2e-7, 3e-7, 1e-7, 0, 0, 1e-8])))
+    assert list(fig.layout.xaxis.tickvals) == [1, 2, 3, 4, 5, 6, 7] and fig.layout.yaxis.exponentformat == "power"
+    many = style.apply(go.Figure(go.Scatter(x=list(range(0, 120)), y=list(range(120)))))
+    assert many.layout.xaxis.dtick == 20 and many.layout.xaxis.tickformat == "d"
