@@ -418,7 +418,11 @@ class Trainer:
 
     def _same_run(self, meta: dict) -> bool:
         """Whether a checkpoint's metadata describes this run's task, architecture, model and seed."""
-        return ([meta["task"], meta["arch"], meta["model"], meta.get("seed", 0)] ==
+        try:  # as this version writes them: a setting added since the file was written is at its default
+            task, model = tasks.from_config(meta["task"]).config(), type(self.model.config).from_dict(meta["model"]).to_dict()
+        except (tasks.ConfigError, TypeError, ValueError):
+            return False
+        return ([task, meta["arch"], model, meta.get("seed", 0)] ==
                 [self.task.config(), self.model.arch, self.model.config.to_dict(), self.settings.seed])
 
     def _check_checkpoints(self) -> None:
