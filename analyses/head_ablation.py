@@ -4,6 +4,9 @@ The definition of every number is ``DEFINITION`` below (also written into each r
 """
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import plotly.graph_objects as go
 import torch
 
@@ -112,21 +115,26 @@ def compute(model, n: int = 1000, seed: int = 1234) -> Result:
 
 
 def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str) -> go.Figure:
-    n_layers, n_heads = len(table["delta_mae_bits"]), len(table["delta_mae_bits"][0])
-    custom = [[(table["entropy_mae_bits"][l][h], table["kl_bits"][l][h],
-                table["mae_ratio"][l][h] if table["mae_ratio"][l][h] is not None else float("nan"))
+    """The MAE ratio ablated / intact per head (the paper's criterion), coloured on a log2 scale around 1."""
+    n_layers, n_heads = len(table["mae_ratio"]), len(table["mae_ratio"][0])
+    ratio = np.array([[math.nan if r is None else r for r in row] for row in table["mae_ratio"]], dtype=float)
+    doublings = np.log2(ratio)
+    finite = np.abs(doublings[np.isfinite(doublings)])
+    span = max(1, math.ceil(finite.max())) if finite.size else 1
+    ticks = list(range(-span, span + 1, math.ceil(span / 4)))
+    custom = [[(table["delta_mae_bits"][l][h], table["entropy_mae_bits"][l][h], table["kl_bits"][l][h])
                for h in range(n_heads)] for l in range(n_layers)]
     fig = go.Figure(go.Heatmap(
-        z=table["delta_mae_bits"], x=[f"H{h}" for h in range(n_heads)], y=[f"L{l}" for l in range(n_layers)],
-        colorscale="RdBu_r", zmid=0, colorbar=dict(title="ΔMAE (bits)"), customdata=custom,
-        texttemplate="%{z:.2g}",
-        hovertemplate="layer %{y}, head %{x}<br>ΔMAE %{z:.3g} bits<br>MAE %{customdata[0]:.4g} bits"
-                      "<br>KL %{customdata[1]:.4g} bits<br>MAE ratio to intact %{customdata[2]:.3g}×<extra></extra>"))
+        z=doublings, text=ratio, x=[f"H{h}" for h in range(n_heads)], y=[f"L{l}" for l in range(n_layers)],
+        colorscale="RdBu_r", zmid=0, zmin=-span, zmax=span, customdata=custom, texttemplate="%{text:.3g}×",
+        colorbar=dict(title="ablated / intact", tickvals=ticks, ticktext=[f"{2.0 ** t:g}×" for t in ticks]),
+        hovertemplate="layer %{y}, head %{x}<br>MAE ratio to intact %{text:.3g}×<br>ΔMAE %{customdata[0]:.3g} bits"
+                      "<br>MAE %{customdata[1]:.4g} bits<br>KL %{customdata[2]:.4g} bits<extra></extra>"))
     what = "set to 0" if kind == "zero" else "replaced by its mean over all sequences and positions"
-    fig.update_layout(title=f"{task_name}: rise in entropy MAE when one head's output is {what}<br>"
-                            f"<sup>{kind} ablation, intact MAE {intact_mae:.4g} bits</sup>",
+    fig.update_layout(title=f"{task_name}: entropy MAE with one head's output {what}, relative to the intact model"
+                            f"<br><sup>MAE ratio ablated / intact; {kind} ablation, intact MAE {intact_mae:.4g} bits</sup>",
                       xaxis_title="head", yaxis_title="layer", yaxis_autorange="reversed",
-                      template="plotly_white", width=120 + 90 * max(n_heads, 4), height=180 + 70 * max(n_layers, 2))
+                      template="plotly_white", width=200 + 90 * max(n_heads, 4), height=200 + 70 * max(n_layers, 2))
     return fig
 
 

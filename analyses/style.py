@@ -118,15 +118,16 @@ def apply(fig):
     title = fig.layout.title.text or ""
     lines = [part for line, size in title_lines(title) for part in _wrap(line, size, title_room(fig))]
     if lines:
-        height = sum(1.35 * size for _, size in title_lines("<br>".join(lines)))
-        before, top = fig.layout.margin.t or DEFAULT_TOP, int(height) + 40
-        fig.update_layout(title=dict(text="<br>".join(lines), x=0, xref="container", xanchor="left",
-                                     y=1, yref="container", yanchor="top", pad=dict(t=10, l=TITLE_PAD),
-                                     font=dict(size=TITLE_SIZE)),
-                          margin=dict(t=top))
+        sizes = [size for _, size in title_lines("<br>".join(lines))]
+        before, top = fig.layout.margin.t or DEFAULT_TOP, int(sum(1.35 * size for size in sizes)) + 40
         # the page grows by what the title takes beyond the top margin it had, not the plot (so a
         # second ``apply`` changes nothing)
-        fig.update_layout(height=(fig.layout.height or DEFAULT_HEIGHT) + max(0, top - before))
+        height = (fig.layout.height or DEFAULT_HEIGHT) + max(0, top - before)
+        # plotly centres a title's first line on its anchor and writes the others below it
+        fig.update_layout(title=dict(text="<br>".join(lines), x=0, xref="container", xanchor="left",
+                                     y=1 - (12 + 0.7 * sizes[0]) / height, yref="container", yanchor="middle",
+                                     pad=dict(l=TITLE_PAD), font=dict(size=TITLE_SIZE)),
+                          margin=dict(t=top), height=height)
     plain = dict(exponentformat="power", showexponent="all", separatethousands=False)
     for _, axis in _axes(fig):
         axis.update(**plain, automargin=True)
