@@ -36,8 +36,14 @@ token group (bijection: earlier value tokens, earlier key tokens) or of none ("e
 masses sum to 1. These are means over all sequences and query positions. Layer means are means over
 the layer's heads. The paper describes early layers attending broadly and deep layers concentrating
 on the feasible set: a rising gap and a falling entropy with depth; the numbers here are what the
-model does, whichever way they go.
+model does, whichever way they go. Uncertainty of the gap: 95% percentile bootstrap intervals over
+sequences (BOOTSTRAP resamples of the n sequences with replacement, drawn with the given seed; each
+resample recomputes the same ratio of sums), for every per-head gap, layer mean gap and per-query-
+index layer mean gap (the *_ci95 pairs [low, high]); a gap whose interval contains 0 is not told apart
+from 0 at this n.
 """.split())
+
+BOOTSTRAP = 1000
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 
@@ -87,6 +93,7 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
                                                   "entropy_fraction", *mass_names)}
     counted, queries, fraction_queries = z(Q), z(Q), z(Q)
     n_feasible = z(Q)
+    per_sequence = dict(head=[], query=[], valid=[])  # gap sums per sequence, for the bootstrap
     for start in range(0, len(batch), chunk):
         tokens = batch.tokens[start:start + chunk]
         at_query = batch.query_mask[start:start + chunk][:, columns].double()  # [b, Q]
@@ -101,6 +108,7 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
         fraction_queries += (at_query * (columns > 0)).sum(0)
         member = {name: torch.isin(tokens, ids) for name, ids in groups.items()}  # [b, Tk]
         _, cache = model.run_with_cache(tokens, names_filter=names)
+        per_sequence["valid"].append(valid)
         for l in range(n_layers):
             q = cache[f"blocks.{l}.attn.hook_q"][:, columns].double()  # [b, Q, H, d]
             cos = torch.einsum("bqhd,hcd->bqhc", unit(q), unit(keys[l]))
@@ -110,6 +118,8 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
             mean_e = lambda x: (x * e).sum(-1) / e.sum(-1).clamp_min(1)  # noqa: E731
             w = valid[:, :, None]
             sums["feasible_cos"][l] += (mean_f(cos) * w).sum(0).T
+            gap = (mean_f(cos) - mean_e(cos)) * w  # [b, Q, H]
+            per_sequence["head"].append(gap.sum(1)), per_sequence["query"].append(gap.sum(2))
             sums["eliminated_cos"][l] += (mean_e(cos) * w).sum(0).T
             sums["score_gap"][l] += ((mean_f(score) - mean_e(score)) * w).sum(0).T
 
@@ -128,7 +138,11 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
                 sums[f"earlier_{name}"][l] += ((pattern * where[:, None]).sum(-1) * aq).sum(0)
             rest = (earlier[None] & ~covered[:, None, :]).double()
             sums["earlier_other"][l] += ((pattern * rest[:, None]).sum(-1) * aq).sum(0)
-    return dict(sums=sums, counted=counted, queries=queries, fraction_queries=fraction_queries,
+    for key in ("head", "query"):  # [n, L, H] and [n, L, Q]: chunks come layer by layer
+        parts = per_sequence[key]
+        per_sequence[key] = torch.cat([torch.stack(parts[i:i + n_layers], 1) for i in range(0, len(parts), n_layers)])
+    per_sequence["valid"] = torch.cat(per_sequence["valid"])  # [n, Q]
+    return dict(sums=sums, per_sequence=per_sequence, counted=counted, queries=queries, fraction_queries=fraction_queries,
                 n_feasible=n_feasible, columns=columns, mass_names=mass_names,
                 bayes_entropy=(batch.bayes_entropy[:, columns].double() * batch.query_mask[:, columns]).sum(0))
 
@@ -184,6 +198,35 @@ def summarise(m: dict) -> dict:
                 n_counted_queries=int(total), n_queries=int(total_q))
 
 
+def _interval(samples: torch.Tensor) -> list:
+    """[low, high] 95% percentile interval over the first axis, per remaining entry (None where undefined)."""
+    bounds = torch.quantile(samples, torch.tensor([0.025, 0.975], dtype=samples.dtype), dim=0)  # [2, ...]
+    pairs = bounds.movedim(0, -1).tolist()
+
+    def fill(x):
+        return [fill(v) for v in x] if isinstance(x[0], list) else (x if all(map(math.isfinite, x)) else None)
+    return fill(pairs)
+
+
+@torch.no_grad()
+def bootstrap_gaps(per_sequence: dict, seed: int, resamples: int = BOOTSTRAP, chunk: int = 50) -> dict:
+    """95% bootstrap intervals (resampling sequences) of the per-head, layer mean and per-position gaps."""
+    head, query, valid = per_sequence["head"], per_sequence["query"], per_sequence["valid"].double()
+    n, n_layers, n_heads = head.shape
+    generator = torch.Generator().manual_seed(seed)
+    per_head, per_query = [], []
+    for start in range(0, resamples, chunk):
+        draws = torch.randint(n, (min(chunk, resamples - start), n), generator=generator).to(head.device)
+        weights = torch.zeros(len(draws), n, dtype=torch.float64, device=head.device)
+        weights.scatter_add_(1, draws, torch.ones_like(draws, dtype=torch.float64))
+        counted = weights @ valid  # [r, Q]
+        per_head.append(torch.einsum("rn,nlh->rlh", weights, head) / counted.sum(-1)[:, None, None])
+        per_query.append(torch.einsum("rn,nlq->rlq", weights, query) / (n_heads * counted[:, None, :]))
+    per_head, per_query = torch.cat(per_head).cpu(), torch.cat(per_query).cpu()
+    return dict(per_head=_interval(per_head), layer_mean=_interval(per_head.mean(-1)),
+                per_position=_interval(per_query))
+
+
 def compute(model, n: int = 500, seed: int = 1234) -> Result:
     """Query alignment with the keys of feasible vs eliminated hypotheses, and attention breadth, per layer and head."""
     group, ids = hypothesis_group(model.task)
@@ -194,9 +237,14 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
                             f"has both a feasible and an eliminated hypothesis (posterior == 0), so the "
                             f"feasible-vs-eliminated gap is undefined")
     numbers = summarise(raw)
+    intervals = bootstrap_gaps(raw["per_sequence"], seed)
+    numbers["per_head"]["gap_ci95"] = intervals["per_head"]
+    numbers["layer_mean"]["gap_ci95"] = intervals["layer_mean"]
+    numbers["per_position"]["layer_mean"]["gap_ci95"] = intervals["per_position"]
     lm = numbers["layer_mean"]
     metrics = dict(
         gap_first_layer=lm["gap"][0], gap_last_layer=lm["gap"][-1],
+        gap_first_layer_ci95=lm["gap_ci95"][0], gap_last_layer_ci95=lm["gap_ci95"][-1], bootstrap_resamples=BOOTSTRAP,
         attention_entropy_first_layer_bits=lm["attention_entropy_bits"][0],
         attention_entropy_last_layer_bits=lm["attention_entropy_bits"][-1],
         n_sequences=len(batch), seed=seed, group=group, n_hypotheses=len(ids),
@@ -221,17 +269,27 @@ def gap_by_layer_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
                         hovertemplate=f"layer %{{x}}, head {h}<br>gap %{{y:.4f}}<br>feasible cos %{{customdata[0]:.4f}}"
                                       "<br>eliminated cos %{customdata[1]:.4f}<br>score gap %{customdata[2]:.4f}"
                                       "<extra></extra>")
-    fig.add_scatter(x=layers, y=lm["gap"], name="mean over heads", mode="lines+markers",
-                    line=dict(width=3, color="black"),
-                    customdata=list(zip(lm["feasible_cos"], lm["eliminated_cos"])),
-                    hovertemplate="layer %{x}, mean over heads<br>gap %{y:.4f}<br>feasible cos %{customdata[0]:.4f}"
+    fig.add_scatter(x=layers, y=lm["gap"], name="mean over heads (95% CI)", mode="lines+markers",
+                    line=dict(width=3, color="black"), error_y=error_bars(lm["gap"], lm["gap_ci95"]),
+                    customdata=[(f, e, *(ci or (math.nan, math.nan)))
+                                for f, e, ci in zip(lm["feasible_cos"], lm["eliminated_cos"], lm["gap_ci95"])],
+                    hovertemplate="layer %{x}, mean over heads<br>gap %{y:.4f} (95% CI %{customdata[2]:.4f} … "
+                                  "%{customdata[3]:.4f})<br>feasible cos %{customdata[0]:.4f}"
                                   "<br>eliminated cos %{customdata[1]:.4f}<extra></extra>")
     fig.add_hline(y=0, line_color="gray", line_dash="dot")
     fig.update_layout(title=f"{task_name}: cos(query, keys of feasible {group}) − cos(query, keys of eliminated {group})"
-                            f"<br><sup>mean over {numbers['n_counted_queries']} queries with both sets non-empty</sup>",
+                            f"<br><sup>mean over {numbers['n_counted_queries']} queries with both sets non-empty; "
+                            f"bars: 95% bootstrap intervals over sequences</sup>",
                       xaxis=dict(title="layer", tickmode="array", tickvals=layers), yaxis_title="cosine gap",
                       template="plotly_white", width=760, height=460)
     return fig
+
+
+def error_bars(values: list, intervals: list) -> dict:
+    """Asymmetric error bars from [low, high] intervals (none where an interval is undefined)."""
+    up = [math.nan if v is None or ci is None else ci[1] - v for v, ci in zip(values, intervals)]
+    down = [math.nan if v is None or ci is None else v - ci[0] for v, ci in zip(values, intervals)]
+    return dict(type="data", array=up, arrayminus=down, thickness=1.5, width=4)
 
 
 def per_position(numbers: dict) -> tuple[dict, dict, list]:
@@ -251,13 +309,15 @@ def gap_by_position_figure(numbers: dict, task_name: str, group: str) -> go.Figu
         custom = [tuple(float("nan") if v is None else v for v in row) for row in custom]
         fig.add_scatter(x=x, y=gaps, name=f"layer {l}", mode="lines+markers",
                         line=dict(color=PALETTE[l % len(PALETTE)]), customdata=custom,
+                        error_y=error_bars(gaps, lm["gap_ci95"][l]),
                         hovertemplate=f"layer {l}, query %{{x}} (token %{{customdata[4]}})<br>gap %{{y:.4f}} "
                                       "(heads %{customdata[2]:.3f} … %{customdata[3]:.3f})<br>feasible cos "
                                       "%{customdata[0]:.4f}<br>eliminated cos %{customdata[1]:.4f}"
                                       "<br>feasible hypotheses %{customdata[5]:.2f}<extra></extra>")
     fig.add_hline(y=0, line_color="gray", line_dash="dot")
     fig.update_layout(title=f"{task_name}: feasible − eliminated cosine with the keys of the {group}, by query position "
-                            f"(mean over heads)", xaxis_title="query index", yaxis_title="cosine gap",
+                            f"(mean over heads)<br><sup>bars: 95% bootstrap intervals over sequences</sup>",
+                      xaxis_title="query index", yaxis_title="cosine gap",
                       template="plotly_white", width=760, height=460)
     return fig
 

@@ -212,3 +212,19 @@ def test_value_manifold_untrained_baseline_is_the_model_itself_at_init():
         model.blocks[1].mlp.W_out.mul_(3)
     m = analyses.run("value-manifold", model, n=64).metrics
     assert m["final_residual_readout_r2_untrained"] != m["final_residual_readout_r2"]
+
+
+def test_qk_gaps_carry_bootstrap_intervals(small_model):
+    m = analyses.run("qk-alignment", small_model, n=64).metrics
+    for gap, ci in [(m["gap_first_layer"], m["gap_first_layer_ci95"]), (m["gap_last_layer"], m["gap_last_layer_ci95"])]:
+        assert ci[0] <= gap <= ci[1] and ci[0] < ci[1]  # an interval around the estimate, not a point
+    assert m["layer_mean"]["gap_ci95"][0] == m["gap_first_layer_ci95"] and m["bootstrap_resamples"] == qk.BOOTSTRAP
+    assert len(m["per_head"]["gap_ci95"]) == 2 and len(m["per_head"]["gap_ci95"][0][0]) == 2
+    by_position = m["per_position"]["layer_mean"]
+    assert all(ci is None or ci[0] <= g <= ci[1] + 1e-12 for g, ci in zip(by_position["gap"][1], by_position["gap_ci95"][1]))
+    # the same per-sequence value everywhere: every resample gives it, so the interval is that point
+    same = dict(head=torch.full((5, 1, 2), 0.3, dtype=torch.float64), query=torch.full((5, 1, 3), 0.2, dtype=torch.float64),
+                valid=torch.ones(5, 3))
+    intervals = qk.bootstrap_gaps(same, seed=0, resamples=20)
+    assert intervals["layer_mean"][0] == pytest.approx([0.1, 0.1]) and intervals["per_position"][0][0] == pytest.approx(
+        [0.2 / 2, 0.2 / 2])
