@@ -35,9 +35,10 @@ max_points points (the same points in every panel); the reference implementation
 final residual stream only, coloured by log2(#unseen values), which for bijection is this entropy.
 For bijection that entropy is a function of the query position alone, so anything that carries
 the position (even the untrained position embeddings) can read it out linearly:
-final_residual_readout_r2_untrained is the same read-out, on the same points and halves, from the
-final residual stream of the untrained model (same architecture, config and seed at step 0), the
-part of R² that needs no training.
+residual_readout_r2_untrained is the same read-out, on the same points and halves, from each layer's
+residual stream of the untrained model (same architecture, config and seed at step 0), the part of
+R² that needs no training (final_residual_readout_r2_untrained: its last layer); the read-out figure
+draws it beside the trained R².
 """.split())
 
 STREAMS = {"residual": "hook_resid_post", "attention_out": "hook_attn_out"}
@@ -160,14 +161,14 @@ def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> R
         per_stream[s] = dict(hook=f"blocks.<layer>.{STREAMS[s]}", **table)
 
     last = {k: v[-1] for k, v in per_stream["residual"].items() if isinstance(v, list)}
-    final = hook_name("residual", n_layers - 1)
-    untrained_r2 = readout_r2(collect(untrained_twin(model), batch, [final])[final].astype(np.float64),
-                              entropy, fit, test)
+    residual = [hook_name("residual", l) for l in range(n_layers)]
+    twin = collect(untrained_twin(model), batch, residual)
+    untrained_r2 = [readout_r2(twin.pop(name).astype(np.float64), entropy, fit, test) for name in residual]
     metrics = dict(
         final_residual_pc1_variance=last["pc1_variance"], final_residual_pc12_variance=last["pc12_variance"],
         final_residual_pc1_pearson_abs=last["pc1_pearson_abs"],
         final_residual_pc1_spearman_abs=last["pc1_spearman_abs"], final_residual_readout_r2=last["readout_r2"],
-        final_residual_readout_r2_untrained=untrained_r2,
+        final_residual_readout_r2_untrained=untrained_r2[-1], residual_readout_r2_untrained=untrained_r2,
         n_sequences=len(batch), n_points=n_points, n_points_shown=len(shown), n_fit=len(fit), n_test=len(test),
         n_layers=n_layers, seed=seed, entropy_mean_bits=float(entropy.mean()), entropy_std_bits=float(entropy.std()),
         readout="LinearRegression (with intercept) of the Bayes entropy on the full activation vector, "
@@ -178,7 +179,7 @@ def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> R
                  top=None if top is None else top[shown])
     task_name = model.task.name
     figures = {f"{s.replace('_', '-')}-pca": scatter_figure(scatter[s], hover, s, task_name) for s in streams}
-    figures["entropy-readout"] = readout_figure(per_stream, task_name, skipped)
+    figures["entropy-readout"] = readout_figure(per_stream, untrained_r2, task_name, skipped)
     return Result("value-manifold", DEFINITION, metrics, figures)
 
 
@@ -217,7 +218,9 @@ def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str)
     return fig
 
 
-def readout_figure(per_stream: dict, task_name: str, skipped: dict) -> go.Figure:
+def readout_figure(per_stream: dict, untrained_r2: list, task_name: str, skipped: dict) -> go.Figure:
+    """R² and |Pearson| of PC1 per layer and stream, beside the untrained model's residual read-out R²
+    (the control: what the architecture gives without training, e.g. the position)."""
     fig = go.Figure()
     for i, (stream, table) in enumerate(per_stream.items()):
         layers = list(range(len(table["readout_r2"])))
@@ -233,17 +236,22 @@ def readout_figure(per_stream: dict, task_name: str, skipped: dict) -> go.Figure
                         hovertemplate=f"{stream}, layer %{{x}}<br>|Pearson| PC1 %{{y:.4f}}"
                                       "<br>|Spearman| PC1 %{customdata[1]:.4f}<br>|Pearson| PC2 %{customdata[2]:.4f}"
                                       "<extra></extra>")
+    fig.add_scatter(  # last: drawn on top
+        x=list(range(len(untrained_r2))), y=untrained_r2, name="residual, untrained model: read-out R²",
+                    mode="lines+markers", line=dict(color="gray", dash="dot"), marker=dict(symbol="x", size=9),
+                    hovertemplate="untrained model (step 0), residual, layer %{x}<br>R² %{y:.4f}<extra></extra>")
     note = "" if not skipped else "<br><sup>" + "; ".join(f"{k} skipped: {v}" for k, v in skipped.items()) + "</sup>"
     n_layers = len(next(iter(per_stream.values()))["readout_r2"])
     fig.update_layout(title=f"{task_name}: how linearly the Bayes entropy is encoded, by layer{note}",
                       xaxis=dict(title="layer", tickmode="array", tickvals=list(range(n_layers))),
-                      yaxis=dict(title="R² (held-out half) / |Pearson r|", range=[min(0, _lowest(per_stream)), 1.05]),
+                      yaxis=dict(title="R² (held-out half) / |Pearson r|", range=[min(0, _lowest(per_stream, untrained_r2)), 1.05]),
                       template="plotly_white", width=760, height=460)
     return fig
 
 
-def _lowest(per_stream: dict) -> float:
-    values = [v for t in per_stream.values() for v in t["readout_r2"] + t["pc1_pearson_abs"] if v is not None]
+def _lowest(per_stream: dict, untrained_r2: list) -> float:
+    values = [v for t in per_stream.values() for v in t["readout_r2"] + t["pc1_pearson_abs"] + untrained_r2
+              if v is not None]
     return min(values, default=0.0) - 0.05
 
 
