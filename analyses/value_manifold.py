@@ -236,8 +236,7 @@ def readout_figure(per_stream: dict, untrained_r2: list, task_name: str, skipped
                         hovertemplate=f"{stream}, layer %{{x}}<br>|Pearson| PC1 %{{y:.4f}}"
                                       "<br>|Spearman| PC1 %{customdata[1]:.4f}<br>|Pearson| PC2 %{customdata[2]:.4f}"
                                       "<extra></extra>")
-    fig.add_scatter(  # last: drawn on top
-        x=list(range(len(untrained_r2))), y=untrained_r2, name="residual, untrained model: read-out R²",
+    fig.add_scatter(x=list(range(len(untrained_r2))), y=untrained_r2, name="residual, untrained model: read-out R²",
                     mode="lines+markers", line=dict(color="gray", dash="dot"), marker=dict(symbol="x", size=9),
                     hovertemplate="untrained model (step 0), residual, layer %{x}<br>R² %{y:.4f}<extra></extra>")
     note = "" if not skipped else "<br><sup>" + "; ".join(f"{k} skipped: {v}" for k, v in skipped.items()) + "</sup>"
