@@ -259,11 +259,14 @@ def _x_title(steps: list[int]) -> str:
     return f"training step, log scale{note}"
 
 
-def _curve(fig, steps, values, name, color, row=None, dash=None, width=2, unit=""):
+def _curve(fig, steps, values, name, color, row=None, dash=None, width=2, unit="", group=None):
+    """One curve over the checkpoints; curves sharing a ``group`` share one legend entry named after it."""
     kwargs = dict(row=row, col=1) if row else {}
     y = [float("nan") if v is None else v for v in values]
-    fig.add_scatter(x=plot_x(steps), y=y, name=name, mode="lines+markers", line=dict(color=color, dash=dash, width=width),
-                    customdata=steps, legendgroup=name,
+    shown = group is None or not any(t.legendgroup == group for t in fig.data)
+    fig.add_scatter(x=plot_x(steps), y=y, name=group or name, mode="lines+markers",
+                    line=dict(color=color, dash=dash, width=width), customdata=steps, legendgroup=group or name,
+                    showlegend=shown,
                     hovertemplate=f"{name}<br>step %{{customdata}}<br>%{{y:.4g}}{unit}<extra></extra>", **kwargs)
 
 
@@ -325,7 +328,7 @@ def frame_figure(metrics: dict) -> go.Figure:
     if has_ratio:
         per_head = list(zip(*frame["overlap_ratio"]))
         for h, values in enumerate(per_head):
-            _curve(fig, steps, list(values), f"L0H{h}", "#9ecae1", row=row, width=1)
+            _curve(fig, steps, list(values), f"L0H{h}", "#9ecae1", row=row, width=1, group="single heads (layer 0)")
         _curve(fig, steps, frame["overlap_ratio_mean"], "mean over heads", COLORS["frame_ratio"], row=row, width=3)
         _settled(fig, steps, frame["overlap_ratio_mean"], metrics["settling_steps"]["frame_ratio"], "mean over heads",
                  COLORS["frame_ratio"], row=row)

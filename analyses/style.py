@@ -86,20 +86,46 @@ def _numbers(values) -> list[float] | None:
     return out
 
 
-def _integer_ticks(fig) -> None:
-    """Ticks at integers only, on every x axis whose trace values are all integers."""
-    seen: dict[str, list[float] | None] = {}
+def values_by_axis(fig, errors: bool = False, shapes: bool = True) -> dict[str, list[float] | None]:
+    """Per axis (layout key), the numbers its scatter and bar traces (with their error bars when
+    ``errors``) and its shapes (when ``shapes``) put on it, in data units; None for a categorical axis."""
+    found: dict[str, list[float] | None] = {}
+
+    def add(key: str, values) -> None:
+        numbers = _numbers(values)
+        found[key] = None if numbers is None or found.get(key, []) is None else found.get(key, []) + numbers
+
     for trace in fig.data:
-        if trace.type not in ("scatter", "bar", "scattergl") or getattr(trace, "x", None) is None:
+        if trace.type not in ("scatter", "bar", "scattergl"):
             continue
-        key = _axis_key(trace.xaxis, "x")
-        values = _numbers(trace.x)
-        seen[key] = None if values is None or seen.get(key, []) is None else seen.get(key, []) + values
-    for key, values in seen.items():
-        axis = fig.layout[key]
-        if not values or any(v != int(v) for v in values) or axis.tickmode or axis.tickvals is not None:
+        for letter in "xy":
+            values = getattr(trace, letter, None)
+            if values is None:
+                continue
+            values, error = list(values), getattr(trace, f"error_{letter}", None)
+            if errors and error is not None and error.array is not None:
+                minus = error.arrayminus if error.arrayminus is not None else error.array
+                values += [v + e for v, e in zip(values, error.array) if None not in (v, e)]
+                values += [v - e for v, e in zip(values, minus) if None not in (v, e)]
+            if trace.type == "bar" and letter == ("x" if trace.orientation == "h" else "y"):
+                values.append(0)  # a bar starts at 0
+            add(_axis_key(getattr(trace, f"{letter}axis"), letter), values)
+    for shape in fig.layout.shapes if shapes else ():
+        for letter in "xy":
+            ref = getattr(shape, f"{letter}ref") or letter
+            if "domain" not in ref and ref != "paper":
+                add(_axis_key(ref, letter), [getattr(shape, f"{letter}0"), getattr(shape, f"{letter}1")])
+    return found
+
+
+def _integer_ticks(fig, values: dict) -> None:
+    """Ticks at integers only, on every x axis whose values are all integers."""
+    for key, axis in _axes(fig):
+        numbers = values.get(key)
+        if not key.startswith("x") or not numbers or any(v != int(v) for v in numbers) or axis.tickmode \
+                or axis.tickvals is not None:
             continue
-        distinct = sorted(set(values))
+        distinct = sorted(set(numbers))
         if len(distinct) <= MAX_LIST_TICKS:
             axis.update(tickmode="array", tickvals=distinct, ticktext=[f"{int(v)}" for v in distinct])
         elif axis.type != "log":
@@ -107,6 +133,28 @@ def _integer_ticks(fig) -> None:
             step = 10 ** math.floor(math.log10(span / 8))
             step = next(m * step for m in (1, 2, 5, 10) if span / (m * step) <= 10)
             axis.update(tick0=0, dtick=max(1, int(step)), tickformat="d")
+
+
+def number_text(x: float) -> str:
+    """A tick label: plain digits from 0.001 to 99999, otherwise m×10^k (never an SI prefix)."""
+    if 1e-3 <= abs(x) < 1e5:
+        return f"{x:g}"
+    k = math.floor(math.log10(abs(x)))
+    m = round(x / 10 ** k, 6)
+    return (f"{m:g}×" if m != 1 else "") + f"10<sup>{k}</sup>"
+
+
+def _log_ticks(fig, values: dict) -> None:
+    """Labelled ticks at 1, 2, 5 x 10^k (powers of ten alone over more than 3 decades) on every log axis,
+    instead of plotly's unlabelled-decade digits ("2" for 20, "7" for 0.7)."""
+    for key, axis in _axes(fig):
+        positive = [v for v in values.get(key) or [] if v > 0]
+        if axis.type != "log" or not positive or axis.tickmode or axis.tickvals is not None:
+            continue
+        low, high = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
+        every = max(1, math.ceil((high - low) / 10))  # at most about ten labelled decades
+        ticks = [m * 10.0 ** k for k in range(low, high + 1, every) for m in ((1, 2, 5) if high - low <= 3 else (1,))]
+        axis.update(tickmode="array", tickvals=ticks, ticktext=[number_text(t) for t in ticks])
 
 
 def apply(fig):
@@ -119,7 +167,9 @@ def apply(fig):
     lines = [part for line, size in title_lines(title) for part in _wrap(line, size, title_room(fig))]
     if lines:
         sizes = [size for _, size in title_lines("<br>".join(lines))]
-        before, top = fig.layout.margin.t or DEFAULT_TOP, int(sum(1.35 * size for size in sizes)) + 40
+        over_plot = any(a.yref == "paper" and a.y is not None and a.y >= 1 for a in fig.layout.annotations)
+        before = fig.layout.margin.t or DEFAULT_TOP
+        top = int(sum(1.35 * size for size in sizes) + (1.35 * FONT_SIZE + 8) * over_plot) + 40
         # the page grows by what the title takes beyond the top margin it had, not the plot (so a
         # second ``apply`` changes nothing)
         height = (fig.layout.height or DEFAULT_HEIGHT) + max(0, top - before)
@@ -137,7 +187,8 @@ def apply(fig):
     for key in fig.layout:
         if re.fullmatch(r"coloraxis\d*", key):
             fig.layout[key].update(colorbar=plain)
-    _integer_ticks(fig)
+    _integer_ticks(fig, values_by_axis(fig, shapes=False))  # a reference line between integers is no reason
+    _log_ticks(fig, values_by_axis(fig))
     return fig
 
 

@@ -84,39 +84,15 @@ def _axis_units(axis, values):
 
 def data_extents(fig) -> dict[str, tuple[float, float]]:
     """Per axis (layout key), the range its traces, shapes and any explicit range span, in axis units."""
-    points: dict[str, list] = {}
-
-    def add(key, values, log_units=False):
+    extents = {}
+    for key, values in style.values_by_axis(fig, errors=True).items():
         axis = fig.layout[key]
-        units = values if log_units else _axis_units(axis, values)
-        if units is None or points.get(key, []) is None:
-            points[key] = None
-        else:
-            points.setdefault(key, []).extend(units)
-
-    for trace in fig.data:
-        for letter in "xy":
-            values = getattr(trace, letter, None)
-            if values is None or trace.type not in ("scatter", "bar", "scattergl"):
-                continue
-            values = list(values)
-            error = getattr(trace, f"error_{letter}", None)
-            if error is not None and error.array is not None:
-                minus = error.arrayminus if error.arrayminus is not None else error.array
-                values += [v + e for v, e in zip(values, error.array) if None not in (v, e)]
-                values += [v - e for v, e in zip(values, minus) if None not in (v, e)]
-            if trace.type == "bar" and letter == "y":
-                values.append(0)
-            add(style._axis_key(getattr(trace, f"{letter}axis"), letter), values)
-    for shape in fig.layout.shapes:
-        for letter in "xy":
-            ref = getattr(shape, f"{letter}ref") or letter
-            if "domain" not in ref and ref != "paper":
-                add(style._axis_key(ref, letter), [getattr(shape, f"{letter}0"), getattr(shape, f"{letter}1")])
-    for key, axis in style._axes(fig):
+        units = _axis_units(axis, values or [])
         if axis.range is not None and None not in axis.range:
-            add(key, list(axis.range), log_units=True)  # an explicit range is in axis units already
-    return {key: (min(v), max(v)) for key, v in points.items() if v}
+            units += list(axis.range)  # an explicit range is in axis units already
+        if values is not None and units:
+            extents[key] = (min(units), max(units))
+    return extents
 
 
 def stray_annotations(fig) -> list[str]:
