@@ -174,8 +174,9 @@ class Analysis:
             if missing:
                 raise AnalysisError(f"{self.name} {missing[0]}")
         result = self.run(model, **checked)
+        task = None if self.multi_model else getattr(getattr(model, "task", None), "name", None)
         for fig in result.figures.values():
-            style.apply(fig)  # one style for every analysis's figures
+            style.apply(fig, subject=task)  # one style for every analysis's figures
         return result
 
 

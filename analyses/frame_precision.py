@@ -353,7 +353,7 @@ def frame_figure(metrics: dict) -> go.Figure:
     fig.update_yaxes(title_text="JS divergence (bits)", row=row, col=1)
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text=_x_title(steps), row=row, col=1)
-    fig.update_layout(title="Frame: how far each checkpoint's attention frame is from the final model's",
+    fig.update_layout(title="frame: how far each checkpoint's attention frame is from the final model's",
                       template="plotly_white", width=820, height=360 * len(titles))
     return fig
 
@@ -376,7 +376,7 @@ def precision_figure(metrics: dict) -> go.Figure:
     fig.update_yaxes(title_text="held-out R²", row=2, col=1)
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text=_x_title(steps), row=2, col=1)
-    fig.update_layout(title="Precision: calibration of each checkpoint (stars: 90% settling steps)",
+    fig.update_layout(title="precision: calibration of each checkpoint (stars: 90% settling steps)",
                       template="plotly_white", width=820, height=720)
     return fig
 

@@ -1,7 +1,8 @@
 """The one figure style every analysis shares.
 
 ``Analysis.__call__`` passes every figure an analysis returns through ``apply``, so a new analysis gets
-it without asking: the plotly_white template and one font; the title left-aligned at the top, wrapped
+it without asking: the plotly_white template and one font; the title, starting with the task's name,
+left-aligned at the top, wrapped
 to the page width, with the top margin made to fit it; tick labels in plain numbers and powers of ten,
 never SI prefixes ("100n", "10µ", "10B" bits); integer ticks on an x axis whose values are all
 integers (layers, query indices); the legend to the right of the plot, top-aligned. ``reference_line``
@@ -157,8 +158,13 @@ def _log_ticks(fig, values: dict) -> None:
         axis.update(tickmode="array", tickvals=ticks, ticktext=[number_text(t) for t in ticks])
 
 
-def apply(fig):
-    """Give ``fig`` the shared style (see the module docstring); returns ``fig``."""
+def apply(fig, subject: str | None = None):
+    """Give ``fig`` the shared style (see the module docstring); returns ``fig``. ``subject`` (the
+    task's name) starts every title that does not already start with it: "bijection: ..."."""
+    title = fig.layout.title.text or ""
+    if subject and title and not title.startswith(f"{subject}:"):
+        lower = title[:1].lower() if title[1:2].islower() else title[:1]  # "Key cosines" but not "KL"
+        fig.update_layout(title_text=f"{subject}: {lower}{title[1:]}")
     fig.update_layout(template="plotly_white", font=dict(size=FONT_SIZE),
                       legend=dict(x=1.02, y=1, xanchor="left", yanchor="top", font=dict(size=FONT_SIZE - 1)))
     if fig.layout.width is None:

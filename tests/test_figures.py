@@ -45,8 +45,9 @@ def _built(make):
     return make()
 
 
-def figures_of(name: str, candidates) -> dict:
-    """The figures of analysis ``name`` on the first candidate model it runs on."""
+def figures_of(name: str, candidates) -> tuple[dict, str | None]:
+    """The figures of analysis ``name`` on the first candidate model it runs on, and the title's subject
+    (the task's name; None for a multi-model analysis)."""
     analysis = analyses.get(name)
     for make in candidates:
         model = _built(make)
@@ -54,7 +55,8 @@ def figures_of(name: str, candidates) -> dict:
             continue
         options = {"n": 48} if "n" in analysis.defaults() else {}
         try:
-            return analysis([model, model] if analysis.multi_model else model, **options).figures
+            result = analysis([model, model] if analysis.multi_model else model, **options)
+            return result.figures, None if analysis.multi_model else model.task.name
         except AnalysisError:  # a data-dependent refusal on a tiny task: try the next model
             continue
     pytest.fail(f"{name} ran on none of the small models")
@@ -134,11 +136,12 @@ def style_breaks(fig) -> list[str]:
 
 @pytest.mark.parametrize("name", analyses.NAMES)
 def test_every_figure_fits_its_page_and_keeps_its_annotations_in_range(name, candidates):
-    figures = figures_of(name, candidates)
+    figures, subject = figures_of(name, candidates)
     assert figures
     for key, fig in figures.items():
         where = f"{name}/{key}"
         assert fig.layout.title.text, f"{where} has no title"
+        assert subject is None or fig.layout.title.text.startswith(f"{subject}: "), where
         assert not cut_titles(fig), f"{where}: title cut off: {cut_titles(fig)}"
         assert not stray_annotations(fig), f"{where}: {stray_annotations(fig)}"
         assert not style_breaks(fig), f"{where}: {style_breaks(fig)}"
