@@ -29,6 +29,7 @@ class Result:
     definition: str  # the exact definition of the numbers, also written into the JSON
     metrics: dict  # JSON-serialisable numbers
     figures: dict = field(default_factory=dict)  # {name: plotly Figure}, in display order
+    descriptions: dict = field(default_factory=dict)  # {metric key: one line saying what it is}, for readers
 
 
 @dataclass(frozen=True)

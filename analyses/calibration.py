@@ -20,8 +20,11 @@ all in bits, over the task's C answer classes only, at query positions):
   the entropy of the softmax over the answer-class logits. The absolute value is taken before
   averaging, so over- and under-confidence cannot cancel.
 - KL: mean of KL(Bayes || model) = sum_c p_c log2(p_c / q_c) over classes with p_c > 0.
-- accuracy: the model's arg-max equals the sampled answer. bayes_accuracy is the same for a
-  predictor that knows the Bayes posterior (the mean of its largest probability), the ceiling.
+- accuracy (sampled): the fraction of queries where the model's arg-max equals the answer actually
+  sampled in the sequence, a hit rate with sampling noise. bayes_accuracy (expected, not sampled):
+  the hit rate a predictor that knows the Bayes posterior has in expectation, the mean of the
+  posterior's largest probability; the ceiling accuracy approaches. Over n sequences accuracy can
+  exceed bayes_accuracy by chance.
 - infeasible_mass: the model's probability on answers the Bayes posterior rules out (p_c = 0).
 - Continuous tasks (a Gaussian predictive): differential entropies in bits, KL between the two
   Gaussians in bits, and mean_sq_error of the model's mean against the Bayes mean instead of accuracy."""
@@ -48,6 +51,17 @@ def gaussian_terms(model, batch) -> dict[str, torch.Tensor]:
     kl_nats = 0.5 * (torch.log(var / v_b) + (v_b + (m_b - mean) ** 2) / var - 1)
     return dict(model_entropy=gaussian_entropy_bits(var), kl=kl_nats / math.log(2),
                 mean_sq_error=(mean - m_b) ** 2)
+
+
+DESCRIPTIONS = {
+    "entropy_mae_bits": "mean |H(model) - H(Bayes)| over query positions, bits",
+    "kl_bits": "mean KL(Bayes || model) over query positions, bits",
+    "accuracy": "sampled: fraction of queries where the model's arg-max is the answer drawn in the sequence",
+    "bayes_accuracy": "expected, not sampled: mean largest Bayes-posterior probability, the Bayes predictor's "
+                      "hit rate (the ceiling for accuracy)",
+    "infeasible_mass": "model probability on answers the Bayes posterior rules out",
+    "mean_sq_error": "squared error of the model's predictive mean against the Bayes mean",
+}
 
 
 def measure(model, batch) -> dict:
@@ -109,10 +123,13 @@ def compute(model, n: int = 2000, seed: int = 1234) -> Result:
     numbers["seed"] = seed
     title = (f"{model.task.name}: model vs Bayes entropy (MAE {numbers['entropy_mae_bits']:.4f} bits, "
              f"KL {numbers['kl_bits']:.4f} bits)")
+    if "accuracy" in numbers:
+        title += (f"<br><sup>accuracy {numbers['accuracy']:.4f} (sampled answers) vs bayes_accuracy "
+                  f"{numbers['bayes_accuracy']:.4f} (expected hit rate of the exact posterior)</sup>")
     return Result("calibration", DEFINITION, numbers, {
         "staircase": staircase_figure(numbers["per_position"], title),
         "error-by-position": error_figure(numbers["per_position"]),
-    })
+    }, descriptions={k: v for k, v in DESCRIPTIONS.items() if k in numbers})
 
 
 ANALYSIS = Analysis("calibration", "entropy MAE, KL and accuracy against the exact Bayes posterior", DEFINITION,

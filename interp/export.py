@@ -67,7 +67,7 @@ def merged_pdf(figures: dict) -> bytes:
     return out.getvalue()
 
 
-def page_html(title: str, definition: str, figures: dict, numbers: dict) -> str:
+def page_html(title: str, definition: str, figures: dict, numbers: dict, descriptions: dict | None = None) -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
              "<style>body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;}"
              "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}</style></head><body>",
@@ -77,7 +77,11 @@ def page_html(title: str, definition: str, figures: dict, numbers: dict) -> str:
         parts.append(f"<h2>{html.escape(name)}</h2>")
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}"))
     headline = {k: v for k, v in numbers.items() if not isinstance(v, (dict, list))}
-    parts.append(f"<h2>numbers</h2><pre>{html.escape(json.dumps(headline, indent=2))}</pre></body></html>")
+    parts.append(f"<h2>numbers</h2><pre>{html.escape(json.dumps(headline, indent=2))}</pre>")
+    if descriptions:
+        parts.append("<dl>" + "".join(f"<dt><code>{html.escape(k)}</code></dt><dd>{html.escape(v)}</dd>"
+                                      for k, v in descriptions.items()) + "</dl>")
+    parts.append("</body></html>")
     return "".join(parts)
 
 
@@ -98,13 +102,16 @@ def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: 
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):  # os.path: no error on a name too long
         raise UserError(f"output path {out_dir} exists and is not a folder")
     context = context or {}
+    descriptions = getattr(result, "descriptions", None)  # what each metric key means, where the analysis says
     rendered = {}
     if "json" in formats:
         rendered["json"] = json.dumps(clean(dict(analysis=result.name, **context, definition=result.definition,
-                                                 metrics=result.metrics)), indent=2) + "\n"
+                                                 metrics=result.metrics,
+                                                 **({"descriptions": descriptions} if descriptions else {}))),
+                                      indent=2) + "\n"
     if "html" in formats:
         rendered["html"] = page_html(f"{result.name}: {context.get('run', '')}", result.definition,
-                                     result.figures, result.metrics)
+                                     result.figures, result.metrics, descriptions)
     if "pdf" in formats:
         rendered["pdf"] = merged_pdf(result.figures)
     files = {f"{result.name}.{fmt}": data for fmt, data in rendered.items()}

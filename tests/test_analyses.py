@@ -120,3 +120,17 @@ def test_calibration_run_on_a_model(small_model):
     assert 0 <= m["entropy_mae_bits"] < 3 and m["kl_bits"] >= 0 and 0 <= m["accuracy"] <= 1
     assert len(m["per_position"]["model_entropy_bits"]) == 7
     assert set(result.figures) == {"staircase", "error-by-position"}
+
+
+def test_calibration_says_which_accuracy_is_sampled(small_model, tmp_path):
+    import json
+
+    from interp.export import write_result
+
+    result = analyses.run("calibration", small_model, n=32)
+    assert "sampled" in result.descriptions["accuracy"] and "not sampled" in result.descriptions["bayes_accuracy"]
+    assert "accuracy (sampled)" in result.definition and "bayes_accuracy (expected, not sampled)" in result.definition
+    write_result(result, tmp_path, ("json", "html"))
+    written = json.loads((tmp_path / "calibration.json").read_text())
+    assert written["descriptions"] == result.descriptions and "accuracy" in written["metrics"]  # keys unchanged
+    assert "expected, not sampled" in (tmp_path / "calibration.html").read_text()
