@@ -31,6 +31,7 @@ against a direct sequential reference; the CUDA equivalence test runs where a GP
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -46,6 +47,18 @@ from transformer_lens.hook_points import HookPoint
 from tasks import ConfigError
 
 from .base import HookedSequenceModel, ModelConfig
+
+class _NoCudaRuntimeNotice(logging.Filter):
+    """Drops the one "No CUDA runtime is found, using CUDA_HOME=..." notice that torch's C++ extension
+    loader logs when it is imported on a machine with a CUDA toolkit but no GPU: the CPU kernels built
+    here need no CUDA, so on CPU it is noise. Every other message of that logger still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("No CUDA runtime is found")
+
+
+# Before anything imports torch.utils.cpp_extension, which logs the notice at import time.
+logging.getLogger("torch.utils.cpp_extension").addFilter(_NoCudaRuntimeNotice())
 
 try:  # the CUDA kernels; mamba-ssm does not import at all without its CUDA extension
     from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
