@@ -118,6 +118,7 @@ def bar_figure(rows: list[dict]) -> go.Figure:
                               "<br>%{customdata[1]:,} params<extra></extra>")
     fig.add_bar(x=labels, y=[r["accuracy"] for r in rows], name="accuracy", yaxis="y2")
     fig.update_layout(title="Calibration of each run on its own task", barmode="group", template="plotly_white",
+                      xaxis_title="run",
                       yaxis=dict(title="entropy MAE (bits, log)", type="log"),
                       yaxis2=dict(title="accuracy", overlaying="y", side="right", range=[0, 1]),
                       width=200 + 140 * len(rows), height=460, legend=dict(x=1.08))

@@ -127,7 +127,7 @@ def per_head_figure(trained: torch.Tensor, untrained: torch.Tensor, random: floa
     fig.add_bar(x=names, y=trained.flatten().tolist(), name="trained")
     fig.add_bar(x=names, y=untrained.flatten().tolist(), name="untrained init")
     fig.update_layout(title=f"Mean |off-diagonal key cosine| of the {group[:-1]} tokens per head (lower = more orthogonal)",
-                      barmode="group", yaxis_title="mean |cos|", template="plotly_white", width=760, height=440)
+                      barmode="group", xaxis_title="layer and head", yaxis_title="mean |cos|", template="plotly_white", width=760, height=440)
     style.reference_line(fig, random, "random Gaussian")
     return fig
 

@@ -98,7 +98,8 @@ def bar_figure(per_length: dict, setting: str) -> go.Figure:
     fig = go.Figure()
     fig.add_bar(x=names, y=[v["entropy_mae_bits"] for v in per_length.values()], name="all positions")
     fig.add_bar(x=names, y=[v["beyond_training_mae_bits"] for v in per_length.values()], name="past training length")
-    fig.update_layout(title="Entropy MAE by evaluation length", yaxis_title="bits", barmode="group",
+    fig.update_layout(title="Entropy MAE by evaluation length", xaxis_title=f"evaluation length ({setting})",
+                      yaxis_title="bits", barmode="group",
                       template="plotly_white", width=640, height=420)
     return fig
 

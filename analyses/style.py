@@ -210,11 +210,11 @@ def reference_line(fig, value: float, text: str, axis: str = "y", dash: str = "d
     if axis == "y":
         fig.add_hline(y=value, line_dash=dash, line_color=color)
         fig.add_annotation(x=1 if position == "right" else 0, xref="x domain", y=_at(fig, "y", value), yref="y",
-                           text=text, showarrow=False, xanchor=position, yanchor="bottom", font=dict(color=color))
+                           text=text, showarrow=False, xanchor=position, yanchor="bottom", font=dict(color=color), bgcolor="rgba(255,255,255,0.8)")
     else:
         fig.add_vline(x=value, line_dash=dash, line_color=color)
         fig.add_annotation(y=1, yref="y domain", x=_at(fig, "x", value), xref="x", text=text, showarrow=False,
-                           xanchor="left", yanchor="top", font=dict(color=color))
+                           xanchor="left", yanchor="top", font=dict(color=color), bgcolor="rgba(255,255,255,0.8)")
 
 
 def reference_band(fig, low: float, high: float, text: str, color: str = "#2ca02c") -> None:
@@ -222,4 +222,4 @@ def reference_band(fig, low: float, high: float, text: str, color: str = "#2ca02
     fig.add_vrect(x0=low, x1=high, fillcolor=color, opacity=0.08, line_width=0)
     middle = math.sqrt(low * high) if fig.layout.xaxis.type == "log" else (low + high) / 2
     fig.add_annotation(y=1, yref="y domain", x=_at(fig, "x", middle), xref="x", text=text, showarrow=False,
-                       yanchor="top", font=dict(color=color))
+                       yanchor="top", font=dict(color=color), bgcolor="rgba(255,255,255,0.8)")

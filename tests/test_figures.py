@@ -117,9 +117,11 @@ def stray_annotations(fig) -> list[str]:
 
 
 def style_breaks(fig) -> list[str]:
-    """Axes with SI-prefixed ticks, or integer-valued x axes whose ticks may be fractional."""
+    """Axes with SI-prefixed ticks or data but no title, or integer-valued x axes whose ticks may be fractional."""
     broken = [f"{key} exponentformat {axis.exponentformat}" for key, axis in style._axes(fig)
               if axis.exponentformat not in ("power", "e", "E", "none")]
+    broken += [f"{key} has data but no title" for key in style.values_by_axis(fig, shapes=False)
+               if not fig.layout[key].title.text and not fig.layout[key].matches]  # a shared axis: titled once
     for trace in fig.data:
         x = getattr(trace, "x", None)
         if trace.type not in ("scatter", "bar") or x is None:
