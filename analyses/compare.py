@@ -112,16 +112,16 @@ def compute(model, n: int = 1000, seed: int = 1234, sweeps: str = "") -> Result:
 def bar_figure(rows: list[dict]) -> go.Figure:
     labels = [f"{r['run']}<br>{r['task']}/{r['arch']}" for r in rows]
     fig = go.Figure()
-    fig.add_bar(x=labels, y=[r["entropy_mae_bits"] for r in rows], name="entropy MAE (bits)",
+    fig.add_bar(x=labels, y=[r["entropy_mae_bits"] for r in rows], name="entropy MAE (bits)", offsetgroup="mae",
                 customdata=[[r["kl_bits"], r["n_params"]] for r in rows],
                 hovertemplate="%{x}<br>MAE %{y:.4g} bits<br>KL %{customdata[0]:.4g} bits"
                               "<br>%{customdata[1]:,} params<extra></extra>")
-    fig.add_bar(x=labels, y=[r["accuracy"] for r in rows], name="accuracy", yaxis="y2")
+    fig.add_bar(x=labels, y=[r["accuracy"] for r in rows], name="accuracy", yaxis="y2", offsetgroup="accuracy")
     fig.update_layout(title="Calibration of each run on its own task", barmode="group", template="plotly_white",
                       xaxis_title="run",
                       yaxis=dict(title="entropy MAE (bits, log)", type="log"),
                       yaxis2=dict(title="accuracy", overlaying="y", side="right", range=[0, 1]),
-                      width=200 + 140 * len(rows), height=460, legend=dict(x=1.08))
+                      width=300 + 140 * len(rows), height=460)
     return fig
 
 

@@ -165,8 +165,10 @@ def apply(fig, subject: str | None = None):
     if subject and title and not title.startswith(f"{subject}:"):
         lower = title[:1].lower() if title[1:2].islower() else title[:1]  # "Key cosines" but not "KL"
         fig.update_layout(title_text=f"{subject}: {lower}{title[1:]}")
+    right_axis = any(axis.side == "right" for _, axis in _axes(fig))  # the legend goes beyond its ticks
     fig.update_layout(template="plotly_white", font=dict(size=FONT_SIZE),
-                      legend=dict(x=1.02, y=1, xanchor="left", yanchor="top", font=dict(size=FONT_SIZE - 1)))
+                      legend=dict(x=1.15 if right_axis else 1.02, y=1, xanchor="left", yanchor="top",
+                                  font=dict(size=FONT_SIZE - 1)))
     if fig.layout.width is None:
         fig.update_layout(width=DEFAULT_WIDTH)
     title = fig.layout.title.text or ""
@@ -187,6 +189,8 @@ def apply(fig, subject: str | None = None):
     plain = dict(exponentformat="power", showexponent="all", separatethousands=False)
     for _, axis in _axes(fig):
         axis.update(**plain, automargin=True)
+        if axis.overlaying and not axis.tickmode:  # its own ticks, not ones synced to the other axis's grid
+            axis.update(tickmode="auto", showgrid=False)
     for trace in fig.data:
         if "colorbar" in trace:
             trace.update(colorbar=plain)
