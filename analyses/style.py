@@ -194,7 +194,7 @@ def apply(fig, subject: str | None = None):
     for trace in fig.data:
         if "colorbar" in trace:
             trace.update(colorbar=plain)
-    for key in fig.layout:
+    for key in fig.layout.to_plotly_json():  # the colour axes the figure uses
         if re.fullmatch(r"coloraxis\d*", key):
             fig.layout[key].update(colorbar=plain)
     _integer_ticks(fig, values_by_axis(fig, shapes=False))  # a reference line between integers is no reason

@@ -178,7 +178,14 @@ def test_the_shared_style_wraps_titles_and_places_reference_labels():
     assert fig.layout.height == height  # applying twice changes nothing
 
 
-def test_integer_axes_get_integer_ticks():
+def test_ticks_are_plain_numbers_and_integers():
+    assert [style.number_text(v) for v in (1e-7, 0.002, 0.5, 20, 2e5)] == [
+        "10<sup>-7</sup>", "0.002", "0.5", "20", "2×10<sup>5</sup>"]
+    log = style.apply(go.Figure(go.Scatter(x=[0.5, 2.5, 20], y=[1e-7, 3e-4, 0.7])).update_layout(
+        xaxis_type="log", yaxis_type="log"))
+    assert "0.5" in log.layout.xaxis.ticktext and "20" in log.layout.xaxis.ticktext  # not "5" and "2"
+    assert "10<sup>-7</sup>" in log.layout.yaxis.ticktext and not any(
+        unit in re.sub(r"<[^>]+>", "", text) for text in log.layout.yaxis.ticktext for unit in "nuµkMB")
     fig = style.apply(go.Figure(go.Scatter(x=[1, 2, 3, 4, 5, 6, 7], y=[1e-7, 2e-7, 3e-7, 1e-7, 0, 0, 1e-8])))
     assert list(fig.layout.xaxis.tickvals) == [1, 2, 3, 4, 5, 6, 7] and fig.layout.yaxis.exponentformat == "power"
     many = style.apply(go.Figure(go.Scatter(x=list(range(0, 120)), y=list(range(120)))))
