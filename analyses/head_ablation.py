@@ -127,7 +127,7 @@ def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str) ->
     fig = go.Figure(go.Heatmap(
         z=doublings, text=ratio, x=[f"H{h}" for h in range(n_heads)], y=[f"L{l}" for l in range(n_layers)],
         colorscale="RdBu_r", zmid=0, zmin=-span, zmax=span, customdata=custom, texttemplate="%{text:.3g}×",
-        colorbar=dict(title="ablated / intact", tickvals=ticks, ticktext=[f"{2.0 ** t:g}×" for t in ticks]),
+        colorbar=dict(title="ablated / intact", tickvals=ticks, ticktext=[f"{2.0 ** t:.2g}×" for t in ticks]),
         hovertemplate="layer %{y}, head %{x}<br>MAE ratio to intact %{text:.3g}×<br>ΔMAE %{customdata[0]:.3g} bits"
                       "<br>MAE %{customdata[1]:.4g} bits<br>KL %{customdata[2]:.4g} bits<extra></extra>"))
     what = "set to 0" if kind == "zero" else "replaced by its mean over all sequences and positions"
