@@ -121,7 +121,8 @@ def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str) ->
     doublings = np.log2(ratio)
     finite = np.abs(doublings[np.isfinite(doublings)])
     span = max(1, math.ceil(finite.max())) if finite.size else 1
-    ticks = list(range(-span, span + 1, math.ceil(span / 4)))
+    step = math.ceil(span / 4)
+    ticks = list(range(-(span // step) * step, span + 1, step))  # through 0 (ratio 1)
     custom = [[(table["delta_mae_bits"][l][h], table["entropy_mae_bits"][l][h], table["kl_bits"][l][h])
                for h in range(n_heads)] for l in range(n_layers)]
     fig = go.Figure(go.Heatmap(
