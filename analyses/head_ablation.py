@@ -133,7 +133,8 @@ def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str) ->
                       "<br>MAE %{customdata[1]:.4g} bits<br>KL %{customdata[2]:.4g} bits<extra></extra>"))
     what = "set to 0" if kind == "zero" else "replaced by its mean over all sequences and positions"
     fig.update_layout(title=f"{task_name}: entropy MAE with one head's output {what}, relative to the intact model"
-                            f"<br><sup>MAE ratio ablated / intact; {kind} ablation, intact MAE {intact_mae:.4g} bits</sup>",
+                            f"<br><sup>MAE ratio ablated / intact; {kind} ablation, intact MAE "
+                            f"{intact_mae:.4g} bits</sup>",
                       xaxis_title="head", yaxis_title="layer", yaxis_autorange="reversed",
                       template="plotly_white", width=200 + 90 * max(n_heads, 4), height=200 + 70 * max(n_layers, 2))
     return fig

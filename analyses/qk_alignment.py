@@ -142,7 +142,8 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
         parts = per_sequence[key]
         per_sequence[key] = torch.cat([torch.stack(parts[i:i + n_layers], 1) for i in range(0, len(parts), n_layers)])
     per_sequence["valid"] = torch.cat(per_sequence["valid"])  # [n, Q]
-    return dict(sums=sums, per_sequence=per_sequence, counted=counted, queries=queries, fraction_queries=fraction_queries,
+    return dict(sums=sums, per_sequence=per_sequence, counted=counted, queries=queries,
+                fraction_queries=fraction_queries,
                 n_feasible=n_feasible, columns=columns, mass_names=mass_names,
                 bayes_entropy=(batch.bayes_entropy[:, columns].double() * batch.query_mask[:, columns]).sum(0))
 

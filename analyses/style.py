@@ -207,23 +207,26 @@ def _at(fig, axis: str, value: float) -> float:
     return math.log10(value) if fig.layout[axis + "axis"].type == "log" else value
 
 
+def _label(fig, color: str, **place) -> None:
+    fig.add_annotation(showarrow=False, font=dict(color=color), bgcolor="rgba(255,255,255,0.8)", **place)
+
+
 def reference_line(fig, value: float, text: str, axis: str = "y", dash: str = "dash", color: str = "gray",
                    position: str = "right") -> None:
     """A horizontal (``axis`` "y") or vertical ("x") line at ``value`` with the label ``text`` beside it.
     Call it after the axis type is set (the label's place depends on it)."""
     if axis == "y":
         fig.add_hline(y=value, line_dash=dash, line_color=color)
-        fig.add_annotation(x=1 if position == "right" else 0, xref="x domain", y=_at(fig, "y", value), yref="y",
-                           text=text, showarrow=False, xanchor=position, yanchor="bottom", font=dict(color=color), bgcolor="rgba(255,255,255,0.8)")
+        _label(fig, color, text=text, x=1 if position == "right" else 0, xref="x domain", y=_at(fig, "y", value),
+               yref="y", xanchor=position, yanchor="bottom")
     else:
         fig.add_vline(x=value, line_dash=dash, line_color=color)
-        fig.add_annotation(y=1, yref="y domain", x=_at(fig, "x", value), xref="x", text=text, showarrow=False,
-                           xanchor="left", yanchor="top", font=dict(color=color), bgcolor="rgba(255,255,255,0.8)")
+        _label(fig, color, text=text, y=1, yref="y domain", x=_at(fig, "x", value), xref="x", xanchor="left",
+               yanchor="top")
 
 
 def reference_band(fig, low: float, high: float, text: str, color: str = "#2ca02c") -> None:
     """A shaded band from ``low`` to ``high`` on the x axis, labelled at its middle (after the axis type is set)."""
     fig.add_vrect(x0=low, x1=high, fillcolor=color, opacity=0.08, line_width=0)
     middle = math.sqrt(low * high) if fig.layout.xaxis.type == "log" else (low + high) / 2
-    fig.add_annotation(y=1, yref="y domain", x=_at(fig, "x", middle), xref="x", text=text, showarrow=False,
-                       yanchor="top", font=dict(color=color), bgcolor="rgba(255,255,255,0.8)")
+    _label(fig, color, text=text, y=1, yref="y domain", x=_at(fig, "x", middle), xref="x", yanchor="top")

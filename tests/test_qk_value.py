@@ -221,10 +221,11 @@ def test_qk_gaps_carry_bootstrap_intervals(small_model):
     assert m["layer_mean"]["gap_ci95"][0] == m["gap_first_layer_ci95"] and m["bootstrap_resamples"] == qk.BOOTSTRAP
     assert len(m["per_head"]["gap_ci95"]) == 2 and len(m["per_head"]["gap_ci95"][0][0]) == 2
     by_position = m["per_position"]["layer_mean"]
-    assert all(ci is None or ci[0] <= g <= ci[1] + 1e-12 for g, ci in zip(by_position["gap"][1], by_position["gap_ci95"][1]))
+    assert all(ci is None or ci[0] <= g <= ci[1] + 1e-12
+               for g, ci in zip(by_position["gap"][1], by_position["gap_ci95"][1]))
     # the same per-sequence value everywhere: every resample gives it, so the interval is that point
-    same = dict(head=torch.full((5, 1, 2), 0.3, dtype=torch.float64), query=torch.full((5, 1, 3), 0.2, dtype=torch.float64),
-                valid=torch.ones(5, 3))
+    same = dict(head=torch.full((5, 1, 2), 0.3, dtype=torch.float64),
+                query=torch.full((5, 1, 3), 0.2, dtype=torch.float64), valid=torch.ones(5, 3))
     intervals = qk.bootstrap_gaps(same, seed=0, resamples=20)
     assert intervals["layer_mean"][0] == pytest.approx([0.1, 0.1]) and intervals["per_position"][0][0] == pytest.approx(
         [0.2 / 2, 0.2 / 2])
