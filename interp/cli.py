@@ -181,7 +181,11 @@ def run(ctx, name, ckpt, out, formats, device, show_help):
         context = dict(run=run_name, checkpoint=str(file), step=model.step, task=model.task.config(),
                        arch=model.arch, options=options)
     paths = write_result(result, out / run_name, chosen, context)
-    click.echo("  ".join(f"{k}={v:.4g}" for k, v in headline(result.metrics)[:8]))
+    shown = headline(result.metrics)[:8]
+    click.echo("  ".join(f"{k}={v:.4g}" for k, v in shown))
+    for key, _ in shown:  # what a number means, where the analysis says (e.g. sampled vs expected accuracy)
+        if key in result.descriptions:
+            click.echo(f"  {key}: {result.descriptions[key]}")
     for path in paths:
         click.echo(f"wrote {path}")
 
