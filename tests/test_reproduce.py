@@ -110,5 +110,5 @@ def test_reproduce_from_the_shipped_models_trains_nothing(tmp_path, capsys):
                           "content-addressing.json").read_text())["metrics"]
     assert accuracy["metric"] == "accuracy_full_table" and accuracy["ours"] == shipped["accuracy_full_table"]
     assert worst_slot["metric"] == "per_slot_min" and worst_slot["ours"] == shipped["per_slot_min"]
-    assert accuracy["train_steps"] == 3000 and "64 pairs" in accuracy["experiment"]
+    assert accuracy["train_steps"] == 2000 and "64 pairs" in accuracy["experiment"]
     assert before == {p: p.stat().st_mtime_ns for p in PRETRAINED_DIR.rglob("*")}
