@@ -97,7 +97,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
     import models
     import tasks
 
-    from .train import Trainer, preset_settings
+    from .train import Trainer, lr_at, preset_settings
 
     task_name = task_name or tasks.NAMES[0]
     arch = arch or models.REFERENCE or models.ARCHS[0]
@@ -124,6 +124,10 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
     say(f"training {trainer.task!r} {trainer.model.arch} ({sum(p.numel() for p in trainer.model.parameters()):,} "
         f"params) on {trainer.device}{processes}: {s.steps} steps, batch {s.batch_size}, lr {s.lr}, {s.loss} targets "
         f"-> {out}", err=True)
+    if s.warmup >= s.steps:  # e.g. a short trial run on a preset sized for thousands of steps
+        say(f"warning: the {s.warmup}-step warm-up is as long as the {s.steps}-step run, so the learning rate never "
+            f"reaches {s.lr} (it peaks at {lr_at(s.steps - 1, s):.3g}); pass --warmup below --steps to reach it",
+            err=True)
     final = trainer.run()
     say(f"done: entropy MAE {final['entropy_mae_bits']:.4f} bits, KL {final['kl_bits']:.4f} bits, "
         f"{trainer.elapsed / 60:.1f} min; checkpoints in {out / 'checkpoints'}")

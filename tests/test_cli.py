@@ -108,3 +108,11 @@ def test_list_shows_everything(capsys):
     assert outcome.code == 0
     for word in ("bijection", "transformer", "paper=", "cpu=", "calibration", "key-orthogonality"):
         assert word in outcome.out
+
+
+def test_a_warm_up_as_long_as_the_run_is_pointed_out(tmp_path, capsys):
+    short = run_cli(capsys, "train", "--out", tmp_path / "short", "--steps", "5", *TINY, "--warmup", "300")
+    assert short.code == 0 and "warning: the 300-step warm-up is as long as the 5-step run" in short.err
+    assert "never reaches" in short.err
+    reached = run_cli(capsys, "train", "--out", tmp_path / "reached", "--steps", "5", *TINY, "--warmup", "2")
+    assert reached.code == 0 and "warning" not in reached.err
