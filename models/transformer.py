@@ -80,9 +80,9 @@ class TokenShift(nn.Module):
         self.W_shift = nn.Parameter(0.5 * torch.randn(width, d_model, generator=generator))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [batch, pos, d_model]
-        out = x
-        for j, weight in enumerate(self.W_shift, start=1):
-            out = out + weight * F.pad(x[:, :-j], (0, 0, j, 0))
+        out, T = x, x.shape[1]
+        for j, weight in enumerate(self.W_shift, start=1):  # x shifted j positions later, zeros in front
+            out = out + weight * F.pad(x, (0, 0, j, 0))[:, :T]
         return out
 
 

@@ -253,3 +253,11 @@ def test_a_shifted_transformer_has_the_hook_and_the_same_seed_gives_the_same_shi
     _, cache = model.run_with_cache(task.sample(2).tokens)
     assert "hook_token_shift" in cache and torch.equal(model.token_shift.W_shift, build(3).token_shift.W_shift)
     assert not torch.equal(model.token_shift.W_shift, build(4).token_shift.W_shift)
+
+
+def test_the_token_shift_takes_sequences_shorter_than_its_width():
+    from models.transformer import TokenShift
+
+    shift = TokenShift(3, 4, seed=0).double()
+    x = torch.randn(2, 2, 4, dtype=torch.float64)
+    torch.testing.assert_close(shift(x), torch.stack([x[:, 0], x[:, 1] + shift.W_shift[0] * x[:, 0]], dim=1))
