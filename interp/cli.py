@@ -124,6 +124,8 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
     say(f"training {trainer.task!r} {trainer.model.arch} ({sum(p.numel() for p in trainer.model.parameters()):,} "
         f"params) on {trainer.device}{processes}: {s.steps} steps, batch {s.batch_size}, lr {s.lr}, {s.loss} targets "
         f"-> {out}", err=True)
+    for note in trainer.notes:
+        say(f"warning: {note}", err=True)
     if s.warmup >= s.steps:  # e.g. a short trial run on a preset sized for thousands of steps
         say(f"warning: the {s.warmup}-step warm-up is as long as the {s.steps}-step run, so the learning rate never "
             f"reaches {s.lr} (it peaks at {lr_at(s.steps - 1, s):.3g}); pass --warmup below --steps to reach it",

@@ -4,6 +4,13 @@ Every step draws a fresh batch from a generator seeded by (seed, step), so a run
 of its settings and ``--resume`` continues exactly: no sampler state has to be saved, only the
 weights, the optimizer moments and the step.
 
+Determinism. On the CPU the same settings, seed and thread count give the same weights bit for bit
+(tested for every architecture at 2 threads, and across a SIGKILL and ``--resume``): training runs
+under ``torch.use_deterministic_algorithms``, which replaces the one racy CPU kernel these models
+use, the accumulating index backward of the token embedding (threads added rows in whatever order
+they finished). A different thread count splits reductions differently, so it gives weights that
+agree only to float rounding; run.json records the count and ``--resume`` says so when it changes.
+
 Loss. ``loss="hard"`` is cross-entropy against the sampled answer (the paper's recipe);
 ``loss="soft"`` is cross-entropy against the exact Bayes posterior, which has the same expected
 gradient but far less variance; both use the answer-class logits only. The ``cpu`` preset uses soft
@@ -15,7 +22,8 @@ import json
 import math
 import platform
 import time
-from contextlib import nullcontext
+import os
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -205,6 +213,28 @@ def retain_freed_memory() -> None:
         pass
 
 
+@contextmanager
+def deterministic(device: str):
+    """Deterministic kernels while training; the caller's setting is restored afterwards.
+
+    On the CPU every kernel these models use has a deterministic version (measured: the embedding's
+    index backward is the only one that differed between two identical steps, and costs nothing
+    measurable here: benchmarks/step_time.py --deterministic both). On CUDA, cuBLAS needs a fixed
+    workspace (set here unless the user set one before CUDA started), and kernels without a
+    deterministic version, mamba-ssm's atomic-add backward among them, only warn: a CUDA run is
+    reproducible up to those, not bit for bit.
+    """
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    on_cuda = device.startswith("cuda")
+    if on_cuda:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=on_cuda)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
 def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -291,6 +321,7 @@ class Trainer:
         self.out = Path(out)
         self.progress = progress
         self.fresh, self.progress_saved = not resume, False
+        self.notes: list[str] = []  # what a user resuming should know (the CLI prints them as warnings)
         retain_freed_memory()
         self.dist, self.device = distributed.start(pick_device(device))
         # Held by rank 0 from before the first check to the end of run(): a second trainer on this
@@ -337,6 +368,7 @@ class Trainer:
                 settings = TrainSettings(**self.record["train"]).validate()
             except (KeyError, TypeError, UserError) as err:
                 raise UserError(f"{run_file} is not a valid run record ({err}); it cannot be resumed") from None
+            self._note_changed_machine()
         elif run_file.exists() or checkpoint.list_checkpoints(self.out):
             raise UserError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
         self.settings = (settings or TrainSettings()).validate()
@@ -365,6 +397,18 @@ class Trainer:
                                threads=torch.get_num_threads(), world_size=self.dist.world_size,
                                versions=versions(), status="running",
                                started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    def _note_changed_machine(self) -> None:
+        """A resume on another thread count or device continues correctly but not bit for bit."""
+        was = dict(threads=self.record.get("threads"), device=self.record.get("device"))
+        now = dict(threads=torch.get_num_threads(), device=self.device)
+        changed = [f"{k} {was[k]} -> {now[k]}" for k in was if was[k] is not None and was[k] != now[k]]
+        if changed:
+            self.notes.append(f"{'; '.join(changed)} since this run started: it resumes correctly, but its weights will "
+                              f"not be bit-identical to an uninterrupted run's" +
+                              (f" (OMP_NUM_THREADS={was['threads']} gives that)" if now["threads"] != was["threads"] else ""))
+        self.record.setdefault("resumes", [])  # each resume's machine, for whoever reads the record later
+        self.record["resumes"].append(now)
 
     def _stage_task(self, settings: dict):
         """The task with a curriculum stage's settings changed; it must share the task's vocabulary and answers."""
@@ -491,49 +535,50 @@ class Trainer:
         last_eval = {}
         self.model.train()
         started = time.perf_counter() - self.elapsed
-        while self.step < s.steps:
-            lr = lr_at(self.step, s)
-            for group in self.opt.param_groups:
-                group["lr"] = lr
-            generator = torch.Generator().manual_seed(s.seed * 1_000_003 + self.step)
-            # Every process draws the same full batch and trains on its own rows of it.
-            batch = self.dist.shard(self.task_at(self.step).sample(s.batch_size, generator=generator)).to(self.device)
-            with autocast:
-                loss = loss_of(batch)
-            # The whole batch's loss (the mean of the processes' means: they have equally many
-            # query positions), so every process sees the same value and stops together.
-            loss_value = self.dist.mean(loss.detach())
-            if not torch.isfinite(loss_value):
-                bar.close()
-                kept = ("the last good checkpoint is kept" if self.progress_saved or not self.fresh else
-                        "the run was removed")
-                raise UserError(f"loss became {loss_value.item()} at step {self.step}; stopped without saving it "
-                                f"({kept}). Try a lower --lr")
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
-            self.opt.step()
-            self.step += 1
-            self.elapsed = time.perf_counter() - started
-            record = dict(step=self.step, loss=round(loss_value.item(), 6), lr=lr, elapsed_s=round(self.elapsed, 2))
-            if not main:
-                continue
-            if self.step % s.eval_every == 0 or self.step == s.steps or self.step in saves:
-                last_eval = self.evaluate()
-                record.update({f"eval_{k}": v for k, v in last_eval.items()})
-                self._log(record)
-            elif self.step % 50 == 0:
-                self._log(record)
-            if self.step in saves:
-                checkpoint.save(self.out / "checkpoints" / checkpoint.checkpoint_name(self.step),
-                                self.model, self.step, s.seed)
-            if self.step in saves or self.step % s.resume_every == 0:
-                self._save_resume()
-            bar.update(1)
-            postfix = {"loss": f"{loss_value.item():.4f}"}
-            if last_eval:
-                postfix["MAE"] = f"{last_eval['entropy_mae_bits']:.4f}b"
-            bar.set_postfix(postfix, refresh=False)
+        with deterministic(self.device):  # same seed and thread count, same weights
+            while self.step < s.steps:
+                lr = lr_at(self.step, s)
+                for group in self.opt.param_groups:
+                    group["lr"] = lr
+                generator = torch.Generator().manual_seed(s.seed * 1_000_003 + self.step)
+                # Every process draws the same full batch and trains on its own rows of it.
+                batch = self.dist.shard(self.task_at(self.step).sample(s.batch_size, generator=generator)).to(self.device)
+                with autocast:
+                    loss = loss_of(batch)
+                # The whole batch's loss (the mean of the processes' means: they have equally many
+                # query positions), so every process sees the same value and stops together.
+                loss_value = self.dist.mean(loss.detach())
+                if not torch.isfinite(loss_value):
+                    bar.close()
+                    kept = ("the last good checkpoint is kept" if self.progress_saved or not self.fresh else
+                            "the run was removed")
+                    raise UserError(f"loss became {loss_value.item()} at step {self.step}; stopped without saving it "
+                                    f"({kept}). Try a lower --lr")
+                self.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)
+                self.opt.step()
+                self.step += 1
+                self.elapsed = time.perf_counter() - started
+                record = dict(step=self.step, loss=round(loss_value.item(), 6), lr=lr, elapsed_s=round(self.elapsed, 2))
+                if not main:
+                    continue
+                if self.step % s.eval_every == 0 or self.step == s.steps or self.step in saves:
+                    last_eval = self.evaluate()
+                    record.update({f"eval_{k}": v for k, v in last_eval.items()})
+                    self._log(record)
+                elif self.step % 50 == 0:
+                    self._log(record)
+                if self.step in saves:
+                    checkpoint.save(self.out / "checkpoints" / checkpoint.checkpoint_name(self.step),
+                                    self.model, self.step, s.seed)
+                if self.step in saves or self.step % s.resume_every == 0:
+                    self._save_resume()
+                bar.update(1)
+                postfix = {"loss": f"{loss_value.item():.4f}"}
+                if last_eval:
+                    postfix["MAE"] = f"{last_eval['entropy_mae_bits']:.4f}b"
+                bar.set_postfix(postfix, refresh=False)
         bar.close()
         final = self.evaluate()  # on every process (the weights are the same), so each returns it
         if main:
