@@ -1,23 +1,29 @@
 """Training-step time of each architecture at matched capacity, relative to the transformer.
 
     python benchmarks/step_time.py [--preset paper] [--task bijection] [--batch-size 128] [--steps 10]
+                                   [--deterministic both]
 
 One step = forward, soft-target loss, backward and an AdamW update, on the task's training batches
 (batch 128, T=39 for bijection V=20 L=19). Steps are interleaved across architectures (round-robin)
 so a noisy neighbour slows all of them alike; the median per architecture is reported with its ratio
 to the transformer. Issue target: Mamba at the paper size <= 1.5x the transformer.
+
+``--deterministic both`` times every step twice, with and without the deterministic kernels that
+training uses (interp.train.deterministic), interleaved, and prints their ratio per architecture.
+Issue target: <= 1.10x.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
+from contextlib import nullcontext
 
 import torch
 
 import models
 import tasks
-from interp.train import loss_fn, retain_freed_memory
+from interp.train import deterministic, loss_fn, retain_freed_memory
 
 
 def main() -> None:
@@ -28,6 +34,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--archs", default=",".join(models.ARCHS))
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--deterministic", choices=("on", "off", "both"), default="on",
+                        help="time with training's deterministic kernels (as `interp train` runs), without, or both")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     retain_freed_memory()  # as `interp train` does, for every architecture alike
@@ -42,22 +50,28 @@ def main() -> None:
     print(f"batch {args.batch_size}, T={batch.tokens.shape[1]}, {torch.get_num_threads()} threads, "
           f"{args.steps} timed steps after 2 warm-up steps")
 
-    times = {arch: [] for arch in setups}
+    modes = {"on": [True], "off": [False], "both": [True, False]}[args.deterministic]
+    times = {(arch, mode): [] for arch in setups for mode in modes}
     for i in range(args.steps + 2):
         for arch, (model, optim) in setups.items():
-            start = time.perf_counter()
-            loss = loss_fn(model, batch, "soft")
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            optim.step()
-            if i >= 2:
-                times[arch].append(time.perf_counter() - start)
-    base = statistics.median(times["transformer"]) if "transformer" in times else None
-    for arch, ts in times.items():
-        med = statistics.median(ts)
-        ratio = f"{med / base:.2f}x transformer" if base else ""
-        print(f"{arch:<12} median {med * 1000:8.1f} ms/step  (min {min(ts) * 1000:.1f})  {ratio}")
-
+            for mode in modes:
+                with deterministic("cpu") if mode else nullcontext():
+                    start = time.perf_counter()
+                    loss = loss_fn(model, batch, "soft")
+                    optim.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optim.step()
+                    if i >= 2:
+                        times[arch, mode].append(time.perf_counter() - start)
+    median = {key: statistics.median(ts) for key, ts in times.items()}
+    for (arch, mode), ts in times.items():
+        base = median.get(("transformer", mode))
+        ratio = f"{median[arch, mode] / base:.2f}x transformer" if base else ""
+        label = f"{arch} ({'deterministic' if mode else 'default'})" if len(modes) > 1 else arch
+        print(f"{label:<28} median {median[arch, mode] * 1000:8.1f} ms/step  (min {min(ts) * 1000:.1f})  {ratio}")
+    if len(modes) > 1:
+        for arch in setups:
+            print(f"{arch:<12} deterministic / default: {median[arch, True] / median[arch, False]:.3f}x (target <= 1.10x)")
 
 if __name__ == "__main__":
     main()

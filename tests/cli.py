@@ -69,3 +69,41 @@ def wait_for(pid: int, timeout: float = 120) -> int:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     raise AssertionError(f"the forked interp (pid {pid}) hung for {timeout} s and was killed")
+
+
+def _cli_child(log: str, args: list[str], threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    sys.stdout = sys.stderr = open(log, "w", buffering=1)
+    sys.argv = ["interp", *args]
+    code = 1
+    try:
+        entry()
+        code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 1
+    finally:
+        os._exit(code)
+
+
+_SERVER = None
+
+
+def threaded_cli(log, *args, threads: int = 2):
+    """Start ``interp ARGS`` (output to ``log``) on ``threads`` threads; returns its multiprocessing.Process.
+
+    fork_cli's children must stay on one thread. These are forked from a fork server: a fresh Python
+    that imported interp (and with it torch and transformer-lens, ~10 s, once per test session) but
+    never computed, so it holds no OpenMP pool a child could wait on. The children start at once
+    and run the kernels a user's `interp train` runs, at the machine's thread count.
+    """
+    import multiprocessing
+
+    global _SERVER
+    if _SERVER is None:
+        _SERVER = multiprocessing.get_context("forkserver")
+        _SERVER.set_forkserver_preload(["interp.cli", "tests.cli"])
+    process = _SERVER.Process(target=_cli_child, args=(str(log), [str(a) for a in args], threads), daemon=True)
+    process.start()
+    return process

@@ -3,12 +3,13 @@
 After every kill: each checkpoint on disk loads and equals the uninterrupted run's checkpoint of
 the same step bit for bit, run.json parses, and `--resume` starts from the last complete resume
 state. At the end the resumed run's checkpoints, final weights and metrics log equal the
-uninterrupted run's exactly (CPU, one thread in both).
+uninterrupted run's exactly (CPU, 2 threads in both: CI's machine's default count).
 
 The kill moments come from a seeded RNG (set CRASH_SEED to try others; a failure prints it).
-Each killed `interp train` is a forked child running the real CLI entry point (tests.cli.fork_cli):
-a fresh Python would spend ~10 s importing transformer-lens per start, while a fork starts training
-at once, so several kills fit in a few seconds.
+Each killed `interp train` is a child running the real CLI entry point on 2 threads, forked from a
+fork server that has imported everything (tests.cli.threaded_cli): a fresh Python would spend ~10 s
+importing transformer-lens per start, while a fork starts training at once, so several kills fit in
+a few seconds.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from safetensors.torch import load_file
 
 from interp import checkpoint
 from interp.train import Trainer
-from tests.cli import fork_cli, run_cli, wait_for
+from tests.cli import run_cli, threaded_cli
 
 # 1500 steps: checkpoints (and resume states) every 100 steps; about 5 s uninterrupted here (600
 # steps finished in 2 s on a faster day, before most kills could land).
@@ -31,6 +32,7 @@ ARGS = ["--steps", "1500", "--checkpoint-every", "100", "--batch-size", "16", "-
         "-M", "d_model=16", "-M", "n_layers=1", "-M", "n_heads=2"]
 KILLS = 6
 SEED = int(os.environ.get("CRASH_SEED", "0"))
+THREADS = 2
 
 
 def wait_for_new_checkpoint(run_dir, timeout: float = 60) -> None:
@@ -65,7 +67,15 @@ def check_after_kill(run_dir, reference, note: str) -> int | None:
 
 
 def test_random_sigkills_then_resume_equal_an_uninterrupted_run(tmp_path, capsys):
-    torch.set_num_threads(1)  # fork_cli's children run on one thread too: same kernels, same bits
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)  # as the killed children: same thread count, same bits
+    try:
+        sigkill_and_resume(tmp_path, capsys)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def sigkill_and_resume(tmp_path, capsys):
     reference = tmp_path / "straight"
     assert run_cli(capsys, "train", "--out", reference, *ARGS).code == 0
 
@@ -82,17 +92,19 @@ def test_random_sigkills_then_resume_equal_an_uninterrupted_run(tmp_path, capsys
             # What --resume will do: continue from the last complete resume state.
             assert Trainer(run_dir, resume=True, progress=False).step == start, note
         log = tmp_path / f"child-{len(history)}.log"
-        pid = fork_cli(log, "train", "--out", run_dir, *(ARGS if start is None else ["--resume"]))
+        child = threaded_cli(log, "train", "--out", run_dir, *(ARGS if start is None else ["--resume"]), threads=THREADS)
         # Even kills: any moment from the start (start-up included). Odd kills: just after the
         # next checkpoint appears, where a checkpoint, its resume state and the log are written.
         if len(history) % 2:
             wait_for_new_checkpoint(run_dir)
         delay = rng.uniform(0.0, 2.5 if len(history) % 2 == 0 else 0.3)
         time.sleep(delay)
-        os.kill(pid, signal.SIGKILL)
-        status = wait_for(pid)
-        killed = os.WIFSIGNALED(status)
-        assert killed or os.WEXITSTATUS(status) == 0, f"{note}: the child failed: {log.read_text()[-2000:]}"
+        if child.is_alive():
+            os.kill(child.pid, signal.SIGKILL)
+        child.join(120)
+        assert child.exitcode is not None, f"{note}: the child hung: {log.read_text()[-2000:]}"
+        killed = child.exitcode == -signal.SIGKILL
+        assert killed or child.exitcode == 0, f"{note}: the child failed: {log.read_text()[-2000:]}"
         history.append((round(delay, 3), start, killed))
     note = f"CRASH_SEED={SEED}, kills {history}"
     assert sum(k for *_, k in history) >= 3, f"{note}: too few kills landed while training ran"
