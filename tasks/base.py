@@ -152,6 +152,9 @@ class Task:
     # hidden states), and its number of classes (an attribute name of the task); None if none.
     query_latent: str | None = None
     query_latent_classes: str | None = None
+    # In-context linear regression: ``batch.hypothesis`` holds the inputs x [B, n, d] and outputs
+    # y [B, n], query i predicting y_i from pairs before it (calibration's least-squares curve).
+    linear_in_context: bool = False
     primitive: Primitive | None = None  # the inference primitive it tests, if any
     presets: dict[str, Preset] = {}  # preset name -> this task's variant of it
     paper_rows: tuple[PaperRow, ...] = ()

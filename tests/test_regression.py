@@ -63,6 +63,47 @@ def test_calibration_of_the_exact_predictive_is_zero():
     numbers = calibration.measure(GaussianOracle(task, batch), batch)
     assert numbers["entropy_mae_bits"] == pytest.approx(0, abs=1e-6)
     assert numbers["kl_bits"] == pytest.approx(0, abs=1e-6) and numbers["mean_sq_error"] == 0
+    assert numbers["relative_mean_error"] == 0
+
+
+class ShiftedOracle(GaussianOracle):
+    """The Bayes predictive with its mean moved by one Bayes standard deviation."""
+
+    def predictive(self, inputs):
+        mean, var = super().predictive(inputs)
+        return mean + var.sqrt(), var
+
+
+def test_relative_mean_error_counts_the_mean_off_by_one_predictive_sd_as_one():
+    task = tasks.make("regression", d=3, n=5)
+    batch = task.sample(50, generator=torch.Generator().manual_seed(0))
+    numbers = calibration.measure(ShiftedOracle(task, batch), batch)
+    assert numbers["relative_mean_error"] == pytest.approx(1, rel=1e-5)
+    assert numbers["entropy_mae_bits"] == pytest.approx(0, abs=1e-6)  # what entropy alone cannot see
+
+
+def test_least_squares_predictions_match_numpy_lstsq_minimum_norm():
+    import numpy as np
+
+    x, y = torch.randn(3, 7, 4, dtype=torch.float64), torch.randn(3, 7, dtype=torch.float64)
+    got = calibration.least_squares_predictions(x, y)
+    for b in range(3):
+        assert got[b, 0] == 0
+        for i in range(1, 7):  # i < d = 4: underdetermined, numpy's lstsq gives the minimum-norm fit
+            w_hat = np.linalg.lstsq(x[b, :i].numpy(), y[b, :i].numpy(), rcond=None)[0]
+            assert got[b, i].item() == pytest.approx(float(x[b, i].numpy() @ w_hat), abs=1e-9)
+
+
+def test_in_context_curves_put_the_oracle_on_the_bayes_curve_below_least_squares():
+    task = tasks.make("regression", d=3, n=8)
+    batch = task.sample(1000, generator=torch.Generator().manual_seed(1))  # the oracle answers one chunk
+    curves = calibration.measure(GaussianOracle(task, batch), batch, in_context=True)["in_context"]
+    assert curves["examples"] == list(range(8)) and curves["model_sq_error"] == curves["bayes_sq_error"]
+    # With no example both predict 0: E[y^2] / d = (weight_std^2 d + noise^2) / d.
+    assert curves["bayes_sq_error"][0] == pytest.approx((3 + 0.25) / 3, rel=0.1)
+    # Least squares interpolates noise near k = d, where Bayes (ridge) is far better (Garg et al.).
+    assert curves["least_squares_sq_error"][3] > 2 * curves["bayes_sq_error"][3]
+    assert curves["least_squares_sq_error"][7] == pytest.approx(curves["bayes_sq_error"][7], rel=0.5)
 
 
 def test_a_transformer_reads_continuous_inputs_with_hooks_and_learns(tmp_path):
