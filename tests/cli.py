@@ -35,24 +35,10 @@ def fork_cli(log, *args, prepare=None) -> int:
     The child computes on one thread: a fork keeps none of the parent's OpenMP worker threads, and
     a parallel region in the child would wait for them forever.
     """
-    import torch
-
     pid = os.fork()
     if pid:
         return pid
-    code = 1
-    try:  # the child: never returns into pytest
-        torch.set_num_threads(1)
-        sys.stdout = sys.stderr = open(log, "w", buffering=1)
-        if prepare:
-            prepare()
-        sys.argv = ["interp", *map(str, args)]
-        entry()
-        code = 0
-    except SystemExit as done:
-        code = done.code if isinstance(done.code, int) else 1
-    finally:
-        os._exit(code)
+    _cli_child(log, [str(a) for a in args], 1, prepare)  # never returns into pytest
 
 
 def wait_for(pid: int, timeout: float = 120) -> int:
@@ -71,14 +57,17 @@ def wait_for(pid: int, timeout: float = 120) -> int:
     raise AssertionError(f"the forked interp (pid {pid}) hung for {timeout} s and was killed")
 
 
-def _cli_child(log: str, args: list[str], threads: int) -> None:
+def _cli_child(log: str, args: list[str], threads: int, prepare=None) -> None:
+    """The body of a child process: ``interp ARGS`` on ``threads`` threads, then exit with its code."""
     import torch
 
-    torch.set_num_threads(threads)
-    sys.stdout = sys.stderr = open(log, "w", buffering=1)
-    sys.argv = ["interp", *args]
     code = 1
     try:
+        torch.set_num_threads(threads)
+        sys.stdout = sys.stderr = open(log, "w", buffering=1)
+        if prepare:
+            prepare()
+        sys.argv = ["interp", *args]
         entry()
         code = 0
     except SystemExit as done:

@@ -1,0 +1,159 @@
+"""Belief state: how linearly the residual stream encodes the full Bayes posterior, layer by layer.
+
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option, untrained_twin
+from .belief_clusters import residuals_at_queries, resid_name
+
+DEFINITION = " ".join("""
+ On one held-out batch of n sequences, the residual stream after every block l
+(blocks.l.hook_resid_post) is read at the query positions. The target at each point is the exact
+Bayes belief there: the full posterior vector over the C answer classes for a discrete task (e.g.
+the HMM's filtering distribution over hidden states), or (mean, log variance) of the Gaussian
+predictive for a continuous one. The sequences are split at random (seeded) into halves; on the
+first half a ridge regression (features standardised, an intercept, penalty lambda = 1e-3 times the
+number of training points) maps each layer's residual to the target; on the second half it is
+scored. r2: 1 - sum of squared errors / sum of squares about the held-out mean, pooled over all
+target coordinates (1: the belief is a linear read-out; 0: no better than the mean belief).
+rmse: the root-mean-square error over all held-out coordinates. Controls per layer: the untrained
+twin (same architecture, config and seed at initialisation) under the same procedure, and a
+shuffled-belief control that fits the trained residuals to the training targets randomly permuted
+across points (an r2 near or below 0 says the fit is not capacity alone). The headline numbers are
+those of the final layer. The simplex figure (discrete tasks) places class c at the c-th vertex of
+a regular polygon and each belief p at sum_c p_c vertex_c, for the Bayes beliefs and the final
+layer's read-out of the same held-out points.
+""".split())
+
+RIDGE = 1e-3
+SIMPLEX_POINTS = 2000
+
+
+def beliefs_at_queries(batch) -> np.ndarray:
+    """The Bayes belief at each query position, row-major (sequence, position): [N, C] or [N, 2]."""
+    mask = batch.query_mask.cpu()
+    if batch.posterior is not None:
+        return batch.posterior.cpu()[mask].double().numpy()
+    mean, var = batch.posterior_mean.cpu()[mask].double(), batch.posterior_var.cpu()[mask].double()
+    return torch.stack([mean, var.log()], -1).numpy()
+
+
+def ridge_fit(x: np.ndarray, y: np.ndarray, penalty: float = RIDGE):
+    """A linear map with intercept from standardised ``x`` to ``y``; returns predict(x_new)."""
+    mu, sd = x.mean(0), x.std(0) + 1e-12
+    z = np.hstack([(x - mu) / sd, np.ones((len(x), 1))])
+    gram = z.T @ z + penalty * len(x) * np.diag([1.0] * x.shape[1] + [0.0])  # the intercept is not penalised
+    w = np.linalg.solve(gram, z.T @ y)
+    return lambda new: np.hstack([(new - mu) / sd, np.ones((len(new), 1))]) @ w
+
+
+def held_out_scores(x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray,
+                    fit_targets: np.ndarray | None = None) -> tuple[float, float, np.ndarray]:
+    """(r2, rmse, held-out predictions) of a ridge fit on ``train`` (to ``fit_targets`` if given)."""
+    predict = ridge_fit(x[train], y[train] if fit_targets is None else fit_targets)
+    prediction = predict(x[test])
+    residual = ((prediction - y[test]) ** 2).sum()
+    total = ((y[test] - y[test].mean(0)) ** 2).sum()
+    return float(1 - residual / total), float(math.sqrt(residual / y[test].size)), prediction
+
+
+def split_points(batch, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Point indices of a random half of the sequences (train) and of the other half (test)."""
+    per_sequence = batch.query_mask.cpu().sum(1).numpy()
+    owner = np.repeat(np.arange(len(per_sequence)), per_sequence)
+    order = np.random.default_rng(seed).permutation(len(per_sequence))
+    in_train = np.zeros(len(per_sequence), bool)
+    in_train[order[: len(order) // 2]] = True
+    return np.flatnonzero(in_train[owner]), np.flatnonzero(~in_train[owner])
+
+
+def compute(model, n: int = 500, seed: int = 1234) -> Result:
+    """Held-out linear read-out of the Bayes belief from each layer's residual stream, with controls."""
+    n_layers = model.cfg.n_layers
+    missing = [resid_name(l) for l in range(n_layers) if resid_name(l) not in getattr(model, "hook_dict", {})]
+    if missing:
+        raise AnalysisError(f"belief-state needs the hook point(s) {', '.join(missing)}, which this model lacks")
+    batch = eval_batch(model, n, seed)
+    if n < 4:
+        raise AnalysisError("belief-state needs at least 4 sequences to fit on half and score on the other (raise --n)")
+    target = beliefs_at_queries(batch)
+    train, test = split_points(batch, seed)
+    shuffled = target[train][np.random.default_rng(seed + 1).permutation(len(train))]
+    trained, untrained = residuals_at_queries(model, batch), residuals_at_queries(untrained_twin(model), batch)
+    per = dict(r2=[], rmse=[], untrained_r2=[], untrained_rmse=[], shuffled_r2=[])
+    for layer in range(n_layers):
+        r2, rmse, prediction = held_out_scores(trained[layer], target, train, test)
+        per["r2"].append(r2)
+        per["rmse"].append(rmse)
+        r2_u, rmse_u, _ = held_out_scores(untrained[layer], target, train, test)
+        per["untrained_r2"].append(r2_u)
+        per["untrained_rmse"].append(rmse_u)
+        per["shuffled_r2"].append(held_out_scores(trained[layer], target, train, test, fit_targets=shuffled)[0])
+    metrics = dict(r2=per["r2"][-1], rmse=per["rmse"][-1], untrained_r2=per["untrained_r2"][-1],
+                   shuffled_r2=per["shuffled_r2"][-1], best_layer=int(np.argmax(per["r2"])),
+                   per_layer=dict(layer=list(range(n_layers)), hook=[resid_name(l) for l in range(n_layers)], **per),
+                   target="posterior over the answer classes" if batch.posterior is not None else
+                   "(mean, log variance) of the Gaussian predictive",
+                   target_dim=int(target.shape[1]), n_train_points=len(train), n_test_points=len(test),
+                   n_sequences=len(batch), seed=seed)
+    figures = {"per-layer": per_layer_figure(metrics)}
+    if batch.posterior is not None and target.shape[1] >= 3:
+        figures["simplex"] = simplex_figure(target[test], prediction, seed)
+    return Result("belief-state", DEFINITION, metrics, figures, descriptions={
+        "r2": "final layer: held-out R^2 of the linear read-out of the Bayes belief (1 = exact, 0 = the mean belief)",
+        "rmse": "final layer: held-out root-mean-square error of that read-out",
+        "untrained_r2": "the same read-out from the untrained twin's final layer (what the architecture alone gives)",
+        "shuffled_r2": "the same read-out fitted to shuffled beliefs (what fitting capacity alone gives)",
+    })
+
+
+def per_layer_figure(metrics: dict) -> go.Figure:
+    per = metrics["per_layer"]
+    x = [f"L{l}" for l in per["layer"]]
+    fig = go.Figure()
+    for key, name, color, dash in (("r2", "trained", "#d62728", None), ("untrained_r2", "untrained twin", "#7f7f7f", "dot"),
+                                   ("shuffled_r2", "shuffled beliefs", "#1f77b4", "dash")):
+        fig.add_scatter(x=x, y=per[key], name=name, mode="lines+markers", line=dict(color=color, dash=dash),
+                        customdata=per["hook"], hovertemplate=f"{name}<br>%{{customdata}}<br>R² %{{y:.4f}}<extra></extra>")
+    fig.update_layout(title=f"Linear read-out of the Bayes belief ({metrics['target']}) by layer, held out",
+                      xaxis_title="residual stream after block", yaxis_title="held-out R²",
+                      template="plotly_white", width=760, height=440)
+    return fig
+
+
+def simplex_figure(bayes: np.ndarray, decoded: np.ndarray, seed: int) -> go.Figure:
+    C = bayes.shape[1]
+    angles = np.pi / 2 + 2 * np.pi * np.arange(C) / C
+    vertices = np.stack([np.cos(angles), np.sin(angles)], -1)
+    shown = np.random.default_rng(seed + 2).choice(len(bayes), size=min(SIMPLEX_POINTS, len(bayes)), replace=False)
+    colour = bayes[shown].argmax(1)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Bayes belief", "read out of the final layer"))
+    for col, beliefs in ((1, bayes[shown]), (2, decoded[shown])):
+        xy = beliefs @ vertices
+        fig.add_scatter(x=xy[:, 0], y=xy[:, 1], mode="markers", showlegend=False, row=1, col=col,
+                        marker=dict(size=4, opacity=0.6, color=colour, colorscale="Turbo", cmin=0, cmax=C - 1),
+                        hovertemplate="Bayes arg-max class %{marker.color}<extra></extra>")
+        ring = np.vstack([vertices, vertices[:1]])
+        fig.add_scatter(x=ring[:, 0], y=ring[:, 1], mode="lines+text", showlegend=False, row=1, col=col,
+                        line=dict(color="black", width=1), text=[f"c{c}" for c in range(C)] + [""],
+                        textposition="top center", hoverinfo="skip")
+    fig.update_xaxes(visible=False, scaleanchor="y")
+    fig.update_yaxes(visible=False)
+    fig.update_layout(title=f"Beliefs on the {C}-class simplex (vertex c = certainty on class c), {len(shown)} "
+                            f"held-out points, coloured by the Bayes arg-max",
+                      template="plotly_white", width=900, height=480)
+    return fig
+
+
+ANALYSIS = Analysis(
+    "belief-state", "held-out linear read-out of the full Bayes belief from each layer, vs untrained and shuffled",
+    DEFINITION, compute, options=(n_option(500), seed_option()), order=9)
+run = ANALYSIS
