@@ -61,8 +61,8 @@ def held_out_scores(x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.nd
     predict = ridge_fit(x[train], y[train] if fit_targets is None else fit_targets)
     prediction = predict(x[test])
     residual = ((prediction - y[test]) ** 2).sum()
-    total = ((y[test] - y[test].mean(0)) ** 2).sum()
-    return float(1 - residual / total), float(math.sqrt(residual / y[test].size)), prediction
+    total = ((y[test] - y[test].mean(0)) ** 2).sum()  # 0 when every held-out belief is the same: no R²
+    return float(1 - residual / total) if total > 0 else float("nan"), float(math.sqrt(residual / y[test].size)), prediction
 
 
 def split_points(batch, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -81,9 +81,9 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
     missing = [resid_name(l) for l in range(n_layers) if resid_name(l) not in getattr(model, "hook_dict", {})]
     if missing:
         raise AnalysisError(f"belief-state needs the hook point(s) {', '.join(missing)}, which this model lacks")
-    batch = eval_batch(model, n, seed)
     if n < 4:
         raise AnalysisError("belief-state needs at least 4 sequences to fit on half and score on the other (raise --n)")
+    batch = eval_batch(model, n, seed)
     target = beliefs_at_queries(batch)
     train, test = split_points(batch, seed)
     shuffled = target[train][np.random.default_rng(seed + 1).permutation(len(train))]
@@ -98,7 +98,7 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
         per["untrained_rmse"].append(rmse_u)
         per["shuffled_r2"].append(held_out_scores(trained[layer], target, train, test, fit_targets=shuffled)[0])
     metrics = dict(r2=per["r2"][-1], rmse=per["rmse"][-1], untrained_r2=per["untrained_r2"][-1],
-                   shuffled_r2=per["shuffled_r2"][-1], best_layer=int(np.argmax(per["r2"])),
+                   shuffled_r2=per["shuffled_r2"][-1], best_layer=int(np.nanargmax(per["r2"])) if not np.isnan(per["r2"]).all() else None,
                    per_layer=dict(layer=list(range(n_layers)), hook=[resid_name(l) for l in range(n_layers)], **per),
                    target="posterior over the answer classes" if batch.posterior is not None else
                    "(mean, log variance) of the Gaussian predictive",

@@ -121,7 +121,8 @@ def style_breaks(fig) -> list[str]:
     broken = [f"{key} exponentformat {axis.exponentformat}" for key, axis in style._axes(fig)
               if axis.exponentformat not in ("power", "e", "E", "none")]
     broken += [f"{key} has data but no title" for key in style.values_by_axis(fig, shapes=False)
-               if not fig.layout[key].title.text and not fig.layout[key].matches]  # a shared axis: titled once
+               if not fig.layout[key].title.text and not fig.layout[key].matches  # a shared axis: titled once
+               and fig.layout[key].visible is not False]  # a hidden axis (e.g. a simplex's plane) shows nothing
     for trace in fig.data:
         x = getattr(trace, "x", None)
         if trace.type not in ("scatter", "bar") or x is None:
