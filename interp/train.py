@@ -28,9 +28,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 import models
+from models.base import training_loss as loss_fn  # the objective lives with the models (analyses use it)
 import tasks
 from analyses.base import held_out_batch
 
@@ -174,24 +174,6 @@ def lr_at(step: int, s: TrainSettings) -> float:
         return s.lr * (step + 1) / s.warmup
     progress = (step - s.warmup) / max(1, s.steps - s.warmup)
     return s.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def loss_fn(model, batch, kind: str) -> torch.Tensor:
-    mask = batch.query_mask
-    if model.task.continuous:
-        # Gaussian NLL (up to a constant). Soft: its expectation under the Bayes predictive, which
-        # replaces the sampled (y - mean)^2 by var_Bayes + (mean_Bayes - mean)^2.
-        mean, var = model.predictive(batch.tokens)
-        if kind == "soft":
-            sq = batch.posterior_var + (batch.posterior_mean - mean) ** 2
-        else:
-            sq = (batch.targets - mean) ** 2
-        return 0.5 * (var.log() + sq / var)[mask].mean()
-    # Softmax only where beliefs are asked for: a recall sequence has 3 of them in 329 positions.
-    logits = model.answer_logits(batch.tokens)[mask].float()
-    if kind == "soft":
-        return -(batch.posterior[mask] * logits.log_softmax(-1)).sum(-1).mean()
-    return F.cross_entropy(logits, batch.targets[mask])
 
 
 def retain_freed_memory() -> None:

@@ -20,6 +20,8 @@ import json
 from dataclasses import fields
 from functools import lru_cache
 
+import torch
+
 import tasks
 from tasks import ConfigError, Task
 from tasks.plugins import classes_in, discover
@@ -29,6 +31,7 @@ from .base import AnswerHead, Provenance, matched_width
 REGISTRY: dict[str, type[AnswerHead]] = discover(__name__, __path__, lambda m: classes_in(m, AnswerHead, "arch"),
                                                  lambda cls: cls.order, "architectures")
 ARCHS = tuple(REGISTRY)
+MAX_PARAMS = 2 ** 31  # 8 GiB of float32 weights: far beyond the paper's models, within a workstation's memory
 REFERENCE = next((arch for arch, cls in REGISTRY.items() if cls.capacity_reference), None)
 
 
@@ -95,10 +98,22 @@ def _reference_params(preset: str, task_json: str) -> int:
 
 
 def build(arch: str, task: Task, config: dict | None = None, preset: str | None = None, seed: int = 0):
-    """A freshly initialised model of ``arch`` for ``task`` (seeded, so the same seed gives the same init)."""
+    """A freshly initialised model of ``arch`` for ``task`` (seeded, so the same seed gives the same init).
+
+    A model beyond MAX_PARAMS is refused before any memory is spent (counted on the meta device,
+    where it is built as asked when that is already the default device).
+    """
     cls = architecture(arch)
     settings = config if config is not None else model_config(arch, preset or "cpu", task)
-    return cls(cls.config_class.from_dict(settings), task, seed=seed)
+    config = cls.config_class.from_dict(settings)
+    if torch.get_default_device().type == "meta":
+        return cls(config, task, seed=seed)
+    with torch.device("meta"):
+        size = n_params(cls(config, task))
+    if size > MAX_PARAMS:
+        raise ConfigError(f"{arch}: this model would have {size:,} parameters ({4 * size / 2 ** 30:,.0f} GiB in "
+                          f"float32); at most {MAX_PARAMS:,}: make it smaller (d_model, n_layers, the task's sizes)")
+    return cls(config, task, seed=seed)
 
 
 def n_params(model) -> int:

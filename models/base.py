@@ -25,13 +25,16 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from tasks import ConfigError, Task
+from tasks.base import MAX_SIZE
+
+MAX_LAYERS = 1024  # deeper models take minutes only to construct
 
 
 class ModelConfig:
     """Validation shared by the architectures' config dataclasses.
 
-    Types come from the field annotations: ``int`` fields must be positive integers (``int | None``
-    may also be None), ``float`` fields finite positive numbers, ``str`` fields one of ``CHOICES``.
+    Types come from the field annotations: ``int`` fields must be positive integers up to
+    ``tasks.base.MAX_SIZE`` (``n_layers`` up to MAX_LAYERS; ``int | None`` may also be None), ``float`` fields finite positive numbers, ``str`` fields one of ``CHOICES``.
     """
 
     ARCH = "model"
@@ -64,6 +67,9 @@ def check_value(arch: str, name: str, annotation: str, value, choices=None) -> N
     if annotation.startswith("int"):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{arch}: {name} must be a positive integer, got {value!r}")
+        most = MAX_LAYERS if name == "n_layers" else MAX_SIZE
+        if value > most:
+            raise ConfigError(f"{arch}: {name} must be at most {most:,}, got {value:,}")
     elif annotation.startswith("float"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ConfigError(f"{arch}: {name} must be a finite positive number, got {value!r}")
@@ -146,6 +152,33 @@ class AnswerHead:
         """Continuous tasks: the model's Gaussian predictive (mean, variance), each [B, T]."""
         out = self(inputs, **kwargs)
         return out[..., 0], out[..., 1].clamp(-30, 30).exp()
+
+
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32 when it is in a narrower float type (bf16 weights); float64 stays float64."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def training_loss(model, batch, kind: str = "soft") -> torch.Tensor:
+    """The training objective on ``batch``, at its query positions only: ``kind`` "soft" is cross-entropy
+    against the exact Bayes posterior (its expected value under the Bayes predictive for a continuous
+    task), "hard" against the sampled answers. Kept in the weights' precision from float32 up (float64
+    for gradient checks), so bf16 logits are promoted and float64 ones are not rounded."""
+    mask = batch.query_mask
+    if model.task.continuous:
+        # Gaussian NLL (up to a constant). Soft: its expectation under the Bayes predictive, which
+        # replaces the sampled (y - mean)^2 by var_Bayes + (mean_Bayes - mean)^2.
+        mean, var = model.predictive(batch.tokens)
+        if kind == "soft":
+            sq = batch.posterior_var + (batch.posterior_mean - mean) ** 2
+        else:
+            sq = (batch.targets - mean) ** 2
+        return 0.5 * (var.log() + sq / var)[mask].mean()
+    # Softmax only where beliefs are asked for: a recall sequence has 3 of them in 329 positions.
+    logits = at_least_float32(model.answer_logits(batch.tokens)[mask])
+    if kind == "soft":
+        return -(batch.posterior[mask] * logits.log_softmax(-1)).sum(-1).mean()
+    return torch.nn.functional.cross_entropy(logits, batch.targets[mask])
 
 
 def output_sizes(task: Task) -> tuple[int, int]:

@@ -29,14 +29,23 @@ class Batch:
     hypothesis: dict = field(default_factory=dict)  # the sampled latent truth
     # Every per-position field is defined where query_mask is set; elsewhere it holds placeholders.
 
-    def to(self, device) -> "Batch":
-        moved = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name, value in moved.items():
-            if isinstance(value, torch.Tensor):
-                moved[name] = value.to(device)
-        moved["hypothesis"] = {k: v.to(device) if isinstance(v, torch.Tensor) else v
-                               for k, v in self.hypothesis.items()}
+    def map(self, fn) -> "Batch":
+        """A batch whose every tensor (the hypothesis's too) is ``fn(tensor)``."""
+        apply = lambda value: fn(value) if isinstance(value, torch.Tensor) else value  # noqa: E731
+        moved = {f.name: apply(getattr(self, f.name)) for f in fields(self)}
+        moved["hypothesis"] = {k: apply(v) for k, v in self.hypothesis.items()}
         return Batch(**moved)
+
+    def to(self, device) -> "Batch":
+        return self.map(lambda t: t.to(device))
+
+    def rows(self, start: int, stop: int) -> "Batch":
+        """Sequences ``start:stop`` (every tensor is indexed by sequence first)."""
+        return self.map(lambda t: t[start:stop])
+
+    def double(self) -> "Batch":
+        """Floating-point tensors in float64 (tokens of a discrete task stay integers)."""
+        return self.map(lambda t: t.double() if t.is_floating_point() else t)
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -243,6 +252,20 @@ class Task:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items() if k != "name")
         return f"{type(self).__name__}({args})"
+
+
+MAX_SIZE = 2 ** 20  # the largest count a task or model setting may hold: beyond it sizes overflow or exhaust memory
+
+
+def whole(owner: str, label: str, value, low: int = 1) -> int:
+    """``value`` if it is an integer from ``low`` to MAX_SIZE; a one-line ConfigError naming it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{owner}: {label} must be an integer, got {value!r}")
+    if value < low:
+        raise ConfigError(f"{owner}: {label} must be at least {low}, got {label}={value}")
+    if value > MAX_SIZE:
+        raise ConfigError(f"{owner}: {label} must be at most {MAX_SIZE:,}, got {label}={value:,}")
+    return value
 
 
 def checked_batch_size(batch_size) -> int:

@@ -20,7 +20,7 @@ import random
 
 import torch
 
-from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, batch_at_queries
+from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, whole, batch_at_queries
 
 
 def enumerated_posterior(V: int, keys: list[int], values: list[int], i: int) -> torch.Tensor:
@@ -71,17 +71,11 @@ class Bijection(Task):
 
     def __init__(self, V: int = 20, L: int | None = None, replacement: bool = False,
                  paired: bool = False):
-        for label, value in (("V", V), ("L", V if L is None else L)):  # V first: L defaults to V - 1
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"bijection: {label} must be an integer, got {value!r}")
+        whole("bijection", "V", V, 2)  # V first: L defaults to V - 1
         for label, value in (("replacement", replacement), ("paired", paired)):
             if not isinstance(value, bool):  # bool("no") is True: refuse instead of guessing
                 raise ConfigError(f"bijection: {label} must be true or false, got {value!r}")
-        L = V - 1 if L is None else L
-        if V < 2:
-            raise ConfigError(f"bijection: V must be at least 2, got V={V}")
-        if L < 1:
-            raise ConfigError(f"bijection: L must be at least 1, got L={L}")
+        L = whole("bijection", "L", V - 1 if L is None else L)
         if L > V and not replacement:
             raise ConfigError(f"bijection: L={L} > V={V} needs keys drawn with replacement "
                               f"(pass replacement=True) or L <= V")

@@ -52,7 +52,7 @@ import random
 
 import torch
 
-from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, batch_at_queries
+from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, whole, batch_at_queries
 
 TRANS, EMIT, SEP = 101, 102, 103
 OBS0 = 104
@@ -204,10 +204,7 @@ class HMM(Task):
 
     def __init__(self, S: int = 5, O: int = 5, K: int = 20, concentration: float = 1.0):
         for label, value, low in (("S", S, 2), ("O", O, 2), ("K", K, 1)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"hmm: {label} must be an integer, got {value!r}")
-            if value < low:
-                raise ConfigError(f"hmm: {label} must be at least {low}, got {label}={value}")
+            whole("hmm", label, value, low)
         for label, value in (("S", S), ("O", O)):
             if MIN_UNITS * value > UNITS:
                 raise ConfigError(f"hmm: {label}={value} is too large for the 0.05 floor "

@@ -60,7 +60,7 @@ import random
 
 import torch
 
-from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, batch_at_queries
+from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, whole, batch_at_queries
 
 LAYOUTS = ("paper", "compact")
 MARKERS = ("SEP", "STORE", "QUERY", "PAD", "FILL")  # paper layout: token ids n_keys + n_values + i
@@ -116,14 +116,6 @@ def enumerated_posterior(n_keys: int, n_values: int, tokens: list[int], query_in
     return torch.tensor([c / total for c in counts])
 
 
-def _whole(label: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"recall: {label} must be an integer >= {low}, got {value!r}")
-    if value < low:
-        raise ConfigError(f"recall: {label} must be at least {low}, got {label}={value}")
-    return value
-
-
 # The cpu preset's first stage: tables of up to 8 pairs with 8 queries, 74 tokens instead of 329 (so
 # a step costs a fraction and a sequence carries more labels); the keys, values and layout are the paper's.
 SHORT_TABLES = dict(N=8, slots=8, fillers=4, gap=2, queries=8)
@@ -168,12 +160,12 @@ class Recall(Task):
         if layout not in LAYOUTS:
             raise ConfigError(f"recall: layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         paper = layout == "paper"
-        N, n_keys, n_values, queries = (_whole(label, value, 1) for label, value in
+        N, n_keys, n_values, queries = (whole("recall", label, value, 1) for label, value in
                                         (("N", N), ("n_keys", n_keys), ("n_values", n_values), ("queries", queries)))
-        fillers = _whole("fillers", (32 if paper else 0) if fillers is None else fillers, 0)
-        gap = _whole("gap", (16 if paper else 0) if gap is None else gap, 0)
-        N_min = _whole("N_min", N if N_min is None else N_min, 1)
-        slots = _whole("slots", N if slots is None else slots, 1)
+        fillers = whole("recall", "fillers", (32 if paper else 0) if fillers is None else fillers, 0)
+        gap = whole("recall", "gap", (16 if paper else 0) if gap is None else gap, 0)
+        N_min = whole("recall", "N_min", N if N_min is None else N_min, 1)
+        slots = whole("recall", "slots", N if slots is None else slots, 1)
         if N_min > N:
             raise ConfigError(f"recall: N_min={N_min} is more than N={N}; the table holds N_min..N pairs")
         if slots < N:

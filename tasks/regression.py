@@ -24,7 +24,7 @@ import random
 
 import torch
 
-from .base import Batch, ConfigError, PaperRow, Preset, Task, checked_batch_size
+from .base import Batch, ConfigError, PaperRow, Preset, Task, checked_batch_size, whole
 
 
 def conditioned_predictive(x: torch.Tensor, y: torch.Tensor, weight_std: float, noise_std: float):
@@ -64,8 +64,7 @@ class Regression(Task):
 
     def __init__(self, d: int = 8, n: int = 40, weight_std: float = 1.0, noise_std: float = 0.5):
         for label, value in (("d", d), ("n", n)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"regression: {label} must be a positive integer, got {value!r}")
+            whole("regression", label, value)
         for label, value in (("weight_std", weight_std), ("noise_std", noise_std)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ConfigError(f"regression: {label} must be a finite positive number, got {value!r}")

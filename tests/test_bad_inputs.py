@@ -105,8 +105,8 @@ CATALOGUE = [
     Case("NaN in a model setting", f"{TRAIN} -M d_model=NaN",
          'interp: error: transformer: d_model must be a positive integer, got nan'),
     # One weight of 2^23 x 2^23 floats (256 TiB) exceeds any 64-bit address space: refused at once.
-    Case("model too big for memory", f"{TRAIN} -T V=6 -T L=5 -M d_model=8388608 -M n_heads=1 -M n_layers=1",
-         'interp: error: out of memory (262,144 GiB in one tensor): the model or batch is too big for this machine; use smaller -M sizes, --batch-size or --n'),
+    Case("model wider than any memory", f"{TRAIN} -T V=6 -T L=5 -M d_model=8388608 -M n_heads=1 -M n_layers=1",
+         'interp: error: transformer: d_model must be at most 1,048,576, got 8,388,608'),
     Case("width not divisible by heads", f"{TRAIN} -M d_model=30 -M n_heads=4",
          'interp: error: transformer: d_model=30 is not divisible by n_heads=4'),
     # -- training settings -------------------------------------------------------------------------
@@ -276,6 +276,12 @@ CATALOGUE = [
     Case("huge learning rate", f"{TRAIN} --lr 1e308 {TINY_RUN}", 'interp: error: lr must be at most 10, got 1e+308 (Adam steps of that size overflow)'),
     Case("batch size beyond any memory", f"{TRAIN} --batch-size 99999999999999999999999", 'interp: error: batch-size must be at most 1,048,576, got 99,999,999,999,999,999,999,999'),
     Case("steps beyond any plan", f"{TRAIN} --steps 99999999999999999999999", 'interp: error: steps must be at most 1,000,000,000, got 99,999,999,999,999,999,999,999'),
+    Case("task size beyond any memory", f"{TRAIN} -T V=999999999999999999999999999999",
+         'interp: error: bijection: V must be at most 1,048,576, got V=999,999,999,999,999,999,999,999,999,999'),
+    Case("model depth beyond any plan", f"{TRAIN} -M n_layers=99999",
+         'interp: error: transformer: n_layers must be at most 1,024, got 99,999'),
+    Case("model of 13 trillion parameters", f"{TRAIN} -T V=6 -T L=5 -M d_model=1048576 -M n_layers=1 -M n_heads=2",
+         'interp: error: transformer: this model would have 13,194,189,864,972 parameters (49,152 GiB in float32); at most 2,147,483,648: make it smaller (d_model, n_layers, the task\'s sizes)'),
     Case("sample count beyond any memory", "interp run calibration --ckpt tiny --n 99999999999999999999999", 'interp: error: --n must be from 1 to 10000000, got 99999999999999999999999'),
     Case("a device torch has no support for", f"{TRAIN} --device mps {TINY_RUN}", "interp: error: unknown device 'mps'; use auto, cpu or cuda"),
     Case("the meta device", "interp run calibration --ckpt tiny --device meta", "interp: error: unknown device 'meta'; use auto, cpu or cuda"),

@@ -17,6 +17,7 @@ import shutil
 import time
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -90,6 +91,16 @@ def test_a_real_resume_state_resumes(workspace_template, tmp_path, monkeypatch, 
     assert result.code == 0, result.err
     assert json.loads((tmp_path / "paused" / "run.json").read_text())["status"] == "finished"
     assert (tmp_path / "paused" / "checkpoints" / "step-00000020.safetensors").exists()
+
+
+def test_a_failed_allocation_is_one_line():
+    from interp.cli import out_of_memory
+
+    with pytest.raises(RuntimeError) as caught:
+        torch.empty(2 ** 46)  # 2^48 bytes: malloc refuses it even where memory is overcommitted
+    assert out_of_memory(caught.value) == ("out of memory (262,144 GiB in one tensor): the model or batch is too big "
+                                           "for this machine; use smaller -M sizes, --batch-size or --n")
+    assert out_of_memory(ValueError("can't allocate memory")) is None
 
 
 def test_ctrl_c_gives_the_resume_hint(tmp_path, monkeypatch, capsys):

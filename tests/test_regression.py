@@ -44,7 +44,7 @@ def test_determinism_and_bad_settings():
     assert torch.equal(a.tokens, b.tokens)
     with pytest.raises(tasks.ConfigError, match="noise_std must be a finite positive"):
         tasks.make("regression", noise_std=0)
-    with pytest.raises(tasks.ConfigError, match="d must be a positive integer"):
+    with pytest.raises(tasks.ConfigError, match="d must be at least 1"):
         tasks.make("regression", d=0)
 
 
