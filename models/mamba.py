@@ -46,7 +46,7 @@ from transformer_lens.hook_points import HookPoint
 
 from tasks import ConfigError
 
-from .base import HookedSequenceModel, ModelConfig
+from .base import HookedSequenceModel, ModelConfig, at_least_float32
 
 class _NoCudaRuntimeNotice(logging.Filter):
     """Drops the one "No CUDA runtime is found, using CUDA_HOME=..." notice that torch's C++ extension
@@ -276,7 +276,7 @@ class MambaMixer(nn.Module):
         dt, B, C = self.x_proj(x).split([R, N, N], dim=-1)
         delta = self.hook_delta(F.softplus(self.dt_proj(dt)))
         B, C = self.hook_B(B), self.hook_C(C)
-        A = -torch.exp(self.A_log.float())
+        A = -torch.exp(at_least_float32(self.A_log))  # float32 for the CUDA kernel; float64 kept
         if u.is_cuda and selective_scan_fn is not None and not self.hook_h.fwd_hooks:
             y = selective_scan_fn(x.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), A,
                                   B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous(),
@@ -301,3 +301,39 @@ class WindTunnelMamba(HookedSequenceModel):
     def make_mixer(self, layer: int) -> nn.Module:
         c = self.config
         return MambaMixer(c.d_model, c.d_state, c.d_conv, c.expand, c.dt_rank)
+
+    @torch.no_grad()
+    def effective_attention(self, tokens: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``layer``'s selective scan as matrices (see ``scan_matrix``): (M [B, E, T, T], x [B, T, E]),
+        with y = M x + D x reproducing ``blocks.{layer}.mixer.hook_y``."""
+        prefix = f"blocks.{layer}.mixer."
+        _, cache = self.run_with_cache(tokens, names_filter=[prefix + f"hook_{k}" for k in ("conv", "delta", "B", "C")])
+        mixer = self.blocks[layer].mixer
+        A = -torch.exp(mixer.A_log.to(cache[prefix + "hook_delta"].dtype))
+        return (scan_matrix(cache[prefix + "hook_delta"], A, cache[prefix + "hook_B"], cache[prefix + "hook_C"]),
+                F.silu(cache[prefix + "hook_conv"]))
+
+
+def scan_matrix(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                channels: int = 32) -> torch.Tensor:
+    """The selective scan as a data-dependent lower-triangular matrix per channel (Mamba's "hidden attention").
+
+    Unrolling h_t = exp(delta_t A) h_{t-1} + delta_t B_t x_t from h_0 = 0 gives y_t - D x_t = sum_{s<=t} M_ts x_s
+    per channel e with
+
+        M[e, t, s] = delta_s[e] * sum_n C_t[n] B_s[n] exp(A[e, n] * (delta_{s+1}[e] + ... + delta_t[e]))
+
+    (Mamba-2's M = L o (C B^T) when A is one scalar per channel). delta [B, T, E], A [E, N], B and C
+    [B, T, N]; returns [B, E, T, T], zero above the diagonal. Channels are done ``channels`` at a time, so
+    the [B, E, N, T, T] decay tensor is never formed whole.
+    """
+    T = delta.shape[1]
+    causal = torch.ones(T, T, dtype=torch.bool, device=delta.device).tril()
+    out = []
+    for start in range(0, delta.shape[2], channels):
+        d, a = delta[:, :, start:start + channels], A[start:start + channels]  # [B, T, e], [e, N]
+        total = torch.cumsum(d, 1).transpose(1, 2)[..., None] * a[None, :, None, :]  # [B, e, T, N]: A sum_{r<=t} delta_r
+        gap = total[:, :, :, None, :] - total[:, :, None, :, :]  # [B, e, t, s, N]: A sum_{s<r<=t} delta_r
+        decay = torch.where(causal[None, None, :, :, None], gap, torch.full_like(gap, -math.inf)).exp()
+        out.append(torch.einsum("btn,bsn,betsn->bets", C, B, decay) * d.transpose(1, 2)[:, :, None, :])
+    return torch.cat(out, 1)

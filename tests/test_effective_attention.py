@@ -1,0 +1,51 @@
+"""Mamba's selective scan as a matrix (effective attention), against the scan itself in float64."""
+import random
+
+import pytest
+import torch
+
+import models
+import tasks
+from models.mamba import reference_scan, scan_matrix
+
+
+def scan_inputs(b=2, T=7, E=5, N=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rand = lambda *shape: torch.randn(*shape, generator=g, dtype=torch.float64)  # noqa: E731
+    delta = torch.nn.functional.softplus(rand(b, T, E))
+    A = -torch.rand(E, N, generator=g, dtype=torch.float64) * 3
+    return rand(b, T, E), delta, A, rand(b, T, N), rand(b, T, N), rand(E)
+
+
+def test_the_matrix_reproduces_the_sequential_scan():
+    x, delta, A, B, C, D = scan_inputs()
+    y, _ = reference_scan(x, delta, A, B, C, D)
+    M = scan_matrix(delta, A, B, C, channels=2)  # channel chunks that do not divide E
+    assert torch.allclose(torch.einsum("bets,bse->bte", M, x) + D * x, y, rtol=0, atol=1e-12)
+    assert (M.triu(1) == 0).all()  # causal: no position reads a later one
+
+
+def test_one_decay_per_channel_is_mamba2_form():
+    # A the same for every state: M = L o (C B^T) with L_ts = exp(a sum_{s<r<=t} delta_r) delta_s
+    x, delta, A, B, C, _ = scan_inputs(seed=1)
+    A = A[:, :1].expand_as(A).contiguous()
+    M = scan_matrix(delta, A, B, C)
+    cum = delta.cumsum(1)  # [b, T, E]
+    gap = (cum[:, :, None, :] - cum[:, None, :, :]).permute(0, 3, 1, 2)  # [b, E, t, s]
+    L = torch.exp(A[:, 0][None, :, None, None] * gap).tril() * delta.transpose(1, 2)[:, :, None, :]
+    expected = L * torch.einsum("btn,bsn->bts", C, B)[:, None]
+    assert torch.allclose(M, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("task_name", ["hmm", "bijection"])
+def test_a_mamba_model_s_effective_attention_is_its_hook_y(task_name):
+    task = tasks.make(task_name, **tasks.REGISTRY[task_name].small_config(random.Random(5)))
+    model = models.build("mamba", task, {"d_model": 16, "n_layers": 2, "d_state": 4}, seed=3).double()
+    tokens = task.sample(3, generator=torch.Generator().manual_seed(0)).tokens
+    for layer in range(2):
+        M, x = model.effective_attention(tokens, layer)
+        _, cache = model.run_with_cache(tokens, names_filter=[f"blocks.{layer}.mixer.hook_y"])
+        y = cache[f"blocks.{layer}.mixer.hook_y"]
+        assert M.dtype == torch.float64 and M.shape == (3, model.blocks[layer].mixer.sizes[0], *tokens.shape[1:2] * 2)
+        predicted = torch.einsum("bets,bse->bte", M, x) + model.blocks[layer].mixer.D * x
+        assert (predicted - y).abs().max() <= 1e-10 * max(1.0, y.abs().max().item())
