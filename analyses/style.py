@@ -207,7 +207,8 @@ def _at(fig, axis: str, value: float) -> float:
     return math.log10(value) if fig.layout[axis + "axis"].type == "log" else value
 
 
-def _label(fig, color: str, **place) -> None:
+def label(fig, color: str, **place) -> None:
+    """A text label in the shared style at ``place`` (x, y, their refs and anchors)."""
     fig.add_annotation(showarrow=False, font=dict(color=color), bgcolor="rgba(255,255,255,0.8)", **place)
 
 
@@ -217,11 +218,11 @@ def reference_line(fig, value: float, text: str, axis: str = "y", dash: str = "d
     Call it after the axis type is set (the label's place depends on it)."""
     if axis == "y":
         fig.add_hline(y=value, line_dash=dash, line_color=color)
-        _label(fig, color, text=text, x=1 if position == "right" else 0, xref="x domain", y=_at(fig, "y", value),
+        label(fig, color, text=text, x=1 if position == "right" else 0, xref="x domain", y=_at(fig, "y", value),
                yref="y", xanchor=position, yanchor="bottom")
     else:
         fig.add_vline(x=value, line_dash=dash, line_color=color)
-        _label(fig, color, text=text, y=1, yref="y domain", x=_at(fig, "x", value), xref="x", xanchor="left",
+        label(fig, color, text=text, y=1, yref="y domain", x=_at(fig, "x", value), xref="x", xanchor="left",
                yanchor="top")
 
 
@@ -229,4 +230,4 @@ def reference_band(fig, low: float, high: float, text: str, color: str = "#2ca02
     """A shaded band from ``low`` to ``high`` on the x axis, labelled at its middle (after the axis type is set)."""
     fig.add_vrect(x0=low, x1=high, fillcolor=color, opacity=0.08, line_width=0)
     middle = math.sqrt(low * high) if fig.layout.xaxis.type == "log" else (low + high) / 2
-    _label(fig, color, text=text, y=1, yref="y domain", x=_at(fig, "x", middle), xref="x", yanchor="top")
+    label(fig, color, text=text, y=1, yref="y domain", x=_at(fig, "x", middle), xref="x", yanchor="top")

@@ -1,0 +1,235 @@
+"""Advantage law: the score and value gradients of every head, by autograd and in closed form.
+
+Paper II of the trilogy (Agarwal, Dalal, Misra, "Gradient Dynamics of Attention", arXiv 2512.22473)
+explains the geometry by two equations; this analysis checks both on a model and decomposes them.
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import copy
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from models.base import training_loss
+
+from . import style
+from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option
+
+DEFINITION = " ".join("""
+ On one held-out batch of n sequences, a float64 copy of the model computes the training loss L
+(soft cross-entropy against the exact Bayes posterior at the task's query positions; for a
+continuous task the expected Gaussian NLL under the Bayes predictive), and autograd gives the
+gradients at three hook points of every layer l and head h: the pre-softmax scores s_ij
+(blocks.l.attn.hook_attn_scores: scaled, causally masked), the values v_j (hook_v) and the head
+outputs z_i = sum_j alpha_ij v_j (hook_z), whose gradient is the upstream gradient u_i = dL/dz_i.
+With alpha the attention pattern (hook_pattern) and b_ij = u_i . v_j, the closed forms are
+dL/ds_ij = alpha_ij (b_ij - sum_k alpha_ik b_ik) (the advantage law: a key's score rises when its
+value helps more than the attention-weighted average) and dL/dv_j = sum_i alpha_ij u_i (each value
+moves toward the responsibility-weighted upstream gradients). score_error and value_error: per head,
+max |closed form - autograd| / max |autograd| over the batch (absolute when autograd is all zero);
+float64 arithmetic puts both near 1e-15, and the law is said to hold below TOLERANCE = 1e-6.
+Decomposition, per head: advantage_spread, the mean over sequences and positions i of the
+attention-weighted standard deviation of b_ij over keys j, sqrt(sum_j alpha_ij (b_ij - mean_i)^2),
+with u from each sequence's own loss (n times the batch-mean loss's), which is 0 exactly when every attended key has the same advantage (the routing signal: scores stop
+moving); score_grad_norm and value_grad_norm, sqrt(n) times the Frobenius norms of dL/ds and dL/dv of
+the batch-mean loss, i.e. the root-mean-square over sequences of each sequence's own gradient norm
+(the value gradient is the precision signal: it is non-zero as long as u is). The batch is done in
+chunks of sequences; each chunk's loss is weighted by its share of the batch, so every number but the
+errors (a maximum over chunks) is the one batch's.
+Gradient share by key group: at the query positions i, sum_j |dL/ds_ij| split by what key position
+j holds, as in qk-alignment: the query's own position ("self"), an earlier token of each hypothesis-
+token group of the task ("earlier_<group>"; on bijection the earlier value tokens are exactly the
+eliminated hypotheses, since feasible values never appear as tokens), or anything else
+("earlier_other"); the shares sum to 1 per head. Layer values are means over the layer's heads.
+""".split())
+
+TOLERANCE = 1e-6
+CHUNK = Option("chunk", 32, "sequences per backward pass (memory; the numbers do not depend on it)", low=1)
+HOOKS = ("attn_scores", "pattern", "v", "z")
+
+
+def float64_copy(model):
+    """A float64 copy of ``model`` in eval mode (the model itself is left as it is)."""
+    return copy.deepcopy(model).double().eval()
+
+
+def captured(model, batch, weight: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss on ``batch`` and, per hook point of HOOKS in every layer, its activation with ``.grad`` set:
+    the gradients of ``weight`` times the loss (a chunk of a batch weighs its share of the batch)."""
+    names = [f"blocks.{l}.attn.hook_{kind}" for l in range(model.cfg.n_layers) for kind in HOOKS]
+    missing = [name for name in names if name not in model.hook_dict]
+    if missing:
+        raise AnalysisError(f"advantage-law needs the hook point(s) {', '.join(missing)}, which this model lacks")
+    saved = {}
+
+    def keep(activation, hook):
+        activation.retain_grad()
+        saved[hook.name] = activation
+
+    model.zero_grad(set_to_none=True)
+    with torch.enable_grad(), model.hooks(fwd_hooks=[(name, keep) for name in names]):
+        loss = training_loss(model, batch)
+        (weight * loss).backward()
+    return loss.detach(), saved
+
+
+def closed_forms(alpha: torch.Tensor, v: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(dL/ds [b, H, Tq, Tk], dL/dv [b, Tk, H, d], b [b, H, Tq, Tk]) from the pattern alpha [b, H, Tq, Tk],
+    values v [b, Tk, H, d] and upstream gradients u [b, Tq, H, d]."""
+    b = torch.einsum("bqhd,bkhd->bhqk", u, v)
+    advantage = b - (alpha * b).sum(-1, keepdim=True)
+    return alpha * advantage, torch.einsum("bhqk,bqhd->bkhd", alpha, u), b
+
+
+def relative_error(closed: torch.Tensor, autograd: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
+    """max |closed - autograd| / max |autograd| over ``dims`` (absolute where autograd is all zero)."""
+    scale = autograd.abs().amax(dims)
+    error = (closed - autograd).abs().amax(dims)
+    return torch.where(scale > 0, error / scale.clamp_min(1e-300), error)
+
+
+def key_groups(task, tokens: torch.Tensor, columns: torch.Tensor) -> dict[str, torch.Tensor]:
+    """[b, Q, Tk] masks of what each key position holds, for the query columns: self, earlier tokens of each
+    hypothesis group, other earlier tokens."""
+    T = tokens.shape[1]
+    keys = torch.arange(T, device=tokens.device)
+    earlier = (keys[None, :] < columns[:, None])[None]  # [1, Q, Tk]
+    groups = {"self": (keys[None, :] == columns[:, None])[None].expand(len(tokens), -1, -1)}
+    taken = torch.zeros_like(earlier.expand(len(tokens), -1, -1))
+    for name, ids in (task.hypothesis_tokens().items() if not task.continuous else ()):
+        member = torch.isin(tokens, ids.to(tokens.device))[:, None, :] & earlier & ~taken
+        groups[f"earlier_{name}"] = member
+        taken = taken | member
+    groups["earlier_other"] = earlier & ~taken
+    return groups
+
+
+def measure(model, batch, n: int) -> dict:
+    """Per-layer, per-head sums on ``batch``, a chunk of a batch of ``n`` sequences; ``finish`` turns the sums
+    of every chunk into the numbers of DEFINITION. ``model`` is used as given (float64 for the check)."""
+    loss, saved = captured(model, batch, weight=len(batch) / n)
+    columns = batch.query_mask.any(0).nonzero().flatten()
+    at_query = batch.query_mask[:, columns]  # [b, Q]
+    groups = key_groups(model.task, batch.tokens, columns)
+    sums = {key: [] for key in ("score_error", "value_error", "spread_sum", "score_sq", "value_sq", "flow")}
+    shares = {name: [] for name in groups}
+    for l in range(model.cfg.n_layers):
+        act = {kind: saved[f"blocks.{l}.attn.hook_{kind}"] for kind in HOOKS}
+        alpha, v = act["pattern"].detach(), act["v"].detach()
+        zero_if_none = lambda grad, like: torch.zeros_like(like) if grad is None else grad  # noqa: E731
+        u = zero_if_none(act["z"].grad, act["z"])  # of the batch-mean loss: the chunk is weighted by its share
+        ds = zero_if_none(act["attn_scores"].grad, alpha)
+        dv = zero_if_none(act["v"].grad, v)
+        closed_s, closed_v, b = closed_forms(alpha, v, u)
+        sums["score_error"].append(relative_error(closed_s, ds, (0, 2, 3)))
+        sums["value_error"].append(relative_error(closed_v, dv, (0, 1, 3)))
+        b = b * n  # each sequence's own loss: a spread that does not shrink with the batch size
+        mean = (alpha * b).sum(-1, keepdim=True)
+        spread = (alpha * (b - mean) ** 2).sum(-1).clamp_min(0).sqrt()  # [b, H, Tq]
+        sums["spread_sum"].append(spread.sum((0, 2)))
+        sums["score_sq"].append(ds.pow(2).sum((0, 2, 3)))
+        sums["value_sq"].append(dv.pow(2).sum((0, 1, 3)))
+        flow = ds[:, :, columns].abs() * at_query[:, None, :, None]  # [b, H, Q, Tk]
+        sums["flow"].append(flow.sum((0, 2, 3)))
+        for name, mask in groups.items():
+            shares[name].append((flow * mask[:, None]).sum((0, 2, 3)))
+    out = {key: torch.stack(values) for key, values in sums.items()}  # [L, H] each
+    out["group_flow"] = {name: torch.stack(values) for name, values in shares.items()}
+    out["points"] = len(batch) * batch.tokens.shape[1]
+    out["loss"] = loss.item() * len(batch)
+    return out
+
+
+def finish(parts: list[dict], n: int) -> dict:
+    """The chunks' sums as the numbers of DEFINITION: errors by maximum, the rest exactly as on one batch."""
+    total = lambda key: sum(p[key] for p in parts)  # noqa: E731
+    flow = total("flow").clamp_min(1e-300)
+    return {
+        "score_error": torch.stack([p["score_error"] for p in parts]).amax(0).tolist(),
+        "value_error": torch.stack([p["value_error"] for p in parts]).amax(0).tolist(),
+        "advantage_spread": (total("spread_sum") / sum(p["points"] for p in parts)).tolist(),
+        "score_grad_norm": (total("score_sq") * n).sqrt().tolist(),
+        "value_grad_norm": (total("value_sq") * n).sqrt().tolist(),
+        "gradient_share": {name: (sum(p["group_flow"][name] for p in parts) / flow).tolist()
+                           for name in parts[0]["group_flow"]},
+        "loss": total("loss") / n,
+    }
+
+
+def compute(model, n: int = 64, seed: int = 1234, chunk: int = 32) -> Result:
+    """The advantage law and the value law checked on every head of ``model`` in float64, and their decomposition."""
+    precise = float64_copy(model)
+    batch = eval_batch(precise, n, seed).double()
+    parts = [measure(precise, batch.rows(i, i + chunk), n) for i in range(0, n, chunk)]
+    metrics = finish(parts, n)
+    worst = max(max(max(row) for row in metrics[key]) for key in ("score_error", "value_error"))
+    metrics.update(max_relative_error=worst, tolerance=TOLERANCE, holds=worst <= TOLERANCE, n=n, seed=seed)
+    metrics["layer_mean"] = {key: [sum(row) / len(row) for row in metrics[key]]
+                             for key in ("advantage_spread", "score_grad_norm", "value_grad_norm")}
+    return Result("advantage-law", DEFINITION, metrics, {
+        "errors": error_figure(metrics),
+        "decomposition": decomposition_figure(metrics),
+        "gradient-share": share_figure(metrics["gradient_share"]),
+    }, descriptions={
+        "max_relative_error": "largest relative error of either closed form over every head (float64)",
+        "holds": f"whether it is at most {TOLERANCE:g}",
+        "advantage_spread": "per layer and head: attention-weighted spread of u_i . v_j over keys (routing signal)",
+        "value_grad_norm": "per layer and head: RMS over sequences of |dL/dv| (precision signal)",
+    })
+
+
+def head_names(rows: list[list[float]]) -> list[str]:
+    return [f"L{l}H{h}" for l, row in enumerate(rows) for h in range(len(row))]
+
+
+def flat(rows: list[list[float]]) -> list[float]:
+    return [x for row in rows for x in row]
+
+
+def error_figure(metrics: dict) -> go.Figure:
+    names = head_names(metrics["score_error"])
+    fig = go.Figure()
+    for key, label in (("score_error", "dL/ds (advantage law)"), ("value_error", "dL/dv (value law)")):
+        fig.add_bar(x=names, y=[max(x, 1e-18) for x in flat(metrics[key])], name=label)
+    fig.update_layout(title="Closed form against autograd, per head (float64): max relative error",
+                      barmode="group", xaxis_title="layer and head", yaxis_title="max relative error",
+                      yaxis_type="log", template="plotly_white", width=760, height=440)
+    style.reference_line(fig, TOLERANCE, f"tolerance {TOLERANCE:g}")
+    return fig
+
+
+def decomposition_figure(metrics: dict) -> go.Figure:
+    names = head_names(metrics["advantage_spread"])
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("routing signal: advantage spread",
+                                                        "precision signal: RMS |dL/dv| per sequence"))
+    fig.add_bar(x=names, y=flat(metrics["advantage_spread"]), name="advantage spread", row=1, col=1)
+    fig.add_bar(x=names, y=flat(metrics["value_grad_norm"]), name="value gradient", row=1, col=2)
+    fig.update_yaxes(type="log")
+    fig.update_yaxes(title_text="spread of u_i . v_j (log)", row=1, col=1)
+    fig.update_yaxes(title_text="|dL/dv| per sequence (log)", row=1, col=2)
+    fig.update_xaxes(title_text="layer and head")
+    fig.update_layout(title="What the gradient still asks of each head", showlegend=False,
+                      template="plotly_white", width=900, height=440)
+    return fig
+
+
+def share_figure(shares: dict) -> go.Figure:
+    first = next(iter(shares.values()))
+    names = head_names(first)
+    fig = go.Figure()
+    for name, rows in shares.items():
+        fig.add_bar(x=names, y=flat(rows), name=name.replace("_", " "))
+    fig.update_layout(title="Where the score gradient at the query positions goes, by what the key holds",
+                      barmode="stack", xaxis_title="layer and head", yaxis_title="share of sum |dL/ds|",
+                      yaxis_range=[0, 1], template="plotly_white", width=760, height=440)
+    return fig
+
+
+ANALYSIS = Analysis(
+    "advantage-law", "dL/ds and dL/dv of every head by autograd vs the closed forms (Paper II), and their "
+    "decomposition", DEFINITION, compute,
+    options=(n_option(64), seed_option(), CHUNK),
+    requires=("attention",), order=20)
+run = ANALYSIS
