@@ -221,6 +221,43 @@ def run_label(source: Path, file: Path) -> str:
 @main.command(name="list")
 def list_command():
     """List tasks, architectures (with parameter counts), analyses and shipped models."""
+    from .files import atomic_write_text
+
+    # The listing is a function of the plugin files and the shipped runs, and building it imports
+    # TransformerLens and counts 400 models (about 25 s); so it is kept per state of those files.
+    cache = listing_cache()
+    if cache is not None and cache.exists():
+        click.echo(cache.read_text(), nl=False)
+        return
+    text = "".join(line + "\n" for line in listing())
+    click.echo(text, nl=False)
+    if cache is not None:
+        try:
+            atomic_write_text(cache, text)
+        except OSError:  # a read-only home is no reason to fail a listing
+            pass
+
+
+def listing_cache() -> Path | None:
+    """Where the listing of the current files is kept ($XDG_CACHE_HOME/interp, or ~/.cache/interp): one file
+    per fingerprint of every source file of the four packages and every shipped run (paths, sizes, mtimes)."""
+    import hashlib
+    import os
+
+    import interp
+
+    root = Path(interp.__file__).resolve().parent.parent
+    state = hashlib.sha256(sys.version.encode())
+    for package in ("tasks", "models", "analyses", "interp"):
+        for path in sorted((root / package).rglob("*")):
+            if path.suffix in (".py", ".json", ".safetensors") and path.is_file():
+                stat = path.stat()
+                state.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    base = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache")
+    return Path(base) / "interp" / f"list-{state.hexdigest()[:20]}.txt"
+
+
+def listing() -> list[str]:
     import analyses
     import models
     import tasks
@@ -228,21 +265,20 @@ def list_command():
     from .catalog import shipped, summary
     from .train import PRESETS
 
-    click.echo("tasks (defaults):")
-    for name in tasks.NAMES:
-        click.echo(f"  {name:<22} {tasks.make(name)!r}")
-    click.echo(f"architectures (parameters of each preset on each task's defaults; presets: {', '.join(PRESETS)}):")
+    lines = ["tasks (defaults):"]
+    lines += [f"  {name:<22} {tasks.make(name)!r}" for name in tasks.NAMES]
+    lines.append(f"architectures (parameters of each preset on each task's defaults; presets: {', '.join(PRESETS)}):")
     for arch in models.ARCHS:
         for name in tasks.NAMES:
             task = tasks.make(name)
-            counts = ", ".join(f"{p}={models.n_params(models.build(arch, task, models.model_config(arch, p, task))):,}"
+            counts = ", ".join(f"{p}={models.count_params(arch, task, models.model_config(arch, p, task)):,}"
                                for p in models.presets(arch))
-            click.echo(f"  {arch:<12} {name:<11} {counts}")
-    click.echo("analyses (options and defaults; `interp run NAME --help` explains them):")
+            lines.append(f"  {arch:<12} {name:<11} {counts}")
+    lines.append("analyses (options and defaults; `interp run NAME --help` explains them):")
     for name, analysis in analyses.REGISTRY.items():
         opts = " ".join(f"{o.flag} {o.default if o.default != '' else 'auto'}" for o in analysis.options)
-        click.echo(f"  {name:<22} {opts}")
-    click.echo("shipped models:")
+        lines.append(f"  {name:<22} {opts}")
+    lines.append("shipped models:")
     for name, path in shipped().items():
         info = summary(path)
         mae = f"{info['entropy_mae_bits']:.4f} bits" if info["entropy_mae_bits"] is not None else "n/a"
@@ -250,10 +286,11 @@ def list_command():
         judged_by_accuracy = primitive is not None and primitive.metric == "accuracy" and info["accuracy"] is not None
         accuracy = f", accuracy {info['accuracy']:.1%}" if judged_by_accuracy else ""
         series = f", {info['n_checkpoints']} checkpoints" if info["n_checkpoints"] > 1 else ""
-        click.echo(f"  {name:<30} {info['task'] + '/' + info['arch']:<22} {info['n_params']:>8,} params, "
-                   f"MAE {mae}{accuracy}; {info['steps']:,} steps in {info['minutes']:.0f} min{series}")
+        lines.append(f"  {name:<30} {info['task'] + '/' + info['arch']:<22} {info['n_params']:>8,} params, "
+                     f"MAE {mae}{accuracy}; {info['steps']:,} steps in {info['minutes']:.0f} min{series}")
     if not shipped():
-        click.echo("  (none)")
+        lines.append("  (none)")
+    return lines
 
 
 @main.command()

@@ -94,7 +94,7 @@ def _reference_params(preset: str, task_json: str) -> int:
     if REFERENCE is None:
         raise ConfigError("no architecture declares capacity_reference, so d_model cannot be matched; set it")
     task = tasks.from_config(json.loads(task_json))
-    return n_params(build(REFERENCE, task, model_config(REFERENCE, preset, task)))
+    return count_params(REFERENCE, task, model_config(REFERENCE, preset, task))
 
 
 def build(arch: str, task: Task, config: dict | None = None, preset: str | None = None, seed: int = 0):
@@ -108,8 +108,7 @@ def build(arch: str, task: Task, config: dict | None = None, preset: str | None 
     config = cls.config_class.from_dict(settings)
     if torch.get_default_device().type == "meta":
         return cls(config, task, seed=seed)
-    with torch.device("meta"):
-        size = n_params(cls(config, task))
+    size = count_params(arch, task, settings)
     if size > MAX_PARAMS:
         raise ConfigError(f"{arch}: this model would have {size:,} parameters ({4 * size / 2 ** 30:,.0f} GiB in "
                           f"float32); at most {MAX_PARAMS:,}: make it smaller (d_model, n_layers, the task's sizes)")
@@ -120,5 +119,12 @@ def n_params(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def count_params(arch: str, task: Task, config: dict) -> int:
+    """The parameter count of the model ``config`` describes, built on the meta device (no memory, no init)."""
+    cls = architecture(arch)
+    with torch.device("meta"):
+        return n_params(cls(cls.config_class.from_dict(config), task))
+
+
 __all__ = ["ARCHS", "REFERENCE", "REGISTRY", "Provenance", "architecture", "build", "model_config", "presets",
-           "n_params", "task_settings"]
+           "n_params", "count_params", "task_settings"]
