@@ -221,17 +221,26 @@ class Explorer:
     def attention_view(self, index: int, tokens: list, seed: int | None, choices: list[str],
                        layer: int, head: int) -> go.Figure:
         info = self.layout_info(index)
-        if not info["attention"]:
+        # A selective scan is attention in disguise: its effective attention matrix (models/mamba.py) is drawn
+        # as the one "head" of each layer, |M| averaged over channels with every row normalised.
+        scan = not info["attention"] and hasattr(self.model(index), "effective_attention")
+        if not info["attention"] and not scan:
             return _message_figure(f"this {info['arch']} model has no attention: there are no attention "
                                    f"patterns to show (every other view works)")
-        if not all(isinstance(v, int) and 0 <= v < top for v, top in ((layer, info["n_layers"]), (head, info["n_heads"]))):
+        heads = info["n_heads"] if info["attention"] else 1
+        if not all(isinstance(v, int) and 0 <= v < top for v, top in ((layer, info["n_layers"]), (head, heads))):
             raise UserError(f"layer {layer!r}, head {head!r} is not in this model ({info['n_layers']} layers of "
-                            f"{info['n_heads']} heads)")
+                            f"{heads} heads)")
         batch = self.batch(tokens, seed)
-        name = f"blocks.{layer}.attn.hook_pattern"
         with self.ablated(index, choices) as model:
-            _, cache = model.run_with_cache(batch.tokens, names_filter=[name])
-        pattern = cache[name][0, head].float()
+            if scan:
+                matrix, _ = model.effective_attention(batch.tokens, layer)
+                weight = matrix[0].abs().mean(0).float()
+                pattern = weight / weight.sum(-1, keepdim=True).clamp_min(1e-30)
+            else:
+                name = f"blocks.{layer}.attn.hook_pattern"
+                _, cache = model.run_with_cache(batch.tokens, names_filter=[name])
+                pattern = cache[name][0, head].float()
         labels = self.names(tokens)
         custom = [[(q, k) for k in labels] for q in labels]
         fig = go.Figure(go.Heatmap(z=pattern.tolist(), x=labels, y=labels, colorscale="Viridis", customdata=custom,
@@ -244,7 +253,9 @@ class Explorer:
             fig.add_scatter(x=[labels[k] for _, k in marks], y=[labels[q] for q, _ in marks], mode="markers",
                             name=label, hoverinfo="skip",
                             marker=dict(symbol=symbol, size=6, color=color, opacity=0.8, line=dict(width=1.5, color=color)))
-        fig.update_layout(title=f"attention pattern, layer {layer}, head {head}", xaxis_title="key position",
+        title = (f"effective attention of the selective scan, layer {layer} (mean |M| over channels, rows "
+                 f"normalised)" if scan else f"attention pattern, layer {layer}, head {head}")
+        fig.update_layout(title=title, xaxis_title="key position",
                           yaxis=dict(title="query position", autorange="reversed"), template="plotly_white",
                           showlegend=True, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
                           margin=dict(t=50, b=130))

@@ -49,3 +49,23 @@ def test_a_mamba_model_s_effective_attention_is_its_hook_y(task_name):
         assert M.dtype == torch.float64 and M.shape == (3, model.blocks[layer].mixer.sizes[0], *tokens.shape[1:2] * 2)
         predicted = torch.einsum("bets,bse->bte", M, x) + model.blocks[layer].mixer.D * x
         assert (predicted - y).abs().max() <= 1e-10 * max(1.0, y.abs().max().item())
+
+
+def test_the_explorer_draws_a_mamba_layer_s_effective_attention(tmp_path):
+    from interp import checkpoint
+    from interp.explore import Explorer
+
+    task = tasks.make("bijection", V=5, L=4)
+    model = models.build("mamba", task, {"d_model": 16, "n_layers": 2, "d_state": 4}, seed=0).eval()
+    checkpoint.save(tmp_path / "checkpoints" / checkpoint.checkpoint_name(0), model, step=0, seed=0)
+    explorer = Explorer(tmp_path, n_calibration=8, n_geometry=8)
+    tokens = explorer.sample(0)
+    fig = explorer.attention_view(0, tokens, 0, [], layer=1, head=0)
+    assert "effective attention" in fig.layout.title.text
+    shown = torch.tensor(fig.data[0].z)
+    M, _ = explorer.model(0).effective_attention(explorer.batch(tokens, 0).tokens, 1)
+    weight = M[0].abs().mean(0)
+    assert torch.allclose(shown, weight / weight.sum(-1, keepdim=True), atol=1e-6)
+    assert (shown.triu(1) == 0).all() and torch.allclose(shown.sum(-1), torch.ones(len(tokens)), atol=1e-5)
+    with pytest.raises(Exception, match="not in this model"):
+        explorer.attention_view(0, tokens, 0, [], layer=0, head=1)  # a scan has one "head" per layer

@@ -105,3 +105,11 @@ def test_every_analysis_runs_on_every_shipped_model(name):
             continue
         result = analysis(subject, **options)
         assert result.metrics and result.figures, analysis.name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [name for name, path in SHIPPED.items() if summary(path)["arch"] == "transformer"])
+def test_the_advantage_law_holds_on_every_head_of_the_shipped_attention_models(name):
+    metrics = analyses.run("advantage-law", load(name), n=32).metrics
+    assert metrics["holds"] and metrics["max_relative_error"] <= 1e-6, (name, metrics["max_relative_error"])
+    assert all(len(row) == load(name).cfg.n_heads for row in metrics["score_error"])
