@@ -32,7 +32,8 @@ max |closed form - autograd| / max |autograd| over the batch (absolute when auto
 float64 arithmetic puts both near 1e-15, and the law is said to hold below TOLERANCE = 1e-6.
 Decomposition, per head: advantage_spread, the mean over sequences and positions i of the
 attention-weighted standard deviation of b_ij over keys j, sqrt(sum_j alpha_ij (b_ij - mean_i)^2),
-with u from each sequence's own loss (n times the batch-mean loss's), which is 0 exactly when every attended key has the same advantage (the routing signal: scores stop
+with u from each sequence's own loss (n times the batch-mean loss's), which is 0 exactly when every
+attended key has the same advantage (the routing signal: scores stop
 moving); score_grad_norm and value_grad_norm, sqrt(n) times the Frobenius norms of dL/ds and dL/dv of
 the batch-mean loss, i.e. the root-mean-square over sequences of each sequence's own gradient norm
 (the value gradient is the precision signal: it is non-zero as long as u is). The batch is done in

@@ -33,7 +33,7 @@ import torch
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from plotly.subplots import make_subplots
 
-from analyses import value_manifold
+from analyses import logit_lens, value_manifold
 from analyses.base import AnalysisError, answer_probs, held_out_batch
 from analyses.calibration import error_figure, measure, staircase_figure
 from analyses.head_ablation import ablation_hook, z_hook_name
@@ -118,6 +118,7 @@ class Explorer:
             z_hook_name(l) in model.hook_dict for l in range(n_layers))
         blocks = [l for l in range(n_layers) if all(n in model.hook_dict for n in needed_hooks("block", l))]
         return dict(n_layers=n_layers, n_heads=model.cfg.n_heads if attention else 0, attention=attention,
+                    scan=not attention and hasattr(model, "effective_attention"),
                     blocks=blocks, arch=getattr(model, "arch", type(model).__name__))
 
     @contextmanager
@@ -169,6 +170,7 @@ class Explorer:
         with self.ablated(index, choices) as model:
             curves = measure(model, batch)
             probs = None if self.task.continuous else answer_probs(model, batch.tokens)[0]
+            lens = None if self.task.continuous else logit_lens.lens_probs(model, batch.tokens)
             held_out = measure(model, self.held_out())
         intact = self.intact_calibration(index)
         views = dict(
@@ -187,7 +189,26 @@ class Explorer:
                 fig.update_layout(width=None, height=320, margin=dict(t=60, b=40))
         views["posterior"] = (self.posterior_figure(batch, probs, tokens) if probs is not None else
                               _message_figure("a continuous task: its predictive is a Gaussian; see the entropies"))
+        views["lens"] = (self.lens_figure(batch, lens, tokens) if lens is not None else
+                         _message_figure("a continuous task: no answer classes to decode each layer into"))
         return views
+
+    def lens_figure(self, batch, lens: list[torch.Tensor], tokens: list) -> go.Figure:
+        """logit-lens on this sequence: KL(Bayes || the answer distribution decoded from each layer), per query."""
+        rows = batch.query_mask[0].nonzero().flatten().tolist()
+        labels = [self.names(tokens)[i] for i in rows]
+        bayes = batch.posterior[0, rows].float()
+        classes = self.class_names()
+        kl = [logit_lens.compare(p[0, rows], bayes)["kl_bits"].tolist() for p in lens]
+        top = [[classes[c] for c in p[0, rows].argmax(-1).tolist()] for p in lens]
+        fig = go.Figure(go.Heatmap(z=kl, x=labels, y=[f"layer {l}" for l in range(len(lens))], customdata=top,
+                                   colorscale="Magma_r", zmin=0, colorbar=dict(title="KL, bits"),
+                                   hovertemplate="%{y}, position %{x}<br>KL(Bayes || lens) %{z:.4f} bits"
+                                                 "<br>lens arg-max %{customdata}<extra></extra>"))
+        fig.update_layout(title="logit lens: each layer's residual decoded, against Bayes",
+                          xaxis_title="query position", yaxis=dict(title="layer", autorange="reversed"),
+                          template="plotly_white", width=None, height=200 + 30 * len(lens), margin=dict(t=60, b=40))
+        return fig
 
     def intact_calibration(self, index: int) -> dict:
         key = ("intact", index)
@@ -223,7 +244,7 @@ class Explorer:
         info = self.layout_info(index)
         # A selective scan is attention in disguise: its effective attention matrix (models/mamba.py) is drawn
         # as the one "head" of each layer, |M| averaged over channels with every row normalised.
-        scan = not info["attention"] and hasattr(self.model(index), "effective_attention")
+        scan = info["scan"]
         if not info["attention"] and not scan:
             return _message_figure(f"this {info['arch']} model has no attention: there are no attention "
                                    f"patterns to show (every other view works)")
@@ -355,10 +376,10 @@ def build_app(explorer: Explorer):
     views = html.Div([
         html.Div([
             _panel("posterior", graph("posterior", min(max(160 + 18 * n_queries, 300), 800)), graph("entropy", 320),
-                   graph("gap", 320), style=dict(minWidth="0")),
+                   graph("gap", 320), graph("lens", 200 + 30 * info["n_layers"]), style=dict(minWidth="0")),
             _panel("attention", html.Div([radios("layer", info["n_layers"], "layer"),
                                           radios("head", max(info["n_heads"], 1), "head")],
-                                         style=dict(display="block" if info["attention"] else "none")),
+                                         style=dict(display="block" if info["attention"] or info["scan"] else "none")),
                    graph("attention", 600), graph("calibration", 320), style=dict(minWidth="0")),
         ], style=dict(display="grid", gridTemplateColumns="1fr 1fr", alignItems="start")),
         _panel("geometry", dcc.RadioItems(id="stream", inline=True, value="residual",
@@ -396,15 +417,16 @@ def build_app(explorer: Explorer):
     ablations = [Input("ablate-heads", "value"), Input("ablate-blocks", "value")]
 
     @app.callback(Output("posterior", "figure"), Output("entropy", "figure"), Output("gap", "figure"),
-                  Output("calibration", "figure"), Output("calibration-summary", "children"),
+                  Output("calibration", "figure"), Output("lens", "figure"), Output("calibration-summary", "children"),
                   Output("step-label", "children"),
                   Input("step", "value"), Input("sequence", "data"), *ablations)
     def posterior(index, sequence, heads, blocks):
         try:
             v = explorer.posterior_views(index, sequence["tokens"], sequence["seed"], heads + blocks)
         except REFUSED as err:  # e.g. the slider onto a corrupt earlier checkpoint: said in the views
-            return *[_message_figure(str(err))] * 4, str(err), no_update
-        return v["posterior"], v["entropy"], v["gap"], v["calibration"], v["summary"], f"step {steps[index]}"
+            return *[_message_figure(str(err))] * 5, str(err), no_update
+        return (v["posterior"], v["entropy"], v["gap"], v["calibration"], v["lens"], v["summary"],
+                f"step {steps[index]}")
 
     @app.callback(Output("attention", "figure"), Input("step", "value"), Input("sequence", "data"), *ablations,
                   Input("layer", "value"), Input("head", "value"))

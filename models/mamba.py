@@ -332,7 +332,8 @@ def scan_matrix(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.
     out = []
     for start in range(0, delta.shape[2], channels):
         d, a = delta[:, :, start:start + channels], A[start:start + channels]  # [B, T, e], [e, N]
-        total = torch.cumsum(d, 1).transpose(1, 2)[..., None] * a[None, :, None, :]  # [B, e, T, N]: A sum_{r<=t} delta_r
+        # [B, e, T, N]: A times sum_{r<=t} delta_r
+        total = torch.cumsum(d, 1).transpose(1, 2)[..., None] * a[None, :, None, :]
         gap = total[:, :, :, None, :] - total[:, :, None, :, :]  # [B, e, t, s, N]: A sum_{s<r<=t} delta_r
         decay = torch.where(causal[None, None, :, :, None], gap, torch.full_like(gap, -math.inf)).exp()
         out.append(torch.einsum("btn,bsn,betsn->bets", C, B, decay) * d.transpose(1, 2)[:, :, None, :])

@@ -91,8 +91,16 @@ def test_views_follow_step_sequence_and_ablation(run_dir):
     assert posterior(0) != posterior(1)  # the step slider replays another checkpoint
     assert posterior(1) != posterior(1, ["H0.1"]) != posterior(1, ["B0"])
     assert posterior(1, seed=None) == posterior(1)  # typed tokens get the same exact posterior back
-    bayes = explorer.posterior_views(1, tokens, 0, [])["posterior"].data[0].z
+    views = explorer.posterior_views(1, tokens, 0, [])
+    bayes = views["posterior"].data[0].z
     assert all(abs(sum(row) - 1) < 1e-5 for row in bayes)
+    # the logit lens: one row per layer, its last row the KL of the model's own output
+    lens = views["lens"].data[0].z
+    assert len(lens) == explorer.model(1).cfg.n_layers and len(lens[-1]) == len(bayes)
+    model = torch.tensor(views["posterior"].data[1].z)
+    kl = (torch.tensor(bayes) * (torch.tensor(bayes).clamp_min(1e-30).log2() - model.clamp_min(1e-30).log2())).where(
+        torch.tensor(bayes) > 0, torch.tensor(0.0)).sum(-1)
+    assert torch.allclose(torch.tensor(lens[-1]), kl, atol=1e-4)
 
     attention = explorer.attention_view(1, tokens, 0, [], layer=1, head=1)
     assert "layer 1, head 1" in attention.layout.title.text
@@ -192,7 +200,7 @@ def test_end_to_end_in_chromium(server, browser, tmp_path):
 
     wait = WebDriverWait(browser, 60, poll_frequency=0.2)
     browser.get(server)
-    for graph in ("posterior", "entropy", "gap", "calibration", "attention", "geometry"):
+    for graph in ("posterior", "entropy", "gap", "calibration", "lens", "attention", "geometry"):
         wait.until(lambda d: figure(d, graph) is not None and figure(d, graph)["data"], message=f"{graph} drawn")
     assert "layer 0, head 0" in figure(browser, "attention")["title"]
 
