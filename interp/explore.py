@@ -171,8 +171,8 @@ class Explorer:
             curves = measure(model, batch)
             probs = None if self.task.continuous else answer_probs(model, batch.tokens)[0]
             lens = None if self.task.continuous else logit_lens.lens_probs(model, batch.tokens)
-            held_out = measure(model, self.held_out())
-        intact = self.intact_calibration(index)
+        held_out = self.held_out_calibration(index, choices)
+        intact = self.held_out_calibration(index, [])
         views = dict(
             entropy=staircase_figure(curves["per_position"], f"this sequence: model vs Bayes entropy "
                                      f"(MAE {curves['entropy_mae_bits']:.4f} bits)"),
@@ -210,10 +210,12 @@ class Explorer:
                           template="plotly_white", width=None, height=200 + 30 * len(lens), margin=dict(t=60, b=40))
         return fig
 
-    def intact_calibration(self, index: int) -> dict:
-        key = ("intact", index)
+    def held_out_calibration(self, index: int, choices: list[str]) -> dict:
+        """Calibration on the held-out batch, which does not depend on the sequence shown: computed once per
+        checkpoint and ablation (the slowest part of a view on a large model)."""
+        key = ("held-out", index, tuple(sorted(choices)))
         if key not in self._cache:
-            with self.ablated(index, []) as model:
+            with self.ablated(index, choices) as model:
                 self._cache[key] = measure(model, self.held_out())
         return self._cache[key]
 
@@ -366,9 +368,11 @@ def build_app(explorer: Explorer):
                       labelStyle=dict(display="block")),
         html.Div(id="calibration-summary", style=dict(marginTop="10px", fontSize="13px")),
     )
-    # Each graph fills a box of a fixed height and the full width of its panel.
-    graph = lambda id_, height: dcc.Graph(id=id_, config=dict(displaylogo=False), responsive=True,  # noqa: E731
-                                          style=dict(height=f"{height}px"))
+    # Each graph fills a box of a fixed height and the full width of its panel; until its first figure
+    # arrives it says so (not empty axes), and a spinner shows while a view is recomputed.
+    graph = lambda id_, height: dcc.Loading(  # noqa: E731
+        dcc.Graph(id=id_, figure=_message_figure("computing…"), config=dict(displaylogo=False), responsive=True,
+                  style=dict(height=f"{height}px")), type="dot", delay_show=400)
     n_queries = int(held_out_batch(explorer.task, 1, 0).query_mask.sum())
     radios = lambda id_, n, label: html.Div([html.Label(label), dcc.RadioItems(  # noqa: E731
         id=id_, options=[{"label": str(i), "value": i} for i in range(n)], value=0, inline=True,
