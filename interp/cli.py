@@ -186,7 +186,10 @@ def run(ctx, name, ckpt, out, formats, device, show_help):
         run_name = run_label(Path(sources[0]), file)
         context = dict(run=run_name, checkpoint=str(file), step=model.step, task=model.task.config(),
                        arch=model.arch, options=options)
-    paths = write_result(result, out / run_name, chosen, context)
+    source = "\n".join(sorted(str(Path(f).resolve()) for f in files))
+    folder = output_folder(out, run_name, source)
+    paths = write_result(result, folder, chosen, context)
+    claim(folder, source)
     shown = headline(result.metrics)[:8]
     click.echo("  ".join(f"{k}={v:.4g}" for k, v in shown))
     for key, _ in shown:  # what a number means, where the analysis says (e.g. sampled vs expected accuracy)
@@ -194,6 +197,38 @@ def run(ctx, name, ckpt, out, formats, device, show_help):
             click.echo(f"  {key}: {result.descriptions[key]}")
     for path in paths:
         click.echo(f"wrote {path}")
+
+
+SOURCE_MARK = ".interp-source"  # in each output folder: which checkpoint(s) its results are of
+
+
+def output_folder(out: Path, run_name: str, source: str) -> Path:
+    """``out/run_name``, unless it holds the results of another checkpoint: then ``out/run_name-HASH`` (HASH
+    of this source's path), so two runs that share a folder name never overwrite each other. A folder
+    without a mark (written before marks existed) is taken as it is."""
+    import hashlib
+
+    folder = out / run_name
+    mark = folder / SOURCE_MARK
+    try:
+        held = mark.read_text() if mark.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        held = None
+    if held is None or held == source:
+        return folder
+    other = out / f"{run_name}-{hashlib.sha256(source.encode()).hexdigest()[:8]}"
+    click.echo(f"note: {folder} holds the results of {held.splitlines()[0]}; writing to {other}", err=True)
+    return other
+
+
+def claim(folder: Path, source: str) -> None:
+    """Mark ``folder`` as holding the results of ``source`` (after they are written)."""
+    from .files import atomic_write_text
+
+    try:
+        atomic_write_text(folder / SOURCE_MARK, source)
+    except OSError:  # the results are written; a folder that takes no mark is only unprotected
+        pass
 
 
 def headline(metrics: dict) -> list[tuple[str, float]]:

@@ -220,3 +220,27 @@ def test_generated_metadata_keeps_the_contract(changes, workspace_template, tmp_
     finally:
         os.chdir(cwd)
     check_contract(result, root, before)
+
+
+def test_two_runs_with_one_folder_name_never_share_an_output_folder(workspace_template, tmp_path, monkeypatch,  # noqa: F811
+                                                                     capsys):
+    for parent in ("a", "b"):
+        shutil.copytree(workspace_template / "tiny", tmp_path / parent / "tiny")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "figs"
+    run = lambda parent: run_cli(capsys, "run", "calibration", "--ckpt", f"{parent}/tiny", "--format", "json",  # noqa: E731
+                                 "--out", str(out), "--n", "20")
+    first = run("a")
+    assert first.code == 0 and (out / "tiny" / "calibration.json").exists()
+    second = run("b")
+    assert second.code == 0 and "holds the results of" in second.err
+    others = [p for p in out.iterdir() if p.name.startswith("tiny-")]
+    assert len(others) == 1 and (others[0] / "calibration.json").exists()
+    source = lambda folder: json.loads((folder / "calibration.json").read_text())["checkpoint"]  # noqa: E731
+    assert source(out / "tiny").startswith("a/") and source(others[0]).startswith("b/")
+    again = run("a")  # the same run goes back to its own folder, silently
+    assert again.code == 0 and "holds" not in again.err and sorted(p.name for p in out.iterdir()) == sorted(
+        ["tiny", others[0].name])
+    # a folder written before the marks existed is taken as it is
+    (out / "tiny" / ".interp-source").unlink()
+    assert run("b").code == 0 and source(out / "tiny").startswith("b/")
