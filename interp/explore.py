@@ -36,7 +36,7 @@ from plotly.subplots import make_subplots
 from analyses import logit_lens, value_manifold
 from analyses.base import AnalysisError, answer_probs, held_out_batch
 from analyses.calibration import error_figure, measure, staircase_figure
-from analyses.head_ablation import ablation_hook, z_hook_name
+from analyses.head_ablation import ablation_hook, mean_z, z_hook_name
 from analyses.layer_ablation import needed_hooks, part_hooks
 from analyses.qk_alignment import hypothesis_group
 from tasks import ConfigError
@@ -66,21 +66,31 @@ def parse_tokens(task, text: str) -> list[int]:
     return ids
 
 
-def ablation_hooks(choices: list[str], model) -> list:
-    """Hooks for the chosen ablations: ``"H1.2"`` zeroes head 2 of layer 1, ``"B0"`` skips block 0;
-    anything else, or a layer or head ``model`` lacks, is refused."""
+def ablation_hooks(choices: list[str], model, means=None) -> list:
+    """Hooks for the chosen ablations: ``"H1.2"`` zeroes head 2 of layer 1, ``"M1.2"`` sets it to its mean
+    output (``means()[layer][head]``, head-ablation's mean z), ``"B0"`` skips block 0; anything else, or a
+    layer or head ``model`` lacks, is refused."""
     hooks = []
     for choice in sorted(choices or [], key=str):
-        match = re.fullmatch(r"H(\d+)\.(\d+)|B(\d+)", choice, re.ASCII) if isinstance(choice, str) else None
-        layer, head = int(match[1] or match[3]) if match else 0, int(match[2] or 0) if match else 0
-        if match is None or layer >= model.cfg.n_layers or (match[2] is not None and head >= model.cfg.n_heads):
-            raise UserError(f"unknown ablation {choice!r}; heads are H<layer>.<head>, blocks B<layer>, within the "
-                            f"model's {model.cfg.n_layers} layers of {model.cfg.n_heads} heads")
-        if match[3] is None:
-            hooks.append((z_hook_name(layer), ablation_hook(head, None)))
-        else:
+        match = re.fullmatch(r"([HM])(\d+)\.(\d+)|B(\d+)", choice, re.ASCII) if isinstance(choice, str) else None
+        layer, head = int(match[2] or match[4]) if match else 0, int(match[3] or 0) if match else 0
+        if match is None or layer >= model.cfg.n_layers or (match[3] is not None and head >= model.cfg.n_heads):
+            raise UserError(f"unknown ablation {choice!r}; heads are H<layer>.<head> (zero) or M<layer>.<head> "
+                            f"(mean), blocks B<layer>, within the model's {model.cfg.n_layers} layers of "
+                            f"{model.cfg.n_heads} heads")
+        if match[4] is not None:
             hooks += part_hooks("block", layer)
+        elif match[1] == "M" and means is None:
+            raise UserError("mean ablation needs the heads' mean outputs, which this view does not have")
+        else:
+            hooks.append((z_hook_name(layer), ablation_hook(head, means()[layer][head] if match[1] == "M" else None)))
     return hooks
+
+
+def chosen_ablations(heads: list[str], blocks: list[str], mode: str) -> list[str]:
+    """The ablation choices of the controls: the ticked heads ("H<l>.<h>") zeroed or, in mean mode, set to
+    their mean output ("M<l>.<h>"), and the ticked blocks."""
+    return [("M" + h[1:]) if mode == "mean" else h for h in heads or []] + list(blocks or [])
 
 
 class Explorer:
@@ -125,11 +135,19 @@ class Explorer:
     def ablated(self, index: int, choices: list[str]):
         with self.lock:
             model = self.model(index)
-            hooks = ablation_hooks(choices, model)
+            hooks = ablation_hooks(choices, model, means=lambda: self.mean_outputs(index))
             if any(name not in model.hook_dict for name, _ in hooks):
                 raise UserError(f"ablations {sorted(choices)} name a part this model does not have")
             with model.hooks(fwd_hooks=hooks):
                 yield model
+
+    def mean_outputs(self, index: int) -> list:
+        """Per layer and head, the intact model's mean z over the held-out batch (for mean ablation)."""
+        key = ("mean-z", index)
+        if key not in self._cache:
+            with self.lock:  # called under ``ablated`` before its hooks are on, so the model is intact
+                self._cache[key] = mean_z(self.model(index), self.held_out().tokens)
+        return self._cache[key]
 
     # --- sequences ---------------------------------------------------------------------------
     def typed(self, text: str) -> list[int]:
@@ -359,8 +377,11 @@ def build_app(explorer: Explorer):
     ])
     ablation = _panel(
         "ablate",
-        html.Div("heads (output z set to 0)" if head_options else
-                 f"no attention heads in this {info['arch']} model"),
+        html.Div("heads: output z set to" if head_options else f"no attention heads in this {info['arch']} model"),
+        dcc.RadioItems(id="ablate-mode", options=[{"label": "0", "value": "zero"},
+                                                  {"label": "its mean", "value": "mean"}], value="zero", inline=True,
+                       inputStyle=dict(marginLeft="6px", marginRight="2px"),
+                       style=dict(display="block" if head_options else "none")),
         dcc.Checklist(id="ablate-heads", options=head_options, value=[], inputStyle=dict(marginRight="3px"),
                       labelStyle=dict(display="inline-block", width="70px")),
         html.Div("blocks (skipped: output = input)", style=dict(marginTop="8px")),
@@ -418,15 +439,16 @@ def build_app(explorer: Explorer):
         except UserError as err:
             return no_update, no_update, str(err)
 
-    ablations = [Input("ablate-heads", "value"), Input("ablate-blocks", "value")]
+    ablations = [Input("ablate-heads", "value"), Input("ablate-blocks", "value"), Input("ablate-mode", "value")]
 
     @app.callback(Output("posterior", "figure"), Output("entropy", "figure"), Output("gap", "figure"),
                   Output("calibration", "figure"), Output("lens", "figure"), Output("calibration-summary", "children"),
                   Output("step-label", "children"),
                   Input("step", "value"), Input("sequence", "data"), *ablations)
-    def posterior(index, sequence, heads, blocks):
+    def posterior(index, sequence, heads, blocks, mode):
         try:
-            v = explorer.posterior_views(index, sequence["tokens"], sequence["seed"], heads + blocks)
+            v = explorer.posterior_views(index, sequence["tokens"], sequence["seed"],
+                                           chosen_ablations(heads, blocks, mode))
         except REFUSED as err:  # e.g. the slider onto a corrupt earlier checkpoint: said in the views
             return *[_message_figure(str(err))] * 5, str(err), no_update
         return (v["posterior"], v["entropy"], v["gap"], v["calibration"], v["lens"], v["summary"],
@@ -434,16 +456,17 @@ def build_app(explorer: Explorer):
 
     @app.callback(Output("attention", "figure"), Input("step", "value"), Input("sequence", "data"), *ablations,
                   Input("layer", "value"), Input("head", "value"))
-    def attention(index, sequence, heads, blocks, layer, head):
+    def attention(index, sequence, heads, blocks, mode, layer, head):
         try:
-            return explorer.attention_view(index, sequence["tokens"], sequence["seed"], heads + blocks, layer, head)
+            return explorer.attention_view(index, sequence["tokens"], sequence["seed"],
+                                           chosen_ablations(heads, blocks, mode), layer, head)
         except REFUSED as err:
             return _message_figure(str(err))
 
     @app.callback(Output("geometry", "figure"), Input("step", "value"), *ablations, Input("stream", "value"))
-    def geometry(index, heads, blocks, stream):
+    def geometry(index, heads, blocks, mode, stream):
         try:
-            return explorer.geometry_view(index, heads + blocks, stream)
+            return explorer.geometry_view(index, chosen_ablations(heads, blocks, mode), stream)
         except REFUSED as err:
             return _message_figure(str(err))
 

@@ -90,6 +90,11 @@ def test_views_follow_step_sequence_and_ablation(run_dir):
 
     assert posterior(0) != posterior(1)  # the step slider replays another checkpoint
     assert posterior(1) != posterior(1, ["H0.1"]) != posterior(1, ["B0"])
+    # mean ablation: the head's output replaced by its mean over the held-out batch, neither intact nor zero
+    assert posterior(1, ["M0.1"]) not in (posterior(1), posterior(1, ["H0.1"]))
+    from interp.explore import chosen_ablations
+    assert chosen_ablations(["H0.1"], ["B0"], "mean") == ["M0.1", "B0"]
+    assert chosen_ablations(["H0.1"], [], "zero") == ["H0.1"]
     assert posterior(1, seed=None) == posterior(1)  # typed tokens get the same exact posterior back
     views = explorer.posterior_views(1, tokens, 0, [])
     bayes = views["posterior"].data[0].z
