@@ -189,6 +189,7 @@ class Explorer:
             curves = measure(model, batch)
             probs = None if self.task.continuous else answer_probs(model, batch.tokens)[0]
             lens = None if self.task.continuous else logit_lens.lens_probs(model, batch.tokens)
+            predictive = [t[0].float() for t in model.predictive(batch.tokens)] if self.task.continuous else None
         held_out = self.held_out_calibration(index, choices)
         intact = self.held_out_calibration(index, [])
         views = dict(
@@ -209,7 +210,57 @@ class Explorer:
                               _message_figure("a continuous task: its predictive is a Gaussian; see the entropies"))
         views["lens"] = (self.lens_figure(batch, lens, tokens) if lens is not None else
                          _message_figure("a continuous task: no answer classes to decode each layer into"))
+        views["latent"] = (self.predictive_figure(batch, predictive, tokens) if predictive is not None else
+                           self.latent_figure(batch, probs, tokens))
         return views
+
+    def predictive_figure(self, batch, predictive: list[torch.Tensor], tokens: list) -> go.Figure:
+        """A continuous task: the model's predictive mean +- one sigma beside the exact Bayes predictive."""
+        rows = batch.query_mask[0].nonzero().flatten().tolist()
+        labels = [self.names(tokens)[i] for i in rows]
+        fig = go.Figure()
+        for name, mean, var, color in (("Bayes", batch.posterior_mean[0], batch.posterior_var[0], "#2ca02c"),
+                                       ("model", predictive[0], predictive[1], "#1f77b4")):
+            mean, sigma = mean[rows].float(), var[rows].float().sqrt()
+            fig.add_scatter(x=labels, y=mean.tolist(), name=f"{name} mean ± σ", mode="lines+markers",
+                            line_color=color, error_y=dict(type="data", array=sigma.tolist(), visible=True),
+                            hovertemplate=f"%{{x}}<br>{name}: %{{y:.3f}} ± %{{error_y.array:.3f}}<extra></extra>")
+        fig.update_layout(title="predictive at each query: model against the exact Bayes predictive",
+                          xaxis_title="query position", yaxis_title="prediction", template="plotly_white",
+                          width=None, height=360, margin=dict(t=60, b=40))
+        return fig
+
+    def latent_figure(self, batch, probs: torch.Tensor, tokens: list) -> go.Figure:
+        """The task's latent truth for this sequence (its tables, and its true class at each query beside the
+        Bayes-MAP class and the model's arg-max), as the task declares them."""
+        tables = self.task.latent_tables(batch, 0)
+        path = self.task.latent_path(batch, 0)
+        panels = list(tables) + ([path[0] + " vs Bayes MAP"] if path else [])
+        if not panels:
+            return _message_figure(f"task {self.task.name!r} declares no latent table or path to draw"
+                                   + ("" if batch.hypothesis else " (a typed sequence keeps none)"))
+        fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels, horizontal_spacing=0.12)
+        for col, (title, (matrix, row_names, col_names)) in enumerate(tables.items(), start=1):
+            fig.add_heatmap(z=matrix.float().tolist(), x=col_names, y=row_names, coloraxis="coloraxis", row=1,
+                            col=col, hovertemplate=f"{title}<br>%{{y}} → %{{x}}: %{{z:.2f}}<extra></extra>")
+            fig.update_yaxes(autorange="reversed", title_text="from" if col == 1 else None, row=1, col=col)
+        if path:
+            rows = batch.query_mask[0].nonzero().flatten().tolist()
+            labels = [self.names(tokens)[i] for i in rows]
+            classes = self.class_names()
+            lines = (("true", path[1], "#000000", "circle"),
+                     ("Bayes MAP", batch.posterior[0, rows].argmax(-1).tolist(), "#2ca02c", "x"),
+                     ("model arg-max", probs[rows].argmax(-1).tolist(), "#1f77b4", "diamond-open"))
+            for name, values, color, symbol in lines:
+                fig.add_scatter(x=labels, y=[classes[v] for v in values], mode="markers", name=name, row=1,
+                                col=len(panels), marker=dict(color=color, symbol=symbol, size=9))
+            fig.update_yaxes(categoryorder="array", categoryarray=classes, row=1, col=len(panels),
+                             title_text="class")
+            fig.update_xaxes(title_text="query position", showticklabels=False, row=1, col=len(panels))
+        fig.update_layout(title="latent truth of this sequence", template="plotly_white", width=None, height=360,
+                          coloraxis=dict(colorscale="Blues", cmin=0, colorbar=dict(title="p", x=1.02)),
+                          legend=dict(orientation="h", y=-0.15), margin=dict(t=70, b=60))
+        return fig
 
     def lens_figure(self, batch, lens: list[torch.Tensor], tokens: list) -> go.Figure:
         """logit-lens on this sequence: KL(Bayes || the answer distribution decoded from each layer), per query."""
@@ -401,7 +452,8 @@ def build_app(explorer: Explorer):
     views = html.Div([
         html.Div([
             _panel("posterior", graph("posterior", min(max(160 + 18 * n_queries, 300), 800)), graph("entropy", 320),
-                   graph("gap", 320), graph("lens", 200 + 30 * info["n_layers"]), style=dict(minWidth="0")),
+                   graph("gap", 320), graph("lens", 200 + 30 * info["n_layers"]),
+                   graph("latent", 360), style=dict(minWidth="0")),
             _panel("attention", html.Div([radios("layer", info["n_layers"], "layer"),
                                           radios("head", max(info["n_heads"], 1), "head")],
                                          style=dict(display="block" if info["attention"] or info["scan"] else "none")),
@@ -442,7 +494,8 @@ def build_app(explorer: Explorer):
     ablations = [Input("ablate-heads", "value"), Input("ablate-blocks", "value"), Input("ablate-mode", "value")]
 
     @app.callback(Output("posterior", "figure"), Output("entropy", "figure"), Output("gap", "figure"),
-                  Output("calibration", "figure"), Output("lens", "figure"), Output("calibration-summary", "children"),
+                  Output("calibration", "figure"), Output("lens", "figure"), Output("latent", "figure"),
+                  Output("calibration-summary", "children"),
                   Output("step-label", "children"),
                   Input("step", "value"), Input("sequence", "data"), *ablations)
     def posterior(index, sequence, heads, blocks, mode):
@@ -450,8 +503,8 @@ def build_app(explorer: Explorer):
             v = explorer.posterior_views(index, sequence["tokens"], sequence["seed"],
                                            chosen_ablations(heads, blocks, mode))
         except REFUSED as err:  # e.g. the slider onto a corrupt earlier checkpoint: said in the views
-            return *[_message_figure(str(err))] * 5, str(err), no_update
-        return (v["posterior"], v["entropy"], v["gap"], v["calibration"], v["lens"], v["summary"],
+            return *[_message_figure(str(err))] * 6, str(err), no_update
+        return (v["posterior"], v["entropy"], v["gap"], v["calibration"], v["lens"], v["latent"], v["summary"],
                 f"step {steps[index]}")
 
     @app.callback(Output("attention", "figure"), Input("step", "value"), Input("sequence", "data"), *ablations,

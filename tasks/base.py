@@ -218,6 +218,16 @@ class Task:
         """Token ids whose embeddings span the task's hypothesis frame, by group name."""
         return {}
 
+    def latent_tables(self, batch: Batch, row: int) -> dict[str, tuple[torch.Tensor, list[str], list[str]]]:
+        """The latent truth of sequence ``row`` as matrices a person reads (the explorer draws them):
+        title -> (matrix [r, c], row names, column names). None by default."""
+        return {}
+
+    def latent_path(self, batch: Batch, row: int) -> tuple[str, list[int]] | None:
+        """(what it is, its class at each query position) when the true answer class behind every query is
+        latent and known for ``row`` (a sampled sequence), for a drawing beside the Bayes-MAP class."""
+        return None
+
     @property
     def max_entropy_bits(self) -> float:
         return math.log2(self.n_classes)

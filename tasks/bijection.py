@@ -115,6 +115,15 @@ class Bijection(Task):
         return batch_at_queries(tokens, key_pos, key_posterior, values,
                                 hypothesis=dict(permutation=perm, keys=keys, values=values))
 
+    def latent_tables(self, batch: Batch, row: int) -> dict:
+        perm = batch.hypothesis.get("permutation")
+        if perm is None:  # a typed sequence: only its shown pairs are known, not the whole bijection
+            return {}
+        matrix = torch.zeros(self.V, self.V)
+        matrix[torch.arange(self.V), perm[row]] = 1.0
+        return {"the bijection (key -> value)": (matrix, [f"k{i}" for i in range(self.V)],
+                                                 [f"v{i}" for i in range(self.V)])}
+
     def batch_from_tokens(self, tokens: torch.Tensor) -> Batch:
         """Keys at even positions, values at odd ones (any length); every key is a query."""
         V = self.V

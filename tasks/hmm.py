@@ -311,6 +311,16 @@ class HMM(Task):
                 names.append(f"s{t - self.answer_token_offset}")
         return names
 
+    def latent_tables(self, batch: Batch, row: int) -> dict:
+        h = batch.hypothesis
+        states = [f"s{i}" for i in range(self.S)]
+        return {"transition T[s, s']": (h["T"][row], states, states),
+                "emission E[s, o]": (h["E"][row], states, [f"o{i}" for i in range(self.O)])}
+
+    def latent_path(self, batch: Batch, row: int) -> tuple[str, list[int]] | None:
+        states = batch.hypothesis.get("states")
+        return None if states is None else ("true hidden state", states[row].tolist())
+
     def hypothesis_tokens(self) -> dict[str, torch.Tensor]:
         return {"observations": torch.arange(OBS0, OBS0 + self.O),
                 "states": torch.arange(self.answer_token_offset, self.answer_token_offset + self.S)}

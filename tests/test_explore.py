@@ -238,3 +238,45 @@ def test_end_to_end_in_chromium(server, browser, tmp_path):
     wait.until(lambda d: len(figure(d, "posterior")["data"][0]["y"]) == 3, message="typed sequence shown")
     bayes = figure(browser, "posterior")["data"][0]["z"]
     assert bayes[1][3] == 1 and bayes[2][3] == 0 and abs(bayes[2][0] - 1 / 19) < 1e-6
+
+
+def small_run(tmp_path, task):
+    import models
+    from interp import checkpoint
+
+    model = models.build("transformer", task, {"d_model": 16, "n_layers": 2, "n_heads": 2}, seed=0).eval()
+    checkpoint.save(tmp_path / "checkpoints" / checkpoint.checkpoint_name(0), model, step=0, seed=0)
+    return Explorer(tmp_path, n_calibration=8, n_geometry=8)
+
+
+def test_the_latent_truth_of_an_hmm_sequence_is_drawn(tmp_path):
+    import tasks
+
+    explorer = small_run(tmp_path, tasks.make("hmm", S=3, O=2, K=5))
+    tokens = explorer.sample(0)
+    fig = explorer.posterior_views(0, tokens, 0, [])["latent"]
+    heatmaps = [t for t in fig.data if t.type == "heatmap"]
+    batch = explorer.batch(tokens, 0)
+    assert torch.allclose(torch.tensor(heatmaps[0].z), batch.hypothesis["T"][0].float())  # the transition table
+    assert torch.allclose(torch.tensor(heatmaps[1].z), batch.hypothesis["E"][0].float())  # the emission table
+    true = next(t for t in fig.data if t.name == "true")
+    assert list(true.y) == [f"s{s}" for s in batch.hypothesis["states"][0].tolist()]
+    mapped = next(t for t in fig.data if t.name == "Bayes MAP")
+    rows = batch.query_mask[0].nonzero().flatten()
+    assert list(mapped.y) == [f"s{s}" for s in batch.posterior[0, rows].argmax(-1).tolist()]
+    typed = explorer.posterior_views(0, tokens, None, [])["latent"]  # typed: tables known, path not
+    assert [t.type for t in typed.data] == ["heatmap", "heatmap"]
+
+
+def test_a_continuous_task_shows_its_predictive_beside_bayes(tmp_path):
+    import tasks
+
+    explorer = small_run(tmp_path, tasks.make("regression", d=2, n=5))
+    tokens = explorer.sample(0)
+    fig = explorer.posterior_views(0, tokens, 0, [])["latent"]
+    bayes, model = fig.data
+    batch = explorer.batch(tokens, 0)
+    rows = batch.query_mask[0].nonzero().flatten()
+    assert torch.allclose(torch.tensor(bayes.y), batch.posterior_mean[0, rows].float())
+    assert torch.allclose(torch.tensor(bayes.error_y.array), batch.posterior_var[0, rows].float().sqrt())
+    assert model.name.startswith("model")
