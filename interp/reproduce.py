@@ -114,8 +114,10 @@ class Reproduction:
         want = self.recipe(task, arch)
         have = dict(record, train=recorded_settings(record.get("train", {})),
                     model=recorded_model(arch, record.get("model", {})))
+        # which extra checkpoints a run kept does not change its weights (the training is the same)
         diff = [f"{part}.{k}: {have[part].get(k)!r} (preset {v!r})" for part in ("task", "model", "train")
-                for k, v in want[part].items() if have.get(part, {}).get(k) != v]
+                for k, v in want[part].items()
+                if have.get(part, {}).get(k) != v and (part, k) != ("train", "checkpoint_every")]
         diff += [f"arch: {have.get('arch')!r} (preset {arch!r})"] if have.get("arch") != arch else []
         if diff:
             raise UserError(f"{self.run_dir(task, arch)} was not trained with the {self.preset} preset "
