@@ -100,6 +100,9 @@ MIN_SERIES = 3  # checkpoints a training-dynamics analysis needs
 REQUIREMENTS: dict[str, tuple[Callable, str]] = {
     "attention": (lambda m: m.has_attention(),
                   "needs an attention model; {arch} has no attention heads (try calibration instead)"),
+    "patterns": (lambda m: m.has_patterns(),
+                 "needs attention patterns; {arch} has neither attention heads nor an effective attention "
+                 "(try calibration instead)"),
     "discrete": (lambda m: not m.task.continuous,
                  "needs a discrete task; {task!r} has a Gaussian answer head"),
     "frame": (lambda m: m.task.frame is not None,

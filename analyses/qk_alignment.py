@@ -8,6 +8,7 @@ import math
 
 import plotly.graph_objects as go
 import torch
+from tqdm.auto import tqdm
 
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .key_orthogonality import key_vectors
@@ -36,7 +37,11 @@ token group (bijection: earlier value tokens, earlier key tokens) or of none ("e
 masses sum to 1. These are means over all sequences and query positions. Layer means are means over
 the layer's heads. The paper describes early layers attending broadly and deep layers concentrating
 on the feasible set: a rising gap and a falling entropy with depth; the numbers here are what the
-model does, whichever way they go. Uncertainty of the gap: 95% percentile bootstrap intervals over
+model does, whichever way they go. A model without attention heads whose mixer can be written as
+attention (Mamba: its selective scan's effective attention M, models/mamba.py) gets the entropy and the
+masses only, of one "head" per layer whose pattern is |M| averaged over channels with every row
+normalised to 1 (the share of position i's mixing that comes from each j, whatever its sign); its
+cosines are undefined (it has no queries or keys) and are not reported. Uncertainty of the gap: 95% percentile bootstrap intervals over
 sequences (BOOTSTRAP resamples of the n sequences with replacement, drawn with the given seed; each
 resample recomputes the same ratio of sums), for every per-head gap, layer mean gap and per-query-
 index layer mean gap (the *_ci95 pairs [low, high]); a gap whose interval contains 0 is not told apart
@@ -74,19 +79,23 @@ def unit(x: torch.Tensor) -> torch.Tensor:
 def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
     """Sums and counts per layer, head and query column; see ``summarise``."""
     task = model.task
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    scale = float(getattr(model.cfg, "attn_scale", math.sqrt(model.cfg.d_head)))
+    heads = model.has_attention()  # else only the masses and entropy of the effective attention (Mamba)
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads if heads else 1
     columns = batch.query_mask.any(0).nonzero().flatten()
     Q = len(columns)
     device = batch.tokens.device
-    keys = [key_vectors(model, l, group_ids).double() for l in range(n_layers)]  # [H, C, d]
     groups = {name: ids.to(device) for name, ids in task.hypothesis_tokens().items()}
     mass_names = ["self"] + [f"earlier_{name}" for name in groups] + ["earlier_other"]
     earlier = torch.arange(batch.tokens.shape[1], device=device)[None, :] < columns[:, None]  # [Q, Tk]
-    names = [f"blocks.{l}.attn.hook_{kind}" for l in range(n_layers) for kind in ("q", "pattern")]
+    names = [f"blocks.{l}.attn.hook_q" for l in range(n_layers)] if heads else []
     missing = [name for name in names if name not in model.hook_dict]
     if missing:
         raise AnalysisError(f"qk-alignment needs the hook point(s) {', '.join(missing)}, which this model lacks")
+    if heads:
+        scale = float(getattr(model.cfg, "attn_scale", math.sqrt(model.cfg.d_head)))
+        keys = [key_vectors(model, l, group_ids).double() for l in range(n_layers)]  # [H, C, d]
+    else:
+        chunk = min(chunk, 32)  # an effective attention is [b, channels, T, T] per layer
 
     z = lambda *shape: torch.zeros(*shape, dtype=torch.float64, device=device)  # noqa: E731
     sums = {k: z(n_layers, n_heads, Q) for k in ("feasible_cos", "eliminated_cos", "score_gap", "entropy",
@@ -94,7 +103,8 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
     counted, queries, fraction_queries = z(Q), z(Q), z(Q)
     n_feasible = z(Q)
     per_sequence = dict(head=[], query=[], valid=[])  # gap sums per sequence, for the bootstrap
-    for start in range(0, len(batch), chunk):
+    starts = range(0, len(batch), chunk)
+    for start in tqdm(starts, desc="qk-alignment", unit="chunk", leave=False, disable=len(starts) < 4):
         tokens = batch.tokens[start:start + chunk]
         at_query = batch.query_mask[start:start + chunk][:, columns].double()  # [b, Q]
         feasible = batch.posterior[start:start + chunk][:, columns] > 0  # [b, Q, C]
@@ -107,23 +117,11 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
         uniform = torch.log2(columns.double() + 1)  # [Q]
         fraction_queries += (at_query * (columns > 0)).sum(0)
         member = {name: torch.isin(tokens, ids) for name, ids in groups.items()}  # [b, Tk]
-        _, cache = model.run_with_cache(tokens, names_filter=names)
+        cache = model.run_with_cache(tokens, names_filter=names)[1] if heads else None
+        patterns = model.attention_patterns(tokens)
         per_sequence["valid"].append(valid)
         for l in range(n_layers):
-            q = cache[f"blocks.{l}.attn.hook_q"][:, columns].double()  # [b, Q, H, d]
-            cos = torch.einsum("bqhd,hcd->bqhc", unit(q), unit(keys[l]))
-            score = torch.einsum("bqhd,hcd->bqhc", q, keys[l]) / scale
-            f, e = feasible[:, :, None].double(), eliminated[:, :, None].double()  # [b, Q, 1, C]
-            mean_f = lambda x: (x * f).sum(-1) / f.sum(-1).clamp_min(1)  # noqa: E731  [b, Q, H]
-            mean_e = lambda x: (x * e).sum(-1) / e.sum(-1).clamp_min(1)  # noqa: E731
-            w = valid[:, :, None]
-            sums["feasible_cos"][l] += (mean_f(cos) * w).sum(0).T
-            gap = (mean_f(cos) - mean_e(cos)) * w  # [b, Q, H]
-            per_sequence["head"].append(gap.sum(1)), per_sequence["query"].append(gap.sum(2))
-            sums["eliminated_cos"][l] += (mean_e(cos) * w).sum(0).T
-            sums["score_gap"][l] += ((mean_f(score) - mean_e(score)) * w).sum(0).T
-
-            pattern = cache[f"blocks.{l}.attn.hook_pattern"][:, :, columns].double()  # [b, H, Q, Tk]
+            pattern = patterns[l][:, :, columns].double()  # [b, H, Q, Tk]
             aq = at_query[:, None]  # [b, 1, Q]
             h_bits = attention_entropy_bits(pattern)  # [b, H, Q]
             sums["entropy"][l] += (h_bits * aq).sum(0)
@@ -138,11 +136,26 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
                 sums[f"earlier_{name}"][l] += ((pattern * where[:, None]).sum(-1) * aq).sum(0)
             rest = (earlier[None] & ~covered[:, None, :]).double()
             sums["earlier_other"][l] += ((pattern * rest[:, None]).sum(-1) * aq).sum(0)
+            if not heads:
+                continue
+            q = cache[f"blocks.{l}.attn.hook_q"][:, columns].double()  # [b, Q, H, d]
+            cos = torch.einsum("bqhd,hcd->bqhc", unit(q), unit(keys[l]))
+            score = torch.einsum("bqhd,hcd->bqhc", q, keys[l]) / scale
+            f, e = feasible[:, :, None].double(), eliminated[:, :, None].double()  # [b, Q, 1, C]
+            mean_f = lambda x: (x * f).sum(-1) / f.sum(-1).clamp_min(1)  # noqa: E731  [b, Q, H]
+            mean_e = lambda x: (x * e).sum(-1) / e.sum(-1).clamp_min(1)  # noqa: E731
+            w = valid[:, :, None]
+            sums["feasible_cos"][l] += (mean_f(cos) * w).sum(0).T
+            gap = (mean_f(cos) - mean_e(cos)) * w  # [b, Q, H]
+            per_sequence["head"].append(gap.sum(1)), per_sequence["query"].append(gap.sum(2))
+            sums["eliminated_cos"][l] += (mean_e(cos) * w).sum(0).T
+            sums["score_gap"][l] += ((mean_f(score) - mean_e(score)) * w).sum(0).T
     for key in ("head", "query"):  # [n, L, H] and [n, L, Q]: chunks come layer by layer
         parts = per_sequence[key]
-        per_sequence[key] = torch.cat([torch.stack(parts[i:i + n_layers], 1) for i in range(0, len(parts), n_layers)])
+        per_sequence[key] = torch.cat([torch.stack(parts[i:i + n_layers], 1) for i in range(0, len(parts), n_layers)]
+                                      ) if parts else None
     per_sequence["valid"] = torch.cat(per_sequence["valid"])  # [n, Q]
-    return dict(sums=sums, per_sequence=per_sequence, counted=counted, queries=queries,
+    return dict(sums=sums, per_sequence=per_sequence, counted=counted, queries=queries, heads=heads,
                 fraction_queries=fraction_queries,
                 n_feasible=n_feasible, columns=columns, mass_names=mass_names,
                 bayes_entropy=(batch.bayes_entropy[:, columns].double() * batch.query_mask[:, columns]).sum(0))
@@ -238,24 +251,54 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
                             f"has both a feasible and an eliminated hypothesis (posterior == 0), so the "
                             f"feasible-vs-eliminated gap is undefined")
     numbers = summarise(raw)
-    intervals = bootstrap_gaps(raw["per_sequence"], seed)
-    numbers["per_head"]["gap_ci95"] = intervals["per_head"]
-    numbers["layer_mean"]["gap_ci95"] = intervals["layer_mean"]
-    numbers["per_position"]["layer_mean"]["gap_ci95"] = intervals["per_position"]
-    lm = numbers["layer_mean"]
-    metrics = dict(
-        gap_first_layer=lm["gap"][0], gap_last_layer=lm["gap"][-1],
-        gap_first_layer_ci95=lm["gap_ci95"][0], gap_last_layer_ci95=lm["gap_ci95"][-1], bootstrap_resamples=BOOTSTRAP,
-        attention_entropy_first_layer_bits=lm["attention_entropy_bits"][0],
-        attention_entropy_last_layer_bits=lm["attention_entropy_bits"][-1],
-        n_sequences=len(batch), seed=seed, group=group, n_hypotheses=len(ids),
-        n_layers=model.cfg.n_layers, n_heads=model.cfg.n_heads, **numbers)
     name = model.task.name
-    return Result("qk-alignment", DEFINITION, metrics, {
-        "gap-by-layer": gap_by_layer_figure(numbers, name, group),
-        "gap-by-position": gap_by_position_figure(numbers, name, group),
-        "attention-entropy": entropy_figure(numbers, name, group),
-    })
+    metrics = dict(n_sequences=len(batch), seed=seed, group=group, n_hypotheses=len(ids),
+                   n_layers=model.cfg.n_layers, n_heads=len(numbers["per_head"]["attention_entropy_bits"][0]),
+                   patterns="attention heads (hook_pattern)" if raw["heads"] else
+                   "effective attention of the selective scan (|M| averaged over channels, rows normalised)")
+    figures = {}
+    if raw["heads"]:
+        intervals = bootstrap_gaps(raw["per_sequence"], seed)
+        numbers["per_head"]["gap_ci95"] = intervals["per_head"]
+        numbers["layer_mean"]["gap_ci95"] = intervals["layer_mean"]
+        numbers["per_position"]["layer_mean"]["gap_ci95"] = intervals["per_position"]
+        lm = numbers["layer_mean"]
+        metrics.update(gap_first_layer=lm["gap"][0], gap_last_layer=lm["gap"][-1],
+                       gap_first_layer_ci95=lm["gap_ci95"][0], gap_last_layer_ci95=lm["gap_ci95"][-1],
+                       bootstrap_resamples=BOOTSTRAP)
+        figures["gap-by-layer"] = gap_by_layer_figure(numbers, name, group)
+        figures["gap-by-position"] = gap_by_position_figure(numbers, name, group)
+    else:  # no queries or keys: the cosines are undefined, not zero
+        for part in (numbers["per_head"], numbers["layer_mean"], numbers["per_position"],
+                     numbers["per_position"]["layer_mean"]):
+            for key in COSINE_KEYS:
+                part.pop(key, None)
+    lm = numbers["layer_mean"]
+    metrics.update(attention_entropy_first_layer_bits=lm["attention_entropy_bits"][0],
+                   attention_entropy_last_layer_bits=lm["attention_entropy_bits"][-1], **numbers)
+    figures["attention-entropy"] = entropy_figure(numbers, name, group)
+    figures["attention-mass"] = mass_figure(numbers, name)
+    return Result("qk-alignment", DEFINITION, metrics, figures)
+
+
+COSINE_KEYS = ("feasible_cos", "eliminated_cos", "gap", "score_gap")
+
+
+def mass_figure(numbers: dict, task_name: str) -> go.Figure:
+    """Where the attention at query positions goes, per layer (mean over heads): stacked shares."""
+    mass = numbers["layer_mean"]["attention_mass"]
+    layers = list(range(len(next(iter(mass.values())))))
+    fig = go.Figure()
+    for i, (key, shares) in enumerate(mass.items()):
+        label = key.replace("_", " ")
+        fig.add_bar(x=layers, y=shares, name=label, marker_color=PALETTE[i % len(PALETTE)],
+                    hovertemplate=f"layer %{{x}}<br>{label}: %{{y:.3f}}<extra></extra>")
+    fig.update_layout(barmode="stack", title=f"{task_name}: where attention at query positions goes, by layer "
+                                             "(mean over heads and queries)",
+                      xaxis=dict(title="layer", tickmode="array", tickvals=layers),
+                      yaxis=dict(title="share of attention", range=[0, 1]),
+                      template="plotly_white", width=760, height=460)
+    return fig
 
 
 def gap_by_layer_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
@@ -355,5 +398,5 @@ def _none_max(values):
 
 ANALYSIS = Analysis(
     "qk-alignment", "do queries align with the keys of still-feasible hypotheses, more with depth?",
-    DEFINITION, compute, options=(n_option(500), seed_option()), requires=("attention", "frame", "eliminates"), order=5)
+    DEFINITION, compute, options=(n_option(500), seed_option()), requires=("patterns", "frame", "eliminates"), order=5)
 run = ANALYSIS

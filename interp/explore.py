@@ -128,7 +128,7 @@ class Explorer:
             z_hook_name(l) in model.hook_dict for l in range(n_layers))
         blocks = [l for l in range(n_layers) if all(n in model.hook_dict for n in needed_hooks("block", l))]
         return dict(n_layers=n_layers, n_heads=model.cfg.n_heads if attention else 0, attention=attention,
-                    scan=not attention and hasattr(model, "effective_attention"),
+                    scan=not attention and model.has_patterns(),
                     blocks=blocks, arch=getattr(model, "arch", type(model).__name__))
 
     @contextmanager
@@ -325,14 +325,7 @@ class Explorer:
                             f"{heads} heads)")
         batch = self.batch(tokens, seed)
         with self.ablated(index, choices) as model:
-            if scan:
-                matrix, _ = model.effective_attention(batch.tokens, layer)
-                weight = matrix[0].abs().mean(0).float()
-                pattern = weight / weight.sum(-1, keepdim=True).clamp_min(1e-30)
-            else:
-                name = f"blocks.{layer}.attn.hook_pattern"
-                _, cache = model.run_with_cache(batch.tokens, names_filter=[name])
-                pattern = cache[name][0, head].float()
+            pattern = model.attention_patterns(batch.tokens)[layer][0, head].float()
         labels = self.names(tokens)
         custom = [[(q, k) for k in labels] for q in labels]
         fig = go.Figure(go.Heatmap(z=pattern.tolist(), x=labels, y=labels, colorscale="Viridis", customdata=custom,

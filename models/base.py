@@ -122,6 +122,23 @@ class AnswerHead:
     def has_attention(self) -> bool:
         return self.attention
 
+    def has_patterns(self) -> bool:
+        """Whether ``attention_patterns`` has something to return: attention heads, or an effective attention."""
+        return self.has_attention() or type(self).attention_patterns is not AnswerHead.attention_patterns
+
+    @torch.no_grad()
+    def attention_patterns(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """Per layer, how each position mixes the positions up to it: [B, H, T, T], rows summing to 1.
+
+        Attention models return their heads' ``hook_pattern``; an architecture whose mixer can be written
+        as attention overrides this (Mamba: its selective scan's effective attention, one "head" per layer).
+        """
+        if not self.has_attention():
+            raise ValueError(f"this {self.arch or type(self).__name__} model has no attention patterns")
+        names = [f"blocks.{l}.attn.hook_pattern" for l in range(self.cfg.n_layers)]
+        _, cache = self.run_with_cache(tokens, names_filter=names)
+        return [cache[name] for name in names]
+
     @property
     def seed(self) -> int:
         return self.provenance.seed

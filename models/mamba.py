@@ -306,12 +306,30 @@ class WindTunnelMamba(HookedSequenceModel):
     def effective_attention(self, tokens: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer ``layer``'s selective scan as matrices (see ``scan_matrix``): (M [B, E, T, T], x [B, T, E]),
         with y = M x + D x reproducing ``blocks.{layer}.mixer.hook_y``."""
-        prefix = f"blocks.{layer}.mixer."
-        _, cache = self.run_with_cache(tokens, names_filter=[prefix + f"hook_{k}" for k in ("conv", "delta", "B", "C")])
-        mixer = self.blocks[layer].mixer
-        A = -torch.exp(mixer.A_log.to(cache[prefix + "hook_delta"].dtype))
-        return (scan_matrix(cache[prefix + "hook_delta"], A, cache[prefix + "hook_B"], cache[prefix + "hook_C"]),
-                F.silu(cache[prefix + "hook_conv"]))
+        return self._scan_matrices(tokens, [layer])[0]
+
+    def _scan_matrices(self, tokens: torch.Tensor, layers: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(M, x) of ``effective_attention`` for several layers from one forward pass."""
+        prefixes = [f"blocks.{layer}.mixer." for layer in layers]
+        _, cache = self.run_with_cache(tokens, names_filter=[p + f"hook_{k}" for p in prefixes
+                                                             for k in ("conv", "delta", "B", "C")])
+        out = []
+        for layer, prefix in zip(layers, prefixes):
+            A = -torch.exp(self.blocks[layer].mixer.A_log.to(cache[prefix + "hook_delta"].dtype))
+            out.append((scan_matrix(cache[prefix + "hook_delta"], A, cache[prefix + "hook_B"], cache[prefix + "hook_C"]),
+                        F.silu(cache[prefix + "hook_conv"])))
+        return out
+
+    @torch.no_grad()
+    def attention_patterns(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """Each layer's effective attention as one head [B, 1, T, T]: |M| averaged over channels, every row
+        normalised to sum to 1 (how much each earlier position feeds position t, whatever the sign)."""
+        patterns = []
+        for layer in range(self.cfg.n_layers):
+            matrix, _ = self._scan_matrices(tokens, [layer])[0]  # a layer at a time: M is [B, E, T, T]
+            weight = matrix.abs().mean(1, keepdim=True)
+            patterns.append(weight / weight.sum(-1, keepdim=True).clamp_min(1e-30))
+        return patterns
 
 
 def scan_matrix(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,

@@ -69,3 +69,64 @@ def test_the_explorer_draws_a_mamba_layer_s_effective_attention(tmp_path):
     assert (shown.triu(1) == 0).all() and torch.allclose(shown.sum(-1), torch.ones(len(tokens)), atol=1e-5)
     with pytest.raises(Exception, match="not in this model"):
         explorer.attention_view(0, tokens, 0, [], layer=0, head=1)  # a scan has one "head" per layer
+
+
+def small_bijection_mamba(seed=0):
+    task = tasks.make("bijection", V=5, L=4)
+    return task, models.build("mamba", task, {"d_model": 16, "n_layers": 2, "d_state": 4}, seed=seed).eval()
+
+
+def test_attention_patterns_are_the_normalised_effective_attention():
+    task, model = small_bijection_mamba()
+    tokens = task.sample(3, generator=torch.Generator().manual_seed(1)).tokens
+    patterns = model.attention_patterns(tokens)
+    assert model.has_patterns() and not model.has_attention() and len(patterns) == 2
+    for layer, pattern in enumerate(patterns):
+        M, _ = model.effective_attention(tokens, layer)
+        weight = M.abs().mean(1)
+        assert pattern.shape == (3, 1, tokens.shape[1], tokens.shape[1])
+        assert torch.allclose(pattern[:, 0], weight / weight.sum(-1, keepdim=True), atol=1e-6)
+        assert torch.allclose(pattern.sum(-1), torch.ones(3, 1, tokens.shape[1]), atol=1e-5)
+        assert (pattern.triu(1) == 0).all()
+
+
+def test_a_transformer_s_patterns_are_its_hook_pattern_and_an_lstm_has_none():
+    task = tasks.make("bijection", V=5, L=4)
+    model = models.build("transformer", task, {"d_model": 16, "n_layers": 2, "n_heads": 2}, seed=0).eval()
+    tokens = task.sample(2, generator=torch.Generator().manual_seed(1)).tokens
+    _, cache = model.run_with_cache(tokens)
+    for layer, pattern in enumerate(model.attention_patterns(tokens)):
+        assert torch.equal(pattern, cache[f"blocks.{layer}.attn.hook_pattern"])
+    lstm = models.build("lstm", task, {"d_model": 16, "n_layers": 1}, seed=0)
+    assert not lstm.has_patterns()
+    with pytest.raises(ValueError, match="no attention patterns"):
+        lstm.attention_patterns(tokens)
+
+
+def test_qk_alignment_on_a_scan_that_forgets_at_once_sees_only_self_attention():
+    # A -> -inf: exp(delta A) = 0, so h_t = delta_t B_t x_t and M is diagonal. Every query attends to itself.
+    import analyses
+
+    task, model = small_bijection_mamba()
+    with torch.no_grad():
+        for block in model.blocks:
+            block.mixer.A_log.fill_(30.0)
+    result = analyses.REGISTRY["qk-alignment"](model, n=40, seed=0)
+    mass = result.metrics["layer_mean"]["attention_mass"]
+    assert result.metrics["n_heads"] == 1 and "gap" not in result.metrics["layer_mean"]
+    assert "effective attention" in result.metrics["patterns"]
+    for layer in range(2):
+        assert mass["self"][layer] == pytest.approx(1.0, abs=1e-6)
+        assert result.metrics["layer_mean"]["attention_entropy_bits"][layer] == pytest.approx(0.0, abs=1e-5)
+    assert set(result.figures) == {"attention-entropy", "attention-mass"}
+
+
+def test_qk_alignment_on_an_untrained_mamba_reports_masses_that_sum_to_one():
+    import analyses
+
+    _, model = small_bijection_mamba(seed=2)
+    result = analyses.REGISTRY["qk-alignment"](model, n=40, seed=0)
+    mass = result.metrics["layer_mean"]["attention_mass"]
+    for layer in range(2):
+        assert sum(shares[layer] for shares in mass.values()) == pytest.approx(1.0, abs=1e-6)
+        assert 0 < mass["earlier_values"][layer] < 1  # an untrained scan spreads its mixing

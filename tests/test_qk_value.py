@@ -110,7 +110,7 @@ def test_attention_entropy_of_known_patterns():
 def test_qk_alignment_runs_and_serialises(small_model):
     result = analyses.run("qk-alignment", small_model, n=32)
     m = result.metrics
-    assert set(result.figures) == {"gap-by-layer", "gap-by-position", "attention-entropy"}
+    assert set(result.figures) == {"gap-by-layer", "gap-by-position", "attention-entropy", "attention-mass"}
     assert m["group"] == "values" and m["n_hypotheses"] == 8
     assert len(m["per_head"]["gap"]) == 2 and len(m["per_head"]["gap"][0]) == 2
     assert len(m["per_position"]["gap"][1][1]) == 7 and len(m["per_position"]["layer_mean"]["gap"][0]) == 7
