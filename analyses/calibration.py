@@ -126,11 +126,16 @@ def measure(model, batch, in_context: bool = False) -> dict:
     return numbers
 
 
-def staircase_figure(curves: dict, title: str) -> go.Figure:
+def staircase_figure(curves: dict, title: str, intact: dict | None = None) -> go.Figure:
+    """Model against Bayes entropy per query; ``intact``: the curves of the model before an ablation, drawn too."""
     x = list(range(1, len(curves["position"]) + 1))
     fig = go.Figure()
     fig.add_scatter(x=x, y=curves["bayes_entropy_bits"], name="Bayes", mode="lines",
                     line=dict(shape="hvh", color="black", width=2))
+    if intact is not None:
+        fig.add_scatter(x=x, y=intact["model_entropy_bits"], name="intact model", mode="markers",
+                        marker=dict(size=9, color="#7f7f7f", symbol="circle-open"),
+                        hovertemplate="query %{x}<br>H intact model %{y:.4f} bits<extra></extra>")
     fig.add_scatter(x=x, y=curves["model_entropy_bits"], name="model", mode="markers",
                     marker=dict(size=8, color="#d62728"),
                     customdata=list(zip(curves["abs_error_bits"], curves["position"])),

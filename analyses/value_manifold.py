@@ -38,12 +38,15 @@ the position (even the untrained position embeddings) can read it out linearly:
 residual_readout_r2_untrained is the same read-out, on the same points and halves, from each layer's
 residual stream of the untrained model (same architecture, config and seed at step 0), the part of
 R² that needs no training (final_residual_readout_r2_untrained: its last layer); the read-out figure
-draws it beside the trained R².
+draws it beside the trained R². When the task declares a latent class at every query (HMM: the true
+hidden state), the same scatter is drawn a second time coloured by that class (*-pca-by-<latent>).
 """.split())
 
 STREAMS = {"residual": "hook_resid_post", "attention_out": "hook_attn_out"}
 TITLES = {"residual": "residual stream after the block", "attention_out": "attention output"}
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
+CATEGORICAL = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+               "#17becf")
 
 
 def hook_name(stream: str, layer: int) -> str:
@@ -141,6 +144,7 @@ def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> R
     rows, positions = (t.cpu().numpy() for t in mask.nonzero(as_tuple=True))
     entropy = batch.bayes_entropy[mask].double().cpu().numpy()
     top = None if batch.posterior is None else batch.posterior[mask].max(-1).values.double().cpu().numpy()
+    latent = latent_at_queries(model.task, batch)
     n_points = len(entropy)
     if n_points < 4:
         raise AnalysisError(f"value-manifold needs at least 4 query positions, got {n_points} (raise n)")
@@ -176,9 +180,13 @@ def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> R
         streams=per_stream, skipped=skipped,
     )
     hover = dict(rows=rows[shown], positions=positions[shown], entropy=entropy[shown],
-                 top=None if top is None else top[shown])
+                 top=None if top is None else top[shown], latent=None if latent is None else latent[shown])
     task_name = model.task.name
     figures = {f"{s.replace('_', '-')}-pca": scatter_figure(scatter[s], hover, s, task_name) for s in streams}
+    if latent is not None:  # the same points coloured by the task's true latent class at each query
+        figures.update({f"{s.replace('_', '-')}-pca-by-{model.task.query_latent}":
+                        scatter_figure(scatter[s], hover, s, task_name, by_latent=model.task.query_latent)
+                        for s in streams})
     figures["entropy-readout"] = readout_figure(per_stream, untrained_r2, task_name, skipped)
     return Result("value-manifold", DEFINITION, metrics, figures)
 
@@ -191,7 +199,19 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str) -> go.Figure:
+def latent_at_queries(task, batch) -> np.ndarray | None:
+    """The task's true latent class at each query point (row-major, as ``batch.query_mask`` orders them), when
+    it declares one (HMM: the hidden state) and the batch keeps it; None otherwise."""
+    if task.query_latent is None or task.query_latent not in (batch.hypothesis or {}):
+        return None
+    states = batch.hypothesis[task.query_latent].cpu()
+    if not torch.equal(batch.query_mask.sum(1).cpu(), torch.full((len(batch),), states.shape[1])):
+        return None  # not one latent per query: nothing to colour by
+    return states.flatten().numpy()
+
+
+def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str,
+                   by_latent: str | None = None) -> go.Figure:
     n_layers = len(layers)
     cols = min(n_layers, 3)
     rows = math.ceil(n_layers / cols)
@@ -204,17 +224,30 @@ def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str)
         columns.append(hover["top"])
         template += "<br>top posterior %{customdata[3]:.3f}"
     custom = np.stack(columns, axis=1)
+    if by_latent is not None:
+        groups = [(f"{by_latent} {c}", hover["latent"] == c, CATEGORICAL[i % len(CATEGORICAL)])
+                  for i, c in enumerate(np.unique(hover["latent"]))]
     for l, d in enumerate(layers):
-        fig.add_scatter(x=d["scores"][:, 0], y=d["scores"][:, 1], mode="markers", name=f"layer {l}",
-                        showlegend=False, customdata=custom, row=l // cols + 1, col=l % cols + 1,
-                        marker=dict(size=4, opacity=0.7, color=hover["entropy"], coloraxis="coloraxis"),
-                        hovertemplate=f"layer {l}<br>PC1 %{{x:.3f}}, PC2 %{{y:.3f}}<br>{template}<extra></extra>")
-        fig.update_xaxes(title_text="PC1", row=l // cols + 1, col=l % cols + 1)
-        fig.update_yaxes(title_text="PC2", row=l // cols + 1, col=l % cols + 1)
-    fig.update_layout(title=f"{task_name}: PCA of the {TITLES[stream]} at query positions, coloured by Bayes entropy"
+        where = dict(row=l // cols + 1, col=l % cols + 1)
+        hovertemplate = f"layer {l}<br>PC1 %{{x:.3f}}, PC2 %{{y:.3f}}<br>{template}<extra></extra>"
+        if by_latent is None:
+            fig.add_scatter(x=d["scores"][:, 0], y=d["scores"][:, 1], mode="markers", name=f"layer {l}",
+                            showlegend=False, customdata=custom, hovertemplate=hovertemplate, **where,
+                            marker=dict(size=4, opacity=0.7, color=hover["entropy"], coloraxis="coloraxis"))
+        else:
+            for name, chosen, color in groups:
+                fig.add_scatter(x=d["scores"][chosen, 0], y=d["scores"][chosen, 1], mode="markers", name=name,
+                                legendgroup=name, showlegend=l == 0, customdata=custom[chosen], **where,
+                                marker=dict(size=4, opacity=0.7, color=color),
+                                hovertemplate=f"{name}<br>{hovertemplate}")
+        fig.update_xaxes(title_text="PC1", **where)
+        fig.update_yaxes(title_text="PC2", **where)
+    colour = "Bayes entropy" if by_latent is None else f"the true {by_latent}"
+    fig.update_layout(title=f"{task_name}: PCA of the {TITLES[stream]} at query positions, coloured by {colour}"
                             f"<br><sup>{len(hover['entropy'])} points shown</sup>",
-                      coloraxis=dict(colorscale="Viridis", colorbar=dict(title="H Bayes (bits)")),
                       template="plotly_white", width=140 + 340 * cols, height=140 + 330 * rows)
+    if by_latent is None:
+        fig.update_layout(coloraxis=dict(colorscale="Viridis", colorbar=dict(title="H Bayes (bits)")))
     return fig
 
 

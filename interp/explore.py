@@ -20,6 +20,7 @@ lays the views out:
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import threading
@@ -182,22 +183,41 @@ class Explorer:
         return self.task.token_names(torch.arange(offset, offset + self.task.n_classes))
 
     # --- views ---------------------------------------------------------------------------------
+    def sequence_numbers(self, index: int, tokens: list, seed: int | None, choices: list[str]) -> dict:
+        """What the model does on one sequence: calibration curves, answer distribution, logit lens (discrete)
+        or predictive mean and variance (continuous); cached per (checkpoint, sequence, ablation), so the views
+        and the download share one computation."""
+        key = ("sequence", index, tuple(tokens) if seed is None else seed, tuple(sorted(choices)))
+        if key not in self._cache:
+            batch = self.batch(tokens, seed)
+            with self.ablated(index, choices) as model:
+                continuous = self.task.continuous
+                self._cache[key] = dict(
+                    batch=batch, curves=measure(model, batch),
+                    probs=None if continuous else answer_probs(model, batch.tokens)[0],
+                    lens=None if continuous else logit_lens.lens_probs(model, batch.tokens),
+                    predictive=[t[0].float() for t in model.predictive(batch.tokens)] if continuous else None)
+            while len([k for k in self._cache if k[0] == "sequence"]) > 64:  # keep the newest only
+                del self._cache[next(k for k in self._cache if k[0] == "sequence")]
+        return self._cache[key]
+
     def posterior_views(self, index: int, tokens: list, seed: int | None, choices: list[str]) -> dict:
-        """Posterior heat maps and the per-position entropies of one sequence, and held-out calibration."""
-        batch = self.batch(tokens, seed)
-        with self.ablated(index, choices) as model:
-            curves = measure(model, batch)
-            probs = None if self.task.continuous else answer_probs(model, batch.tokens)[0]
-            lens = None if self.task.continuous else logit_lens.lens_probs(model, batch.tokens)
-            predictive = [t[0].float() for t in model.predictive(batch.tokens)] if self.task.continuous else None
+        """Posterior heat maps and the per-position entropies of one sequence, and held-out calibration; with
+        ablations, the intact model's entropies drawn beside the ablated ones."""
+        seq = self.sequence_numbers(index, tokens, seed, choices)
+        batch, curves, probs = seq["batch"], seq["curves"], seq["probs"]
         held_out = self.held_out_calibration(index, choices)
         intact = self.held_out_calibration(index, [])
+        mark = " (ablated)" if choices else ""
         views = dict(
-            entropy=staircase_figure(curves["per_position"], f"this sequence: model vs Bayes entropy "
-                                     f"(MAE {curves['entropy_mae_bits']:.4f} bits)"),
+            entropy=staircase_figure(curves["per_position"], f"this sequence: model{mark} vs Bayes entropy "
+                                     f"(MAE {curves['entropy_mae_bits']:.4f} bits)",
+                                     intact=self.sequence_numbers(index, tokens, seed, [])["curves"]["per_position"]
+                                     if choices else None),
             gap=error_figure(curves["per_position"]),
             calibration=staircase_figure(held_out["per_position"], f"{self.n_calibration} held-out sequences: "
-                                         f"MAE {held_out['entropy_mae_bits']:.4f} bits"),
+                                         f"MAE {held_out['entropy_mae_bits']:.4f} bits{mark}",
+                                         intact=intact["per_position"] if choices else None),
             summary=(f"held-out calibration ({self.n_calibration} sequences): entropy MAE "
                      f"{held_out['entropy_mae_bits']:.4f} bits, KL {held_out['kl_bits']:.4f} bits"
                      + ("" if not choices else f"; intact model: MAE {intact['entropy_mae_bits']:.4f}, "
@@ -208,11 +228,63 @@ class Explorer:
                 fig.update_layout(width=None, height=320, margin=dict(t=60, b=40))
         views["posterior"] = (self.posterior_figure(batch, probs, tokens) if probs is not None else
                               _message_figure("a continuous task: its predictive is a Gaussian; see the entropies"))
-        views["lens"] = (self.lens_figure(batch, lens, tokens) if lens is not None else
+        views["lens"] = (self.lens_figure(batch, seq["lens"], tokens) if seq["lens"] is not None else
                          _message_figure("a continuous task: no answer classes to decode each layer into"))
-        views["latent"] = (self.predictive_figure(batch, predictive, tokens) if predictive is not None else
-                           self.latent_figure(batch, probs, tokens))
+        views["latent"] = (self.predictive_figure(batch, seq["predictive"], tokens) if seq["predictive"] is not None
+                           else self.latent_figure(batch, probs, tokens))
         return views
+
+    def numbers(self, index: int, tokens: list, seed: int | None, choices: list[str]) -> dict:
+        """The numbers behind the current views, JSON-ready, with the equivalent Python and CLI calls."""
+        seq = self.sequence_numbers(index, tokens, seed, choices)
+        batch, rows = seq["batch"], seq["batch"].query_mask[0].nonzero().flatten().tolist()
+        out = dict(checkpoint=str(self.checkpoints[index][1]), step=self.steps[index], task=self.task.config(),
+                   tokens=list(tokens), token_names=self.task.token_names(torch.tensor(tokens)), seed=seed,
+                   ablations=sorted(choices), query_positions=rows,
+                   this_sequence={k: v for k, v in seq["curves"].items() if k != "per_position"},
+                   per_position=seq["curves"]["per_position"],
+                   held_out_calibration=dict(n=self.n_calibration, seed=self.seed, **{
+                       k: v for k, v in self.held_out_calibration(index, choices).items() if k != "per_position"}))
+        if choices:
+            out["held_out_calibration_intact"] = {k: v for k, v in self.held_out_calibration(index, []).items()
+                                                  if k != "per_position"}
+        if seq["probs"] is not None:
+            out["answer_classes"] = self.class_names()
+            out["model_distribution"] = seq["probs"][rows].tolist()
+            out["bayes_posterior"] = batch.posterior[0, rows].tolist()
+            out["logit_lens"] = [p[0, rows].tolist() for p in seq["lens"]]
+        else:
+            out["model_predictive_mean"], out["model_predictive_var"] = (t[rows].tolist() for t in seq["predictive"])
+            out["bayes_predictive_mean"] = batch.posterior_mean[0, rows].tolist()
+            out["bayes_predictive_var"] = batch.posterior_var[0, rows].tolist()
+        out["python"] = self.equivalent_code(index, tokens, seed, choices)
+        return _plain(out)
+
+    def equivalent_code(self, index: int, tokens: list, seed: int | None, choices: list[str]) -> str:
+        """The Python (and CLI) that computes this view's numbers without the explorer."""
+        ckpt = str(self.checkpoints[index][1])
+        sequence = (f"held_out_batch(model.task, 1, {seed})" if seed is not None else
+                    f"model.task.batch_from_tokens(torch.tensor([{list(tokens)}]))")
+        lines = ["import torch", "import interp", "from analyses.base import held_out_batch",
+                 "from analyses.calibration import measure",
+                 "from interp.explore import ablation_hooks" if choices else None,
+                 f"model = interp.load({ckpt!r})",
+                 f"batch = {sequence}"]
+        if choices:
+            means = any(c.startswith("M") for c in choices)
+            if means:
+                lines += ["from analyses.head_ablation import mean_z",
+                          f"means = mean_z(model, held_out_batch(model.task, {self.n_calibration}, {self.seed}).tokens)"]
+            lines += [f"with model.hooks(fwd_hooks=ablation_hooks({sorted(choices)!r}, model"
+                      f"{', means=lambda: means' if means else ''})):",
+                      "    numbers = measure(model, batch)"]
+        else:
+            lines.append("numbers = measure(model, batch)  # ['per_position'] holds the curves")
+        lines += ["", "# held-out calibration from the terminal:",
+                  f"#   interp run calibration --ckpt {ckpt} --n {self.n_calibration} --seed {self.seed}"]
+        if choices:
+            lines.append(f"#   interp run head-ablation --ckpt {ckpt}   (every head, one at a time)")
+        return "\n".join(line for line in lines if line is not None)
 
     def predictive_figure(self, batch, predictive: list[torch.Tensor], tokens: list) -> go.Figure:
         """A continuous task: the model's predictive mean +- one sigma beside the exact Bayes predictive."""
@@ -237,8 +309,9 @@ class Explorer:
         path = self.task.latent_path(batch, 0)
         panels = list(tables) + ([path[0] + " vs Bayes MAP"] if path else [])
         if not panels:
-            return _message_figure(f"task {self.task.name!r} declares no latent table or path to draw"
-                                   + ("" if batch.hypothesis else " (a typed sequence keeps none)"))
+            typed = bool((batch.targets[batch.query_mask] == -100).all())  # typed: its true answers are unknown
+            return _message_figure("a typed sequence keeps no latent truth: sample one by seed to see it" if typed
+                                   else f"task {self.task.name!r} declares no latent table or path to draw")
         fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels, horizontal_spacing=0.12)
         for col, (title, (matrix, row_names, col_names)) in enumerate(tables.items(), start=1):
             fig.add_heatmap(z=matrix.float().tolist(), x=col_names, y=row_names, coloraxis="coloraxis", row=1,
@@ -363,18 +436,32 @@ class Explorer:
                     marks.append((q, k))
         return marks
 
-    def geometry_view(self, index: int, choices: list[str], stream: str) -> go.Figure:
-        """value-manifold's PCA figure of one stream, cached per checkpoint and ablation."""
+    def geometry_view(self, index: int, choices: list[str], stream: str, colour: str = "entropy") -> go.Figure:
+        """value-manifold's PCA figure of one stream, coloured by Bayes entropy or (``colour="latent"``) by the
+        task's true latent class, cached per checkpoint and ablation."""
         key = ("geometry", index, tuple(sorted(choices or [])))
         if key not in self._cache:
             with self.ablated(index, choices) as model:
                 self._cache[key] = value_manifold.run(model, n=self.n_geometry, seed=self.seed, max_points=1500).figures
         figures = self._cache[key]
         name = f"{stream.replace('_', '-')}-pca"
+        if colour == "latent" and self.task.query_latent is not None:
+            name += f"-by-{self.task.query_latent}"
         if name not in figures:
             return _message_figure("this model has no attention output to look at; see the residual stream")
         fig = go.Figure(figures[name])  # a copy: the cached figure keeps its size
         return fig.update_layout(width=None, height=460, margin=dict(t=80))
+
+
+def _plain(value):
+    """Tensors and numpy numbers as JSON-ready lists and floats, recursively."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    return value.item() if hasattr(value, "item") else value
 
 
 REFUSED = (UserError, AnalysisError, ConfigError)  # inputs a view refuses with a message, not a traceback
@@ -410,6 +497,8 @@ def build_app(explorer: Explorer):
             html.Span(" or edit the tokens and ", style=dict(marginLeft="12px")),
             html.Button("apply", id="apply", n_clicks=0),
             html.Span(id="message", style=dict(color="#b00", marginLeft="12px")),
+            html.Button("download numbers (JSON)", id="download-button", n_clicks=0, style=dict(float="right")),
+            dcc.Download(id="download"),
         ]),
         dcc.Textarea(id="tokens-text", value=" ".join(explorer.task.token_names(torch.tensor(first))),
                      style=dict(width="100%", height="44px", fontFamily="monospace", marginTop="6px")),
@@ -418,6 +507,9 @@ def build_app(explorer: Explorer):
         html.Div(dcc.Slider(id="step", min=0, max=last, step=None, value=last,
                             marks={i: str(s) for i, s in enumerate(steps)}),
                  style=dict(display="block" if len(steps) > 1 else "none")),
+        html.Details([html.Summary("the same numbers from Python or the terminal"),
+                      html.Pre(id="code", style=dict(background="#f6f6f6", padding="6px", fontSize="12px",
+                                                     whiteSpace="pre-wrap"))], style=dict(marginTop="6px")),
     ])
     ablation = _panel(
         "ablate",
@@ -457,6 +549,11 @@ def build_app(explorer: Explorer):
                                                    {"label": "attention output (value vectors)",
                                                     "value": "attention_out"}],
                                           inputStyle=dict(marginLeft="8px", marginRight="2px")),
+               dcc.RadioItems(id="colour", inline=True, value="entropy",
+                              options=[{"label": "coloured by Bayes entropy", "value": "entropy"},
+                                       {"label": f"by the true {explorer.task.query_latent}", "value": "latent"}],
+                              inputStyle=dict(marginLeft="8px", marginRight="2px"),
+                              style=dict(display="block" if explorer.task.query_latent else "none")),
                graph("geometry", 140 + 330 * math.ceil(info["n_layers"] / 3))),
     ], style=dict(minWidth="0"))
     app.layout = html.Div([
@@ -500,6 +597,26 @@ def build_app(explorer: Explorer):
         return (v["posterior"], v["entropy"], v["gap"], v["calibration"], v["lens"], v["latent"], v["summary"],
                 f"step {steps[index]}")
 
+    @app.callback(Output("code", "children"), Input("step", "value"), Input("sequence", "data"), *ablations)
+    def code(index, sequence, heads, blocks, mode):
+        try:
+            return explorer.equivalent_code(index, sequence["tokens"], sequence["seed"],
+                                            chosen_ablations(heads, blocks, mode))
+        except REFUSED as err:
+            return str(err)
+
+    @app.callback(Output("download", "data"), Output("message", "children", allow_duplicate=True),
+                  Input("download-button", "n_clicks"), State("step", "value"), State("sequence", "data"),
+                  *[State(i.component_id, i.component_property) for i in ablations], prevent_initial_call=True)
+    def download(_clicks, index, sequence, heads, blocks, mode):
+        try:
+            numbers = explorer.numbers(index, sequence["tokens"], sequence["seed"],
+                                       chosen_ablations(heads, blocks, mode))
+        except REFUSED as err:
+            return no_update, str(err)
+        name = f"{explorer.source.name}-step{explorer.steps[index]}-numbers.json"
+        return dcc.send_string(json.dumps(numbers, indent=1), name), ""
+
     @app.callback(Output("attention", "figure"), Input("step", "value"), Input("sequence", "data"), *ablations,
                   Input("layer", "value"), Input("head", "value"))
     def attention(index, sequence, heads, blocks, mode, layer, head):
@@ -509,10 +626,11 @@ def build_app(explorer: Explorer):
         except REFUSED as err:
             return _message_figure(str(err))
 
-    @app.callback(Output("geometry", "figure"), Input("step", "value"), *ablations, Input("stream", "value"))
-    def geometry(index, heads, blocks, mode, stream):
+    @app.callback(Output("geometry", "figure"), Input("step", "value"), *ablations, Input("stream", "value"),
+                  Input("colour", "value"))
+    def geometry(index, heads, blocks, mode, stream, colour):
         try:
-            return explorer.geometry_view(index, chosen_ablations(heads, blocks, mode), stream)
+            return explorer.geometry_view(index, chosen_ablations(heads, blocks, mode), stream, colour)
         except REFUSED as err:
             return _message_figure(str(err))
 

@@ -14,7 +14,7 @@ import torch
 import tasks
 from interp import checkpoint
 from interp.explore import Explorer, build_app, parse_tokens
-from interp.catalog import locate
+from interp.catalog import locate, shipped
 
 from tests.cli import run_cli
 
@@ -174,8 +174,7 @@ def server():
     proc.wait(10)
 
 
-@pytest.fixture
-def browser():
+def chromium_driver():
     if not (CHROMEDRIVER and CHROMIUM):
         pytest.fail("the end-to-end test needs Debian's chromium and chromium-driver (apt-get install chromium-driver)")
     from selenium import webdriver
@@ -186,7 +185,19 @@ def browser():
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--window-size=1500,1300"):
         options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # no driver download
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)  # no driver download
+
+
+@pytest.fixture
+def browser():
+    driver = chromium_driver()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shared_browser():
+    driver = chromium_driver()
     yield driver
     driver.quit()
 
@@ -280,3 +291,107 @@ def test_a_continuous_task_shows_its_predictive_beside_bayes(tmp_path):
     assert torch.allclose(torch.tensor(bayes.y), batch.posterior_mean[0, rows].float())
     assert torch.allclose(torch.tensor(bayes.error_y.array), batch.posterior_var[0, rows].float().sqrt())
     assert model.name.startswith("model")
+
+
+def test_the_download_holds_this_view_s_numbers_and_its_python_reproduces_them(run_dir):
+    import json
+
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    tokens = explorer.sample(4)
+    for seed, choices in ((4, ["M0.1", "B1"]), (None, [])):  # sampled and ablated; typed and intact
+        numbers = explorer.numbers(1, tokens, seed, choices)
+        assert json.loads(json.dumps(numbers, allow_nan=False)) == numbers
+        assert numbers["ablations"] == sorted(choices) and numbers["step"] == 100 and numbers["tokens"] == tokens
+        views = explorer.posterior_views(1, tokens, seed, choices)
+        assert numbers["model_distribution"] == pytest.approx(views["posterior"].data[1].z, abs=1e-6)
+        assert ("held_out_calibration_intact" in numbers) == bool(choices)
+        namespace = {}
+        exec(numbers["python"], namespace)  # the shown Python, run as it stands, gives the same curves
+        assert namespace["numbers"]["per_position"]["model_entropy_bits"] == pytest.approx(
+            numbers["per_position"]["model_entropy_bits"], abs=1e-6)
+        assert f"--ckpt {numbers['checkpoint']}" in numbers["python"]
+
+
+def test_ablated_views_draw_the_intact_model_beside_them(run_dir):
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    tokens = explorer.sample(0)
+    intact = explorer.posterior_views(1, tokens, 0, [])
+    ablated = explorer.posterior_views(1, tokens, 0, ["H0.1"])
+    for view in ("entropy", "calibration"):
+        assert [t.name for t in intact[view].data] == ["Bayes", "model"]
+        names = [t.name for t in ablated[view].data]
+        assert names == ["Bayes", "intact model", "model"] and "(ablated)" in ablated[view].layout.title.text
+        assert ablated[view].data[1].y == intact[view].data[1].y  # the intact points are the intact model's
+
+
+def test_the_hmm_geometry_can_be_coloured_by_the_true_state(tmp_path):
+    explorer = small_run(tmp_path, tasks.make("hmm", S=3, O=2, K=5))
+    fig = explorer.geometry_view(0, [], "residual", "latent")
+    assert "true states" in fig.layout.title.text.replace("<br>", " ")
+    assert {t.name for t in fig.data} <= {"states 0", "states 1", "states 2"}
+    assert "Bayes entropy" in explorer.geometry_view(0, [], "residual", "entropy").layout.title.text.replace("<br>", " ")
+
+
+GRAPHS = ("posterior", "entropy", "gap", "calibration", "lens", "latent", "attention", "geometry")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(shipped()))
+def test_every_shipped_model_in_chromium(name, shared_browser):
+    """Each architecture on each task, in the real browser: every view draws, a new sequence (typed where the
+    task can read a posterior back from tokens, sampled by seed where it cannot) reaches every view, and
+    no view shows an error."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+    from werkzeug.serving import make_server
+    import threading
+
+    explorer = Explorer(shipped()[name])
+    server = make_server("127.0.0.1", free_port(), build_app(explorer).server, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        browser, wait = shared_browser, WebDriverWait(shared_browser, 120, poll_frequency=0.25)
+        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        for graph in GRAPHS:
+            wait.until(lambda d: (figure(d, graph) or {}).get("data") is not None
+                       and figure(d, graph)["title"] != "computing…", message=f"{name}: {graph} drawn")
+        before = figure(browser, "entropy")["data"]
+        if explorer.task.continuous:  # real-valued inputs cannot be typed: a new sequence by seed
+            seed = browser.find_element(By.ID, "seed")
+            seed.send_keys(Keys.CONTROL, "a")
+            seed.send_keys("5")
+            browser.find_element(By.ID, "sample").click()
+            shown = explorer.batch(explorer.sample(5), 5)
+        else:
+            tokens = explorer.sample(5)
+            text = browser.find_element(By.ID, "tokens-text")
+            text.send_keys(Keys.CONTROL, "a")
+            text.send_keys(" ".join(explorer.task.token_names(torch.tensor(tokens))))
+            browser.find_element(By.ID, "apply").click()
+            shown = explorer.batch(tokens, None)
+        rows = shown.query_mask[0]
+        bayes = shown.bayes_entropy[0][rows].tolist()
+        wait.until(lambda d: figure(d, "entropy")["data"] != before, message=f"{name}: new sequence shown")
+        assert figure(browser, "entropy")["data"][0]["y"] == pytest.approx(bayes, abs=1e-5)
+        assert browser.find_element(By.ID, "message").text == ""
+        wait.until(lambda d: d.execute_script("return !document.querySelector('[data-dash-is-loading]')"))
+        arch = explorer.layout_info(0)["arch"]
+        said = dict(attention="has no attention", posterior="a continuous task", lens="a continuous task",
+                    latent="a typed sequence keeps no latent truth")
+        for graph in GRAPHS:  # every view draws data, except those that say why they cannot (and only why)
+            texts = browser.execute_script(
+                "const el = document.querySelector(arguments[0] + ' .js-plotly-plot');"
+                "return (el.layout.annotations || []).map(a => a.text || '').join(' ');", f"#{graph}")
+            expected = (graph == "attention" and arch not in ("transformer", "mamba")) or (
+                graph in ("posterior", "lens") and explorer.task.continuous) or (
+                graph == "latent" and not explorer.task.continuous and not explorer.task.latent_tables(shown, 0))
+            if expected:
+                assert said[graph] in texts, (graph, texts)
+            else:
+                assert figure(browser, graph)["data"], (graph, texts)
+        attention = figure(browser, "attention")["title"] or ""
+        assert ("layer 0" in attention) == (arch in ("transformer", "mamba")), attention
+    finally:
+        server.shutdown()

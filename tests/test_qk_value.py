@@ -190,6 +190,23 @@ def test_value_manifold_on_a_continuous_task():
     json.dumps(result.metrics, allow_nan=False)
 
 
+def test_value_manifold_on_the_hmm_also_colours_the_points_by_their_true_state():
+    task = tasks.make("hmm", S=3, O=4, K=6)
+    model = models.build("transformer", task, config=dict(d_model=16, n_layers=2, n_heads=2), seed=0).eval()
+    result = analyses.run("value-manifold", model, n=40, max_points=100)
+    assert {"residual-pca-by-states", "attention-out-pca-by-states"} <= set(result.figures)
+    by_state = result.figures["residual-pca-by-states"]
+    plain = result.figures["residual-pca"]
+    for layer in range(2):  # each layer's points, split into one trace per state, are the same points
+        traces = [t for t in by_state.data if t.xaxis == plain.data[layer].xaxis]
+        assert sorted(t.name for t in traces) == [f"states {c}" for c in range(len(traces))] and len(traces) <= 3
+        assert sum(len(t.x) for t in traces) == len(plain.data[layer].x) == 100
+        assert sorted(x for t in traces for x in t.x) == sorted(plain.data[layer].x)
+    batch = analyses.base.eval_batch(model, 40, 1234)
+    states = analyses.value_manifold.latent_at_queries(task, batch)
+    assert len(states) == int(batch.query_mask.sum()) and set(states.tolist()) <= {0, 1, 2}
+
+
 def test_options_are_listed():
     assert analyses.options("qk-alignment") == {"n": 500, "seed": 1234}
     assert analyses.options("value-manifold") == {"n": 1000, "seed": 1234, "max_points": 2000}
