@@ -96,8 +96,10 @@ def readout_r2(X: np.ndarray, y: np.ndarray, fit: np.ndarray, test: np.ndarray) 
     return _finite(r2_score(y[test], model.predict(X[test])))
 
 
-def stream_stats(X: np.ndarray, entropy: np.ndarray, fit: np.ndarray, test: np.ndarray) -> tuple[dict, np.ndarray]:
-    """PCA numbers of one stream at one layer, and the points' [n, 2] PC1/PC2 scores."""
+def stream_stats(X: np.ndarray, entropy: np.ndarray, fit: np.ndarray, test: np.ndarray,
+                 readout: bool = True) -> tuple[dict, np.ndarray]:
+    """PCA numbers of one stream at one layer, and the points' [n, 2] PC1/PC2 scores (``readout``: also the
+    read-out R², the slow part)."""
     X = np.asarray(X, dtype=np.float64)
     entropy = np.asarray(entropy, dtype=np.float64)
     k = min(2, X.shape[1], X.shape[0])
@@ -119,13 +121,16 @@ def stream_stats(X: np.ndarray, entropy: np.ndarray, fit: np.ndarray, test: np.n
         pc1_pearson_abs=pearson_abs, pc1_pearson_sign=pearson_sign,
         pc1_spearman_abs=spearman_abs, pc1_spearman_sign=spearman_sign,
         pc2_pearson_abs=None if pc2 is None else abs(pc2),
-        readout_r2=readout_r2(X, entropy, fit, test),
+        readout_r2=readout_r2(X, entropy, fit, test) if readout else None,
     )
     return numbers, scores
 
 
-def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> Result:
-    """PCA of the residual stream and attention output at query positions, against the Bayes entropy."""
+def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000, readout: bool = True) -> Result:
+    """PCA of the residual stream and attention output at query positions, against the Bayes entropy.
+
+    ``readout=False`` (the explorer's geometry view): the PCA and its figures only, without the read-out R²
+    and the untrained twin, which take most of the time."""
     hook_dict = getattr(model, "hook_dict", None)
     n_layers = getattr(getattr(model, "cfg", None), "n_layers", None)
     if hook_dict is None or n_layers is None:
@@ -158,7 +163,7 @@ def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> R
         table = {}
         scatter[s] = []
         for l in range(n_layers):
-            numbers, scores = stream_stats(acts.pop(hook_name(s, l)), entropy, fit, test)
+            numbers, scores = stream_stats(acts.pop(hook_name(s, l)), entropy, fit, test, readout)
             for key, value in numbers.items():
                 table.setdefault(key, []).append(value)
             scatter[s].append(dict(scores=scores[shown], numbers=numbers))
@@ -166,8 +171,11 @@ def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> R
 
     last = {k: v[-1] for k, v in per_stream["residual"].items() if isinstance(v, list)}
     residual = [hook_name("residual", l) for l in range(n_layers)]
-    twin = collect(untrained_twin(model), batch, residual)
-    untrained_r2 = [readout_r2(twin.pop(name).astype(np.float64), entropy, fit, test) for name in residual]
+    if readout:
+        twin = collect(untrained_twin(model), batch, residual)
+        untrained_r2 = [readout_r2(twin.pop(name).astype(np.float64), entropy, fit, test) for name in residual]
+    else:
+        untrained_r2 = [None] * n_layers
     metrics = dict(
         final_residual_pc1_variance=last["pc1_variance"], final_residual_pc12_variance=last["pc12_variance"],
         final_residual_pc1_pearson_abs=last["pc1_pearson_abs"],
@@ -187,7 +195,8 @@ def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> R
         figures.update({f"{s.replace('_', '-')}-pca-by-{model.task.query_latent}":
                         scatter_figure(scatter[s], hover, s, task_name, by_latent=model.task.query_latent)
                         for s in streams})
-    figures["entropy-readout"] = readout_figure(per_stream, untrained_r2, task_name, skipped)
+    if readout:
+        figures["entropy-readout"] = readout_figure(per_stream, untrained_r2, task_name, skipped)
     return Result("value-manifold", DEFINITION, metrics, figures)
 
 

@@ -34,7 +34,7 @@ import torch
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from plotly.subplots import make_subplots
 
-from analyses import logit_lens, value_manifold
+from analyses import logit_lens, style, value_manifold
 from analyses.base import AnalysisError, answer_probs, held_out_batch
 from analyses.calibration import error_figure, measure, staircase_figure
 from analyses.head_ablation import ablation_hook, mean_z, z_hook_name
@@ -442,7 +442,11 @@ class Explorer:
         key = ("geometry", index, tuple(sorted(choices or [])))
         if key not in self._cache:
             with self.ablated(index, choices) as model:
-                self._cache[key] = value_manifold.run(model, n=self.n_geometry, seed=self.seed, max_points=1500).figures
+                figures = value_manifold.compute(model, n=self.n_geometry, seed=self.seed, max_points=1500,
+                                                 readout=False).figures
+                for fig in figures.values():
+                    style.apply(fig, subject=self.task.name)  # as the analysis's own run would
+                self._cache[key] = figures
         figures = self._cache[key]
         name = f"{stream.replace('_', '-')}-pca"
         if colour == "latent" and self.task.query_latent is not None:
