@@ -126,11 +126,14 @@ def stream_stats(X: np.ndarray, entropy: np.ndarray, fit: np.ndarray, test: np.n
     return numbers, scores
 
 
-def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000, readout: bool = True) -> Result:
-    """PCA of the residual stream and attention output at query positions, against the Bayes entropy.
+def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> Result:
+    """PCA of the residual stream and attention output at query positions, against the Bayes entropy."""
+    return measure(model, n, seed, max_points, readout=True)
 
-    ``readout=False`` (the explorer's geometry view): the PCA and its figures only, without the read-out R²
-    and the untrained twin, which take most of the time."""
+
+def measure(model, n: int, seed: int, max_points: int, readout: bool) -> Result:
+    """``compute``; ``readout=False`` (the explorer's geometry view): the PCA and its figures only, without the
+    read-out R² and the untrained twin, which take most of the time."""
     hook_dict = getattr(model, "hook_dict", None)
     n_layers = getattr(getattr(model, "cfg", None), "n_layers", None)
     if hook_dict is None or n_layers is None:

@@ -442,7 +442,7 @@ class Explorer:
         key = ("geometry", index, tuple(sorted(choices or [])))
         if key not in self._cache:
             with self.ablated(index, choices) as model:
-                figures = value_manifold.compute(model, n=self.n_geometry, seed=self.seed, max_points=1500,
+                figures = value_manifold.measure(model, n=self.n_geometry, seed=self.seed, max_points=1500,
                                                  readout=False).figures
                 for fig in figures.values():
                     style.apply(fig, subject=self.task.name)  # as the analysis's own run would
