@@ -130,29 +130,48 @@ class Analysis:
     name: str
     summary: str  # one line for ``interp list`` and ``interp run --help``
     definition: str
-    run: Callable[..., "Result"]
+    run: Callable[..., "Result"] | None  # on a wind-tunnel model; None: the analysis runs on language models only
     options: tuple[Option, ...] = ()
     requires: tuple[str, ...] = ()
     multi_model: bool = False
     order: int = 100  # where it is listed (``interp list``, ``interp run --help``); ties by name
+    # On a language model (``interp run NAME --model ...``): measured on a prompt task's prompts.
+    on_language_model: Callable[..., "Result"] | None = None
+    language_options: tuple[Option, ...] = ()
+    language_definition: str = ""
 
     def __post_init__(self):
         unknown = [r for r in self.requires if r not in REQUIREMENTS]
         if unknown:
             raise ValueError(f"{self.name}: unknown requirement(s) {unknown}; known: {', '.join(REQUIREMENTS)}")
 
-    def defaults(self) -> dict:
-        return {o.name: o.default for o in self.options}
+    def schema(self, language: bool = False) -> tuple[Option, ...]:
+        """The options on a wind-tunnel model, or with ``language`` on a language model."""
+        return self.language_options if language else self.options
 
-    def option(self, name: str) -> Option:
-        for o in self.options:
+    def defaults(self, language: bool = False) -> dict:
+        return {o.name: o.default for o in self.schema(language)}
+
+    def option(self, name: str, language: bool = False) -> Option:
+        for o in self.schema(language):
             if o.name == name:
                 return o
-        listed = ", ".join(o.flag for o in self.options) or "none"
-        raise AnalysisError(f"unknown option --{name.replace('_', '-')} for {self.name}; its options: {listed}")
+        listed = ", ".join(o.flag for o in self.schema(language)) or "none"
+        on = " on a language model" if language else ""
+        raise AnalysisError(f"unknown option --{name.replace('_', '-')} for {self.name}{on}; its options: {listed}")
 
     def unmet(self, model) -> list[str]:
         """The messages of the requirements ``model`` does not meet (empty when it can run)."""
+        if is_language_model(model):
+            from analyses import REGISTRY  # the registry is built by the time a model is checked
+
+            usable = ", ".join(n for n, a in REGISTRY.items() if a.on_language_model is not None)
+            return [] if self.on_language_model else [
+                f"needs a wind-tunnel model (its numbers come from the task's exact posterior); on a language "
+                f"model run {usable}"]
+        if self.run is None:
+            return ["runs on language models: pass --model NAME (a Hugging Face model folder, or a model name "
+                    "whose weights are in the local cache) instead of --ckpt"]
         missing = []
         for name in self.requires:
             test, why = REQUIREMENTS[name]
@@ -168,20 +187,33 @@ class Analysis:
         return missing
 
     def __call__(self, model, **options) -> "Result":
-        unknown = sorted(set(options) - {o.name for o in self.options})
+        language = not self.multi_model and is_language_model(model)
+        names = [o.name for o in self.schema(language)]
+        unknown = sorted(set(options) - set(names))
         if unknown:
             raise AnalysisError(f"unknown option(s) {', '.join(unknown)} for {self.name}; "
-                                f"valid options: {', '.join(o.name for o in self.options) or 'none'}")
-        checked = {name: self.option(name).check(value) for name, value in options.items()}
+                                f"valid options: {', '.join(names) or 'none'}")
+        checked = {name: self.option(name, language).check(value) for name, value in options.items()}
         for m in (model if self.multi_model else [model]):
             missing = self.unmet(m)
             if missing:
                 raise AnalysisError(f"{self.name} {missing[0]}")
-        result = self.run(model, **checked)
-        task = None if self.multi_model else getattr(getattr(model, "task", None), "name", None)
+        if language:
+            # the schema holds the defaults (the entry points take every option, none defaulted)
+            result = self.on_language_model(model, **(self.defaults(language=True) | checked))
+            task = model.name
+        else:
+            result = self.run(model, **checked)
+            task = None if self.multi_model else getattr(getattr(model, "task", None), "name", None)
         for fig in result.figures.values():
             style.apply(fig, subject=task)  # one style for every analysis's figures
         return result
+
+
+def is_language_model(model) -> bool:
+    from models.language_model import LanguageModel
+
+    return isinstance(model, LanguageModel)
 
 
 # Training batches are seeded by seed * 1_000_003 + step; held-out batches live far above that.

@@ -9,7 +9,7 @@ import math
 import plotly.graph_objects as go
 import torch
 
-from . import style
+from . import _prompted, style
 from .base import Analysis, AnalysisError, Option, Result, untrained_twin
 
 DEFINITION = " ".join("""
@@ -110,6 +110,63 @@ def compute(model, group: str = "", layer: int = 0, head: int = 0) -> Result:
     })
 
 
+LANGUAGE_DEFINITION = " ".join("""
+ On a language model, for layer l and key/value head h (a grouped-query model's shared key heads
+counted once each, never once per query head), the keys are the model's own keys in context:
+hook_k (W_K applied to the layer's normalised residual stream, before any rotary embedding) at every
+position of a prompt, minus the bias b_K. The statistic is the mean |cos| over pairs of positions that
+hold different tokens, averaged over the prompts of the prompt task. Baselines: the same architecture
+re-initialised (seed 0) on the same prompts, and E|cos| of two independent Gaussian vectors in d_head
+dimensions.
+""".split())
+
+
+@torch.no_grad()
+def context_key_scores(lm, prompts) -> torch.Tensor:
+    """[layers, kv_heads] mean |cos| between the bias-free keys of different tokens within a prompt."""
+    from models.language_model import kv_weights
+
+    cfg = lm.model.cfg
+    names = [f"blocks.{l}.attn.hook_k" for l in range(cfg.n_layers)]
+    biases = [kv_weights(lm.model, l)["b_K"] for l in range(cfg.n_layers)]
+    total, count = 0.0, 0
+    for _, tokens in _prompted.equal_length_batches(lm, prompts):
+        if tokens.shape[1] < 2:
+            continue
+        _, cache = lm.model.run_with_cache(tokens, names_filter=lambda name: name in names)
+        keys = torch.stack([cache[n] - b for n, b in zip(names, biases)])  # [L, B, T, kv, d]
+        cos = cosine_matrices(keys.permute(0, 1, 3, 2, 4).double())  # [L, B, kv, T, T]
+        different = (tokens[:, :, None] != tokens[:, None, :])[None, :, None]  # [1, B, 1, T, T]
+        pairs = different.sum((-1, -2)).clamp_min(1)
+        per_prompt = (cos.abs() * different).sum((-1, -2)) / pairs  # [L, B, kv]
+        keep = (different.sum((-1, -2)) > 0).double()
+        total, count = total + (per_prompt * keep).sum(1), count + keep.sum(1)
+    if isinstance(count, int):
+        raise AnalysisError("no prompt holds two different tokens to compare keys of")
+    return (total / count).cpu()
+
+
+def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int) -> Result:
+    """Key orthogonality per layer and key/value head of a language model, against re-initialised and Gaussian."""
+    from models.language_model import LanguageModel, n_kv_heads, quiet_deprecation
+    from transformer_lens import HookedTransformer
+
+    prompt_set = _prompted.prompt_set(lm, prompts, words, per_shot, alpha, seed)
+    trained = context_key_scores(lm, prompt_set)
+    torch.manual_seed(0)  # (a config that names its own seed re-seeds with it)
+    with quiet_deprecation():
+        fresh = HookedTransformer(lm.model.cfg).to(_prompted.device_of(lm), print_details=False).eval()
+    untrained = context_key_scores(LanguageModel(fresh, lm.name), prompt_set)
+    d_head = lm.model.cfg.d_head
+    metrics = dict(trained=trained.tolist(), init=untrained.tolist(), trained_layer_mean=trained.mean(1).tolist(),
+                   init_layer_mean=untrained.mean(1).tolist(), random_expected=expected_abs_cos(d_head),
+                   d_head=d_head, n_kv_heads=n_kv_heads(lm.model), n_prompts=len(prompt_set.prompts),
+                   mean_trained=trained.mean().item(), mean_init=untrained.mean().item())
+    return Result("key-orthogonality", LANGUAGE_DEFINITION, metrics, {
+        "per-head": per_head_figure(trained, untrained, expected_abs_cos(d_head), "prompts",
+                                    head="key/value head")})
+
+
 def heatmap_figure(cos: torch.Tensor, labels: list[str], layer: int, head: int, group: str) -> go.Figure:
     score = mean_abs_offdiagonal(cos).item()
     fig = go.Figure(go.Heatmap(z=cos.cpu().numpy(), x=labels, y=labels, zmin=-1, zmax=1, colorscale="RdBu_r",
@@ -121,13 +178,14 @@ def heatmap_figure(cos: torch.Tensor, labels: list[str], layer: int, head: int, 
     return fig
 
 
-def per_head_figure(trained: torch.Tensor, untrained: torch.Tensor, random: float, group: str) -> go.Figure:
+def per_head_figure(trained: torch.Tensor, untrained: torch.Tensor, random: float, group: str,
+                    head: str = "head") -> go.Figure:
     names = [f"L{l}H{h}" for l in range(trained.shape[0]) for h in range(trained.shape[1])]
     fig = go.Figure()
     fig.add_bar(x=names, y=trained.flatten().tolist(), name="trained")
     fig.add_bar(x=names, y=untrained.flatten().tolist(), name="untrained init")
-    fig.update_layout(title=f"Mean |off-diagonal key cosine| of the {group[:-1]} tokens per head (lower = more orthogonal)",
-                      barmode="group", xaxis_title="layer and head", yaxis_title="mean |cos|", template="plotly_white", width=760, height=440)
+    fig.update_layout(title=f"Mean |off-diagonal key cosine| of the {group[:-1]} tokens per {head} (lower = more orthogonal)",
+                      barmode="group", xaxis_title=f"layer and {head}", yaxis_title="mean |cos|", template="plotly_white", width=760, height=440)
     style.reference_line(fig, random, "random Gaussian")
     return fig
 
@@ -149,5 +207,7 @@ ANALYSIS = Analysis(
     options=(Option("group", "", "hypothesis-token group (default: the task's hypothesis frame)"),
              Option("layer", 0, "layer of the cosine matrix drawn", low=0),
              Option("head", 0, "head of the cosine matrix drawn", low=0)),
-    requires=("attention", "frame"), order=1)
+    requires=("attention", "frame"), order=1,
+    on_language_model=on_language_model, language_options=_prompted.language_options(),
+    language_definition=LANGUAGE_DEFINITION)
 run = ANALYSIS

@@ -34,9 +34,9 @@ def parse_assignments(pairs: tuple[str, ...], what: str) -> dict:
     return out
 
 
-def analysis_options(analysis, extra: list[str]) -> dict:
+def analysis_options(analysis, extra: list[str], language: bool = False) -> dict:
     """Map ``--layer 1 --head 2`` style arguments onto the analysis's options, typed and range-checked
-    by its schema."""
+    by its schema (``language``: its schema on a language model)."""
     out, i = {}, 0
     while i < len(extra):
         arg = extra[i]
@@ -47,7 +47,7 @@ def analysis_options(analysis, extra: list[str]) -> dict:
             if i + 1 >= len(extra):
                 raise UserError(f"option {arg} needs a value")
             i, raw = i + 1, extra[i + 1]
-        option = analysis.option(key.replace("-", "_"))
+        option = analysis.option(key.replace("-", "_"), language)
         out[option.name] = option.parse(raw)
         i += 1
     return out
@@ -56,13 +56,24 @@ def analysis_options(analysis, extra: list[str]) -> dict:
 def analysis_help(analysis) -> str:
     """``interp run NAME --help``, from the analysis's declaration."""
     width = max([len(o.flag) for o in analysis.options] + [8])
-    lines = [f"Usage: interp run {analysis.name} --ckpt CKPT{' [--ckpt CKPT ...]' if analysis.multi_model else ''} "
+    source = "--model MODEL" if analysis.run is None else f"--ckpt CKPT{' [--ckpt CKPT ...]' if analysis.multi_model else ''}"
+    lines = [f"Usage: interp run {analysis.name} {source} "
              f"[--out DIR] [--format pdf,html,json] [--device cpu] [OPTIONS]", "",
              f"  {analysis.summary}.", ""]
     if analysis.requires:
         lines += [f"  Requires: {', '.join(analysis.requires)}.", ""]
-    lines += ["Options:"] + [f"  {o.flag:<{width}}  {o.describe()}" for o in analysis.options]
-    lines += ["", "Definition:", *textwrap.wrap(analysis.definition, 100, initial_indent="  ", subsequent_indent="  ")]
+    if analysis.run is not None:
+        lines += ["Options:"] + [f"  {o.flag:<{width}}  {o.describe()}" for o in analysis.options]
+        lines += ["", "Definition:", *textwrap.wrap(analysis.definition, 100, initial_indent="  ",
+                                                     subsequent_indent="  ")]
+    if analysis.on_language_model is not None:
+        width = max([len(o.flag) for o in analysis.language_options] + [8])
+        lines += ["", f"On a language model: interp run {analysis.name} --model MODEL [OPTIONS], MODEL a Hugging Face "
+                      "model folder or a model name whose weights are in the local cache.", "Options:"]
+        lines += [f"  {o.flag:<{width}}  {o.describe()}" for o in analysis.language_options]
+        if analysis.language_definition != analysis.definition or analysis.run is not None:
+            lines += ["", "Definition on a language model:", *textwrap.wrap(
+                analysis.language_definition, 100, initial_indent="  ", subsequent_indent="  ")]
     return "\n".join(lines)
 
 
@@ -139,12 +150,14 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
 @click.argument("name", required=False)
 @click.option("--ckpt", multiple=True,
               help="run folder, .safetensors checkpoint, or shipped model name (repeat it for compare)")
+@click.option("--model", "model_spec", help="a language model instead: a Hugging Face model folder, or a model name "
+              "whose weights are in the local cache (e.g. EleutherAI/pythia-410m)")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("figures"), show_default=True, help="output folder")
 @click.option("--format", "formats", default="pdf,html,json", show_default=True, help="any of pdf,html,json,png")
 @click.option("--device", default="cpu", show_default=True)
 @click.option("-h", "--help", "show_help", is_flag=True, help="this help, or with NAME the analysis's options")
 @click.pass_context
-def run(ctx, name, ckpt, out, formats, device, show_help):
+def run(ctx, name, ckpt, model_spec, out, formats, device, show_help):
     """Run analysis NAME on a checkpoint; writes OUT/RUN-NAME/NAME.{pdf,html,json}.
 
     Options of the analysis itself follow as --option value (e.g. --layer 0 --head 2);
@@ -162,12 +175,19 @@ def run(ctx, name, ckpt, out, formats, device, show_help):
     if show_help:
         click.echo(analysis_help(analysis))
         return
+    if model_spec is not None:
+        if ckpt:
+            raise UserError("pass --ckpt (a wind-tunnel model) or --model (a language model), not both")
+        return run_on_language_model(analysis, model_spec, ctx.args, out, formats, device)
     if not ckpt:
+        if analysis.run is None:
+            raise UserError(f"{name} runs on language models: pass --model MODEL (a Hugging Face model folder, or a "
+                            f"model name whose weights are in the local cache)")
         raise UserError(f"{name} needs --ckpt (a run folder, a .safetensors checkpoint or a shipped model name)")
 
     from .catalog import locate
     from .checkpoint import load, resolve
-    from .export import parse_formats, write_result
+    from .export import parse_formats
 
     chosen = parse_formats(formats)
     options = analysis_options(analysis, ctx.args)
@@ -187,6 +207,28 @@ def run(ctx, name, ckpt, out, formats, device, show_help):
         context = dict(run=run_name, checkpoint=str(file), step=model.step, task=model.task.config(),
                        arch=model.arch, options=options)
     source = "\n".join(sorted(str(Path(f).resolve()) for f in files))
+    report(result, out, run_name, source, chosen, context)
+
+
+def run_on_language_model(analysis, spec: str, extra: list[str], out: Path, formats: str, device: str) -> None:
+    """``interp run NAME --model MODEL``: the analysis on a language model's prompts."""
+    from .export import parse_formats
+    from models.language_model import LanguageModel, open_language_model
+
+    if analysis.on_language_model is None:  # say so before loading a model for nothing
+        raise UserError(f"{analysis.name} {analysis.unmet(LanguageModel(None, spec))[0]}")
+    chosen = parse_formats(formats)
+    options = analysis_options(analysis, extra, language=True)
+    lm = open_language_model(spec, device=device)
+    result = analysis(lm, **options)
+    source = str(Path(spec).resolve()) if Path(spec).is_dir() else spec
+    report(result, out, lm.name, source, chosen, dict(run=lm.name, model=spec, options=options))
+
+
+def report(result, out: Path, run_name: str, source: str, chosen, context: dict) -> None:
+    """Write a result's files into its output folder and print its headline numbers and the paths."""
+    from .export import write_result
+
     folder = output_folder(out, run_name, source)
     paths = write_result(result, folder, chosen, context)
     claim(folder, source)
@@ -312,7 +354,8 @@ def listing() -> list[str]:
     lines.append("analyses (options and defaults; `interp run NAME --help` explains them):")
     for name, analysis in analyses.REGISTRY.items():
         opts = " ".join(f"{o.flag} {o.default if o.default != '' else 'auto'}" for o in analysis.options)
-        lines.append(f"  {name:<22} {opts}")
+        where = {(True, False): "", (True, True): "  [also language models]", (False, True): "[language models]"}
+        lines.append(f"  {name:<22} {opts}{where[analysis.run is not None, analysis.on_language_model is not None]}")
     lines.append("shipped models:")
     for name, path in shipped().items():
         info = summary(path)

@@ -4,21 +4,9 @@ the Hugging Face modules' own projections."""
 import pytest
 import torch
 
-from interp.errors import UserError
-from interp.language_models import from_hugging_face, kv_weights, load_language_model, n_kv_heads
-
-
-def tiny(family: str):
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    if family == "gpt-neox":  # Pythia's family: one fused query-key-value matrix, partial rotary
-        return GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2,
-                                                num_attention_heads=4, intermediate_size=64,
-                                                max_position_embeddings=64, rotary_pct=0.25)).eval()
-    return LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2,  # grouped-query: 2 per group
-                                        max_position_embeddings=64)).eval()
+from tasks import ConfigError
+from models.language_model import from_hugging_face, kv_weights, load_language_model, n_kv_heads
+from tests.tiny_language_models import tiny
 
 
 def hf_attention_inputs(hf_model, ids) -> list[torch.Tensor]:
@@ -95,7 +83,7 @@ def test_the_wrong_fused_layout_would_be_caught():
 
 def test_a_model_missing_from_the_cache_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path))  # an empty cache
-    with pytest.raises(UserError) as err:
+    with pytest.raises(ConfigError) as err:
         load_language_model("EleutherAI/pythia-14m")
     message = str(err.value)
     assert "\n" not in message and "not in the local Hugging Face cache" in message and "from_pretrained" in message

@@ -76,8 +76,15 @@ def test_analyses_declare_typed_options_that_match_their_entry_points():
     import inspect
 
     for name, analysis in analyses.REGISTRY.items():
-        params = inspect.signature(analysis.run).parameters
-        assert {k: p.default for k, p in params.items() if k != "model"} == analysis.defaults(), name
+        assert analysis.run is not None or analysis.on_language_model is not None, name
+        if analysis.run is not None:
+            params = inspect.signature(analysis.run).parameters
+            assert {k: p.default for k, p in params.items() if k != "model"} == analysis.defaults(), name
+        if analysis.on_language_model is not None:  # every option taken, none defaulted (the schema holds them)
+            params = list(inspect.signature(analysis.on_language_model).parameters.values())[1:]
+            assert [p.name for p in params] == list(analysis.defaults(language=True)), name
+            assert all(p.default is inspect.Parameter.empty for p in params), name
+            assert analysis.language_definition, name
         assert analysis.definition and analysis.summary, name
 
 

@@ -1,12 +1,15 @@
-"""Paper III's two-label in-context task: its exact posterior against brute force, its prompts, and the
-renormalised label distribution of a language model on a constructed model whose answer is known."""
+"""Paper III's prompt tasks: the two-label task's exact posterior against brute force, the coin's against
+enumeration, their prompts, and the renormalised answer distribution of a language model on a constructed
+model whose answer is known."""
 import itertools
 import math
 
 import pytest
 import torch
 
-from interp import two_label
+from analyses import _prompted
+from tasks import prompts
+from tasks.prompts import coin, two_label
 
 
 @pytest.mark.parametrize("alpha", [0.6, 0.9, 0.99])
@@ -27,15 +30,17 @@ def test_long_prompts_do_not_underflow():
 
 
 def test_token_prompts_show_k_examples_whose_labels_follow_the_latent_label_at_rate_alpha():
-    prompts = two_label.token_prompts(inputs=list(range(10)), labels=(20, 21), shots=(0, 2, 8), per_shot=300,
-                                      alpha=0.8, seed=1, separator=(15,))
-    assert len(prompts) == 900
-    for prompt in prompts:
+    prompt_set = two_label.token_prompts(inputs=list(range(10)), labels=(20, 21), shots=(0, 2, 8), per_shot=300,
+                                         alpha=0.8, seed=1, separator=(15,))
+    assert len(prompt_set.prompts) == 900 and prompt_set.answers == (20, 21)
+    for prompt in prompt_set.prompts:
         k = len(prompt.shown)
         assert len(prompt.tokens) == 3 * k + 2 and prompt.tokens[-1] == 15
         assert [prompt.tokens[3 * i + 2] - 20 for i in range(k)] == prompt.shown
-    agree = [y == p.latent for p in prompts for y in p.shown]
-    assert abs(sum(agree) / len(agree) - 0.8) < 0.02  # 3,000 shown labels
+        assert torch.equal(prompt.bayes, two_label.predictive(prompt.shown, 0.8))
+    # the shown labels agree with each other as often as labels drawn from one latent at rate 0.8 do
+    pairs = [a == b for p in prompt_set.prompts if len(p.shown) == 8 for a, b in zip(p.shown, p.shown[1:])]
+    assert abs(sum(pairs) / len(pairs) - (0.8 ** 2 + 0.2 ** 2)) < 0.03  # 2,100 pairs
     with pytest.raises(ValueError, match="two different tokens"):
         two_label.token_prompts([1], (3, 3))
     with pytest.raises(ValueError, match="alpha"):
@@ -43,19 +48,36 @@ def test_token_prompts_show_k_examples_whose_labels_follow_the_latent_label_at_r
 
 
 def test_text_prompts_need_one_token_labels():
-    vocab = {w: i for i, w in enumerate([" ->", " cat", " dog", " foo", " bar", " baz"])}
+    vocab = {w: i for i, w in enumerate([" ->", " cat", " dog", " blue", " green", " heads", " tails"])}
     encode = lambda text: [vocab[text]] if text in vocab else [0, 1]  # noqa: E731  (unknown: two tokens)
-    prompts, labels = two_label.text_prompts(encode, ["cat", "dog"], ("foo", "bar"), shots=(1,), per_shot=5)
-    assert labels == (3, 4) and all(p.tokens[1] == 0 and p.tokens[-1] == 0 for p in prompts)
-    with pytest.raises(ValueError, match="one-token labels"):
-        two_label.text_prompts(encode, ["cat"], ("foo", "zebra"))
+    prompt_set = prompts.make("two-label").build(encode, 16, ["cat", "dog"], per_shot=5, alpha=0.9, seed=0)
+    assert prompt_set.answers == (3, 4) and all(p.tokens[-1] == 0 for p in prompt_set.prompts)
+    with pytest.raises(ValueError, match="one token each"):
+        prompts.make("coin").build(lambda text: [vocab.get(text, 9), 9], 16, [], per_shot=5, alpha=0.9, seed=0)
+
+
+def test_the_coins_predictive_and_posterior_entropy_are_exact():
+    import itertools
+
+    for k in range(7):
+        for shown in itertools.product((0, 1), repeat=k):
+            heads = k - sum(shown)
+            # Laplace's rule by integrating p^(h+1) (1-p)^t against p^h (1-p)^t on a fine grid
+            grid = torch.linspace(0, 1, 200_001, dtype=torch.float64)
+            like = grid ** heads * (1 - grid) ** (k - heads)
+            assert coin.predictive(shown)[0].item() == pytest.approx(
+                torch.trapezoid(grid * like, grid).item() / torch.trapezoid(like, grid).item(), abs=1e-8)
+            density = like / torch.trapezoid(like, grid)
+            numeric = -torch.trapezoid(density * torch.log2(density.clamp_min(1e-300)), grid).item()
+            assert coin.beta_entropy_bits(1 + heads, 1 + k - heads) == pytest.approx(numeric, abs=1e-4)
+    assert coin.beta_entropy_bits(1, 1) == 0.0  # the uniform prior
 
 
 def constant_model(log_odds: float):
     """A HookedTransformer whose next-token logits are its unembedding bias alone: label 0 vs 1 at log_odds."""
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-    from interp.language_models import quiet_deprecation
+    from models.language_model import quiet_deprecation
 
     cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=64, d_head=4, n_heads=2, d_vocab=24, act_fn="gelu")
     with quiet_deprecation():
@@ -67,16 +89,30 @@ def constant_model(log_odds: float):
     return model
 
 
-def test_the_label_distribution_is_renormalised_over_the_two_labels():
-    prompts = two_label.token_prompts(list(range(10)), (20, 21), shots=(0, 1, 4), per_shot=4, seed=0)
-    probs = two_label.label_distribution(constant_model(math.log(3)), prompts, (20, 21))
-    assert torch.allclose(probs, torch.tensor([[0.75, 0.25]] * len(prompts), dtype=torch.float64), atol=1e-6)
+def test_the_answer_distribution_is_renormalised_over_the_two_answers():
+    from models.language_model import LanguageModel
+
+    prompt_set = two_label.token_prompts(list(range(10)), (20, 21), shots=(0, 1, 4), per_shot=4, seed=0)
+    lm = LanguageModel(constant_model(math.log(3)), "constant")
+    probs, _ = _prompted.last_positions(lm, prompt_set, [])
+    assert torch.allclose(probs, torch.tensor([[0.75, 0.25]] * len(prompt_set.prompts), dtype=torch.float64),
+                          atol=1e-6)
     # the exact predictive scores zero against itself, and a constant model does not
-    exact = torch.stack([two_label.predictive(p.shown, 0.9) for p in prompts])
-    perfect = two_label.score(exact, prompts, 0.9)
-    assert all(row["entropy_mae_vs_predictive_bits"] < 1e-12 and row["kl_predictive_bits"] < 1e-12
-               for row in perfect.values())
-    constant = two_label.score(probs, prompts, 0.9)
-    assert sorted(constant) == [0, 1, 4] and constant[4]["kl_predictive_bits"] > 0.1
-    assert constant[0]["entropy_mae_vs_predictive_bits"] == pytest.approx(1 - two_label.entropy_bits(
-        torch.tensor([0.75, 0.25])).item(), abs=1e-6)
+    perfect = _prompted.calibration(prompt_set.bayes, prompt_set)
+    assert perfect["entropy_mae_bits"] < 1e-12 and perfect["kl_bits"] < 1e-12
+    constant = _prompted.calibration(probs, prompt_set)
+    assert sorted(constant["by_shots"]) == [0, 1, 4] and constant["by_shots"][4]["kl_bits"] > 0.1
+    assert constant["by_shots"][0]["entropy_mae_bits"] == pytest.approx(
+        1 - _prompted.entropy_bits(torch.tensor([0.75, 0.25])).item(), abs=1e-6)
+
+
+def test_word_lists_are_shipped_or_read_from_a_file(tmp_path):
+    assert "prime" in prompts.read_words("math") and len(prompts.read_words("mixed")) >= 20
+    mine = tmp_path / "words.txt"
+    mine.write_text("# my domain\nalpha\nbeta  # a comment\n\n")
+    assert prompts.read_words(str(mine)) == ["alpha", "beta"]
+    with pytest.raises(ValueError, match="shipped domain"):
+        prompts.read_words("no-such-domain")
+    (tmp_path / "one.txt").write_text("alpha\n")
+    with pytest.raises(ValueError, match="at least 2"):
+        prompts.read_words(str(tmp_path / "one.txt"))

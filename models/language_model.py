@@ -22,13 +22,57 @@ import os
 import tempfile
 import warnings
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
 
-from .errors import UserError
+from tasks import ConfigError
 
 # Keep what the analyses read: no LayerNorm folding or centring, which would change W_K and W_V.
 RAW_WEIGHTS = dict(fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False)
+
+
+@dataclass
+class LanguageModel:
+    """A HookedTransformer the analyses run on through prompts (``interp run NAME --model ...``), with the
+    tokenizer its prompts are written with (None: prompts of token ids, e.g. a model built from a config)."""
+
+    model: Any  # transformer_lens.HookedTransformer
+    name: str
+    tokenizer: Any = None
+
+    arch = "language model"  # what refusals call it
+
+    @property
+    def encode(self) -> Callable[[str], list[int]] | None:
+        if self.tokenizer is None:
+            return None
+        return lambda text: self.tokenizer.encode(text, add_special_tokens=False)
+
+
+def open_language_model(spec: str, device: str = "cpu") -> LanguageModel:
+    """``spec``: a folder holding a Hugging Face causal LM (``save_pretrained``'s files, a tokenizer beside
+    it if there is one), or a model name TransformerLens knows whose weights are in the local cache."""
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        model = load_language_model(spec, device=device)
+        return LanguageModel(model, spec.rstrip("/").split("/")[-1], getattr(model, "tokenizer", None))
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"{path} holds no config.json: --model takes a Hugging Face model folder "
+                        f"(save_pretrained's files) or a model name in the local cache")
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"{path} is not a loadable Hugging Face causal LM: {str(err).splitlines()[0]}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, TypeError):  # no tokenizer files: prompts of token ids
+        tokenizer = None
+    return LanguageModel(from_hugging_face(hf_model).to(device, print_details=False), path.resolve().name, tokenizer)
 
 
 def from_hugging_face(hf_model, dtype: torch.dtype = torch.float32):
@@ -44,7 +88,7 @@ def from_hugging_face(hf_model, dtype: torch.dtype = torch.float32):
         try:
             settings = loading.convert_hf_model_config(folder)
         except (NotImplementedError, ValueError, KeyError) as err:
-            raise UserError(f"TransformerLens cannot convert a {config.architectures[0]}: {err}") from None
+            raise ConfigError(f"TransformerLens cannot convert a {config.architectures[0]}: {err}") from None
         settings.pop("tokenizer_name", None)  # a model built from a config has no tokenizer to load
         cfg = HookedTransformerConfig(**settings, dtype=dtype)
         state = loading.get_pretrained_state_dict(folder, cfg, hf_model=hf_model, dtype=dtype)
@@ -65,8 +109,9 @@ def load_language_model(name: str, device: str = "cpu"):
             return HookedTransformer.from_pretrained(name, device=device, **RAW_WEIGHTS).eval()
     except (OSError, ValueError) as err:
         if "not found" in str(err).lower() and "model" in str(err).lower() and "cache" not in str(err).lower():
-            raise UserError(f"{name!r} is not a model TransformerLens knows: {str(err).splitlines()[0]}") from None
-        raise UserError(f"the weights of {name!r} are not in the local Hugging Face cache and this machine does "
+            raise ConfigError(f"{name!r} is neither a folder holding a Hugging Face model nor a model TransformerLens "
+                            f"knows (transformer_lens.loading.OFFICIAL_MODEL_NAMES lists those)") from None
+        raise ConfigError(f"the weights of {name!r} are not in the local Hugging Face cache and this machine does "
                         f"not download; fetch them once where there is internet: python -c \"from transformers "
                         f"import AutoModelForCausalLM as M; M.from_pretrained('{name}')\" (then copy "
                         f"~/.cache/huggingface here)") from None

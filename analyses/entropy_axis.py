@@ -1,0 +1,141 @@
+"""The entropy axis, ablated: is the direction that encodes the posterior entropy causal for the answer?
+
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from . import _prompted
+from .base import Analysis, AnalysisError, Option, Result
+from sklearn.linear_model import RidgeCV
+
+from .value_manifold import RIDGE_ALPHAS, correlation, pca_share_and_r, readout_r2, split_halves
+
+DEFINITION = " ".join("""
+ On a language model and a prompt task, the residual stream blocks.l.hook_resid_post at each prompt's
+last position (l = --layer, -1 for the last layer) gives the entropy axis: the unit vector of the
+ridge read-out (scikit-learn RidgeCV, penalty from 1e-3 to 1e3 by leave-one-out, with intercept) of the
+Bayes posterior entropy from those activations, fitted on a seeded random half of the prompts. Ablating an axis
+removes its component from that residual stream at every position of every prompt (x <- x - (x.a)a)
+and runs the rest of the model on. Measured intact, with the entropy axis ablated, and with each of
+`controls` random unit axes ablated (seeded; mean and standard deviation over them): the manifold at
+layer l (held-out R² of the same kind of ridge read-out refitted on the ablated activations, |Pearson r| of PC1
+with the entropy, PC1 + PC2's share of the variance) and the calibration of the answer (the model's
+next-token distribution renormalised over the two answer tokens, against the Bayes predictive:
+entropy MAE and KL in bits). Paper III reports that ablating the entropy axis destroys the manifold
+but not calibration; a random axis is the control that says what removing any one direction does.
+""".split())
+
+
+def entropy_axis(X: np.ndarray, entropy: np.ndarray, fit: np.ndarray) -> np.ndarray:
+    """The unit direction of the ridge read-out of ``entropy`` from ``X`` on the ``fit`` rows."""
+    w = RidgeCV(alphas=RIDGE_ALPHAS).fit(X[fit], entropy[fit]).coef_
+    norm = np.linalg.norm(w)
+    if norm == 0:
+        raise AnalysisError("the entropy read-out is zero: no entropy axis to ablate")
+    return w / norm
+
+
+def measure(lm, prompt_set, layer: int, fit, test, direction: np.ndarray | None) -> tuple[dict, np.ndarray]:
+    """Manifold and calibration numbers with ``direction`` projected out at ``layer`` (None: intact), and the
+    layer's activations at the prompts' last positions."""
+    name = f"blocks.{layer}.hook_resid_post"
+    entropy = prompt_set.posterior_entropy.numpy()
+    if direction is None:
+        probs, caught = _prompted.last_positions(lm, prompt_set, [name])
+    else:
+        with _prompted.projected_out(lm, layer, torch.from_numpy(direction)):
+            probs, caught = _prompted.last_positions(lm, prompt_set, [name])
+    X = torch.stack(caught[name]).numpy()
+    share, r = pca_share_and_r(X, entropy)
+    calibration = _prompted.calibration(probs, prompt_set)
+    return dict(readout_r2=readout_r2(X, entropy, fit, test, ridge=True), pc1_pearson_abs=r, pc12_variance=share,
+                entropy_mae_bits=calibration["entropy_mae_bits"], kl_bits=calibration["kl_bits"],
+                along_axis=None if direction is None else float(np.abs(X @ direction).max())), X
+
+
+KEYS = ("readout_r2", "pc1_pearson_abs", "pc12_variance", "entropy_mae_bits", "kl_bits")
+
+
+def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int, layer: int,
+                      controls: int) -> Result:
+    n_layers = lm.model.cfg.n_layers
+    if not -n_layers <= layer < n_layers:
+        raise AnalysisError(f"--layer {layer} out of range: {lm.name} has {n_layers} layers")
+    layer %= n_layers
+    prompt_set = _prompted.prompt_set(lm, prompts, words, per_shot, alpha, seed)
+    entropy = prompt_set.posterior_entropy.numpy()
+    if np.ptp(entropy) == 0:
+        raise AnalysisError("every prompt has the same posterior entropy: there is no entropy axis to find")
+    fit, test = split_halves(len(entropy), seed)
+    intact, X = measure(lm, prompt_set, layer, fit, test, None)
+    axis = entropy_axis(X, entropy, fit)
+    ablated, _ = measure(lm, prompt_set, layer, fit, test, axis)
+    rng = np.random.default_rng(seed)
+    randoms = []
+    for _ in range(controls):
+        v = rng.standard_normal(len(axis))
+        randoms.append(measure(lm, prompt_set, layer, fit, test, v / np.linalg.norm(v))[0])
+    summary = {key: dict(mean=_mean([r[key] for r in randoms]), std=_std([r[key] for r in randoms]))
+               for key in KEYS}
+    metrics = dict(layer=layer, intact={k: intact[k] for k in KEYS}, entropy_axis={k: ablated[k] for k in KEYS},
+                   random_axes=summary, n_controls=controls, n_prompts=len(entropy),
+                   readout_r2_drop=_diff(intact["readout_r2"], ablated["readout_r2"]),
+                   readout_r2_drop_random=_diff(intact["readout_r2"], summary["readout_r2"]["mean"]),
+                   calibration_change_bits=ablated["entropy_mae_bits"] - intact["entropy_mae_bits"],
+                   calibration_change_random_bits=(None if summary["entropy_mae_bits"]["mean"] is None else
+                                                   summary["entropy_mae_bits"]["mean"] - intact["entropy_mae_bits"]),
+                   axis_entropy_pearson_abs_held_out=_abs(correlation(X[test] @ axis, entropy[test])),
+                   max_component_left_along_axis=ablated["along_axis"])
+    return Result("entropy-axis", DEFINITION, metrics,
+                  {"ablation": figure(metrics, f"{lm.name}, {prompts} prompts, layer {layer}")})
+
+
+def _abs(x):
+    return None if x is None else abs(x)
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _std(values):
+    values = [v for v in values if v is not None]
+    return float(np.std(values)) if values else None
+
+
+def _diff(a, b):
+    return None if a is None or b is None else a - b
+
+
+def figure(metrics: dict, subject: str) -> go.Figure:
+    labels = {"readout_r2": "read-out R²", "pc1_pearson_abs": "|r| PC1, entropy", "pc12_variance": "PC1+PC2 share",
+              "entropy_mae_bits": "entropy MAE (bits)", "kl_bits": "KL (bits)"}
+    x = [labels[k] for k in KEYS]
+    none = float("nan")
+    fig = go.Figure()
+    fig.add_bar(x=x, y=[metrics["intact"][k] if metrics["intact"][k] is not None else none for k in KEYS],
+                name="intact")
+    fig.add_bar(x=x, y=[metrics["entropy_axis"][k] if metrics["entropy_axis"][k] is not None else none for k in KEYS],
+                name="entropy axis ablated")
+    random = metrics["random_axes"]
+    fig.add_bar(x=x, y=[random[k]["mean"] if random[k]["mean"] is not None else none for k in KEYS],
+                error_y=dict(type="data", array=[random[k]["std"] or 0.0 for k in KEYS], visible=True),
+                name=f"random axis ablated (mean ± sd of {metrics['n_controls']})")
+    fig.update_layout(title=f"{subject}: the entropy axis ablated, against random axes", barmode="group",
+                      yaxis_title="value", template="plotly_white", width=820, height=460)
+    return fig
+
+
+ANALYSIS = Analysis(
+    "entropy-axis", "project the posterior-entropy axis out of the residual stream: manifold and calibration "
+    "against random axes (language models)", DEFINITION, None, order=21,
+    on_language_model=on_language_model, language_definition=DEFINITION,
+    language_options=_prompted.language_options(
+        Option("layer", -1, "layer whose residual stream is ablated (-1: the last)", low=-1000, high=1000),
+        Option("controls", 10, "random axes ablated as controls", low=0, high=1000)))
+run = ANALYSIS

@@ -1,0 +1,88 @@
+"""What a prompt task is: prompts for a language model, each with the exact Bayes answer over two tokens.
+
+A prompt task is the text-model counterpart of a wind tunnel. It builds prompts whose next token is
+one of two answer tokens, and gives for each prompt the Bayes predictive over those two tokens and the
+entropy of the Bayes posterior over the task's latent (the quantity a value manifold is ordered by).
+A language model's answer is its next-token distribution at the prompt's end, renormalised over the
+two answer tokens.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+SHOTS = (0, 1, 2, 4, 8)  # Paper III's numbers of shown examples
+WORDS = Path(__file__).parent / "words"  # the shipped input-word lists, one word per line
+
+
+@dataclass(frozen=True)
+class Prompt:
+    tokens: list[int]  # the prompt, ending where an answer token is predicted
+    shown: list[int]  # the observations it shows, each 0 or 1 (which of the two answer tokens)
+    bayes: torch.Tensor  # [2] float64: the Bayes predictive over the two answer tokens
+    posterior_entropy_bits: float  # entropy of the Bayes posterior over the task's latent
+
+
+@dataclass
+class PromptSet:
+    prompts: list[Prompt]
+    answers: tuple[int, int]  # the two answer token ids
+
+    @property
+    def bayes(self) -> torch.Tensor:
+        return torch.stack([p.bayes for p in self.prompts])
+
+    @property
+    def posterior_entropy(self) -> torch.Tensor:
+        return torch.tensor([p.posterior_entropy_bits for p in self.prompts], dtype=torch.float64)
+
+    @property
+    def shots(self) -> torch.Tensor:
+        return torch.tensor([len(p.shown) for p in self.prompts])
+
+
+class PromptTask:
+    """A prompt task plugin: a subclass with a ``name`` in a module of tasks/prompts/."""
+
+    name: str = ""
+    summary: str = ""
+    order: int = 100
+
+    def build(self, encode: Callable[[str], list[int]] | None, vocab_size: int, words: Sequence[str],
+              per_shot: int, alpha: float, seed: int) -> PromptSet:
+        """``per_shot`` prompts per number of shown examples. ``encode`` (text -> token ids) is the model's
+        tokenizer; without one (a model built from a config), prompts are made of token ids directly."""
+        raise NotImplementedError
+
+
+def binary_entropy_bits(p: torch.Tensor) -> torch.Tensor:
+    return -(p * torch.log2(p.clamp_min(1e-300))).sum(-1)
+
+
+def one_token(encode: Callable[[str], list[int]], word: str) -> int:
+    """The single token id of " word"; a clear error when the tokenizer splits it."""
+    ids = encode(" " + word)
+    if len(ids) != 1:
+        raise ValueError(f"{word!r} is {len(ids)} tokens for this tokenizer; choose words that are one token each")
+    return ids[0]
+
+
+def read_words(spec: str) -> list[str]:
+    """A shipped domain's words (``math``, ``mixed``) or a file's, one word per line (``#`` starts a comment)."""
+    path = WORDS / f"{spec}.txt" if (WORDS / f"{spec}.txt").is_file() else Path(spec)
+    if not path.is_file():
+        shipped = ", ".join(sorted(p.stem for p in WORDS.glob("*.txt")))
+        raise ValueError(f"no word list {spec!r}: name a shipped domain ({shipped}) or a file with one word per line")
+    words = [w.split("#")[0].strip() for w in path.read_text().splitlines()]
+    words = [w for w in words if w]
+    if len(words) < 2:
+        raise ValueError(f"{path} holds {len(words)} word(s); a prompt set needs at least 2")
+    return words
+
+
+def log2_beta(a: float, b: float) -> float:
+    return (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)) / math.log(2)
