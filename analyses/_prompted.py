@@ -17,7 +17,8 @@ from tasks.prompts import PromptSet, read_words
 from .base import AnalysisError, Option
 
 PROMPT_OPTIONS = (
-    Option("prompts", "two-label", "prompt task: " + ", ".join(prompt_tasks.NAMES)),
+    Option("prompts", "", "prompt task: " + ", ".join(prompt_tasks.NAMES) + " (auto: wind-tunnel on a wind-tunnel "
+           "transformer, else two-label)"),
     Option("words", "mixed", "input words: a shipped domain (math, mixed) or a file with one word per line"),
     Option("per_shot", 50, "prompts per number of shown examples", low=1, high=100_000),
     Option("alpha", 0.9, "two-label: chance a shown label is the latent one", low=0.5, high=1.0),
@@ -28,8 +29,8 @@ PROMPT_OPTIONS = (
 def prompt_set(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int) -> PromptSet:
     """The prompts of task ``prompts`` for ``lm``'s tokenizer (token ids when it has none)."""
     try:
-        task = prompt_tasks.make(prompts)
-        return task.build(lm.encode, lm.model.cfg.d_vocab, read_words(words), per_shot, alpha, seed)
+        task = prompt_tasks.make(prompts or ("wind-tunnel" if lm.task is not None else "two-label"))
+        return task.build(lm, read_words(words), per_shot, alpha, seed)
     except ValueError as err:
         raise AnalysisError(str(err)) from None
 
@@ -54,10 +55,10 @@ def equal_length_batches(lm, prompts: PromptSet, chunk: int = 64):
 
 @torch.no_grad()
 def last_positions(lm, prompts: PromptSet, names: list[str]) -> tuple[torch.Tensor, dict[str, list]]:
-    """The model's answer distribution renormalised over the two answer tokens [n, 2] (float64), and per
+    """The model's answer distribution renormalised over the answer tokens [n, answers] (float64), and per
     hook in ``names`` each prompt's activation at its last position (a pattern's last query row), float64."""
     n = len(prompts.prompts)
-    probs = torch.zeros(n, 2, dtype=torch.float64)
+    probs = torch.zeros(n, len(prompts.answers), dtype=torch.float64)
     caught: dict[str, list] = {name: [None] * n for name in names}
     for rows, tokens in equal_length_batches(lm, prompts):
         logits, cache = lm.model.run_with_cache(tokens, names_filter=lambda name: name in names)

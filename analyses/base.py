@@ -15,6 +15,7 @@ import torch
 
 import models
 from tasks import Task
+from tasks.base import HELD_OUT_SEED_BASE
 
 from . import style
 
@@ -214,10 +215,6 @@ def is_language_model(model) -> bool:
     from models.language_model import LanguageModel
 
     return isinstance(model, LanguageModel)
-
-
-# Training batches are seeded by seed * 1_000_003 + step; held-out batches live far above that.
-HELD_OUT_SEED_BASE = 1 << 40
 
 
 def held_out_batch(task, n: int, seed: int):

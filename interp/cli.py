@@ -219,10 +219,27 @@ def run_on_language_model(analysis, spec: str, extra: list[str], out: Path, form
         raise UserError(f"{analysis.name} {analysis.unmet(LanguageModel(None, spec))[0]}")
     chosen = parse_formats(formats)
     options = analysis_options(analysis, extra, language=True)
-    lm = open_language_model(spec, device=device)
+    lm = wind_tunnel_transformer(spec, device) or open_language_model(spec, device=device)
     result = analysis(lm, **options)
     source = str(Path(spec).resolve()) if Path(spec).is_dir() else spec
     report(result, out, lm.name, source, chosen, dict(run=lm.name, model=spec, options=options))
+
+
+def wind_tunnel_transformer(spec: str, device: str):
+    """A shipped wind-tunnel transformer, a run folder or a checkpoint as a LanguageModel whose prompts are its
+    own task's (the sanity row beside language models); None when ``spec`` is none of those."""
+    from models.language_model import LanguageModel
+
+    from .catalog import locate
+    from .checkpoint import load
+
+    source = locate(spec)
+    if not (source.suffix == ".safetensors" or (source / "run.json").is_file()):
+        return None
+    model = load(source, device=device)
+    if not model.has_attention():
+        raise UserError(f"--model takes TransformerLens models; {spec} is a wind-tunnel {model.arch} (use --ckpt)")
+    return LanguageModel(model, run_label(Path(source), Path(source)), task=model.task)
 
 
 def report(result, out: Path, run_name: str, source: str, chosen, context: dict) -> None:

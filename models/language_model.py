@@ -42,6 +42,7 @@ class LanguageModel:
     model: Any  # transformer_lens.HookedTransformer
     name: str
     tokenizer: Any = None
+    task: Any = None  # a wind-tunnel transformer's task (its prompts: ``--prompts wind-tunnel``)
 
     arch = "language model"  # what refusals call it
 

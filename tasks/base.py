@@ -17,6 +17,10 @@ class ConfigError(ValueError):
     """A task (or model) was asked for with settings that cannot work. The message says how to fix it."""
 
 
+# Training batches are seeded by seed * 1_000_003 + step; held-out batches live far above that.
+HELD_OUT_SEED_BASE = 1 << 40
+
+
 @dataclass
 class Batch:
     tokens: torch.Tensor  # LongTensor [B, T]; FloatTensor [B, T, F] for continuous tasks

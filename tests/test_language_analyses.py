@@ -197,3 +197,35 @@ def test_help_shows_the_language_model_options(capsys):
     assert shown.code == 0 and "--model MODEL" in shown.out and "--bootstrap" in shown.out
     shown = run_cli(capsys, "run", "attention-focusing", "--help")
     assert shown.code == 0 and "--ckpt" not in shown.out and "--per-shot" in shown.out
+
+
+def test_a_wind_tunnel_transformers_own_prompts_give_the_calibration_analysis_numbers():
+    """The sanity row: cut at its queries, a wind-tunnel model's held-out sequences are prompts whose
+    answer distribution scores exactly what the calibration analysis measures on the same sequences."""
+    import models
+    import tasks
+
+    task = tasks.make("bijection", V=6, L=5)
+    model = models.build("transformer", task, {"d_model": 16, "n_layers": 2, "n_heads": 2}, seed=3).eval()
+    expected = analyses.run("calibration", model, n=30, seed=5).metrics
+    lm = LanguageModel(model, "tiny-bijection", task=task)
+    measured = analyses.run("entropy-axis", lm, per_shot=30, seed=5, controls=1).metrics["intact"]
+    assert measured["entropy_mae_bits"] == pytest.approx(expected["entropy_mae_bits"], rel=1e-4)
+    assert measured["kl_bits"] == pytest.approx(expected["kl_bits"], rel=1e-3)
+    for name in LANGUAGE:  # every language diagnostic runs on the wind-tunnel prompts
+        assert analyses.run(name, lm, per_shot=6, **QUICK.get(name, {})).figures
+    with pytest.raises(AnalysisError, match="discrete task"):
+        regression = tasks.make("regression", d=2, n=4)
+        analyses.run("attention-focusing", LanguageModel(
+            models.build("transformer", regression, {"d_model": 16, "n_layers": 1, "n_heads": 2}, seed=0), "r",
+            task=regression))
+
+
+def test_the_cli_takes_a_shipped_wind_tunnel_transformer_as_a_model(tmp_path, capsys):
+    shown = run_cli(capsys, "run", "attention-focusing", "--model", "bijection-transformer-cpu", "--per-shot", "5",
+                    "--format", "json", "--out", tmp_path)
+    assert shown.code == 0, shown.err
+    written = json.loads((tmp_path / "bijection-transformer-cpu" / "attention-focusing.json").read_text())
+    assert len(written["metrics"]["by_head"]) == 2
+    shown = run_cli(capsys, "run", "attention-focusing", "--model", "bijection-mamba-cpu")
+    assert shown.code == 1 and "takes TransformerLens models" in shown.err

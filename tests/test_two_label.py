@@ -50,10 +50,17 @@ def test_token_prompts_show_k_examples_whose_labels_follow_the_latent_label_at_r
 def test_text_prompts_need_one_token_labels():
     vocab = {w: i for i, w in enumerate([" ->", " cat", " dog", " blue", " green", " heads", " tails"])}
     encode = lambda text: [vocab[text]] if text in vocab else [0, 1]  # noqa: E731  (unknown: two tokens)
-    prompt_set = prompts.make("two-label").build(encode, 16, ["cat", "dog"], per_shot=5, alpha=0.9, seed=0)
+    prompt_set = prompts.make("two-label").build(reader(encode), ["cat", "dog"], per_shot=5, alpha=0.9, seed=0)
     assert prompt_set.answers == (3, 4) and all(p.tokens[-1] == 0 for p in prompt_set.prompts)
     with pytest.raises(ValueError, match="one token each"):
-        prompts.make("coin").build(lambda text: [vocab.get(text, 9), 9], 16, [], per_shot=5, alpha=0.9, seed=0)
+        prompts.make("coin").build(reader(lambda text: [vocab.get(text, 9), 9]), [], per_shot=5, alpha=0.9, seed=0)
+
+
+def reader(encode):
+    """What a prompt task reads of a language model: its tokenizer, vocabulary size and (none) wind tunnel."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(encode=encode, model=SimpleNamespace(cfg=SimpleNamespace(d_vocab=16)), task=None)
 
 
 def test_the_coins_predictive_and_posterior_entropy_are_exact():

@@ -1,10 +1,10 @@
-"""What a prompt task is: prompts for a language model, each with the exact Bayes answer over two tokens.
+"""What a prompt task is: prompts for a language model, each with the exact Bayes answer over its answer tokens.
 
 A prompt task is the text-model counterpart of a wind tunnel. It builds prompts whose next token is
-one of two answer tokens, and gives for each prompt the Bayes predictive over those two tokens and the
-entropy of the Bayes posterior over the task's latent (the quantity a value manifold is ordered by).
-A language model's answer is its next-token distribution at the prompt's end, renormalised over the
-two answer tokens.
+one of a few answer tokens (two for the language-model tasks), and gives for each prompt the Bayes
+predictive over those tokens and the entropy of the Bayes posterior over the task's latent (the
+quantity a value manifold is ordered by). A model's answer is its next-token distribution at the
+prompt's end, renormalised over the answer tokens.
 """
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ WORDS = Path(__file__).parent / "words"  # the shipped input-word lists, one wor
 @dataclass(frozen=True)
 class Prompt:
     tokens: list[int]  # the prompt, ending where an answer token is predicted
-    shown: list[int]  # the observations it shows, each 0 or 1 (which of the two answer tokens)
-    bayes: torch.Tensor  # [2] float64: the Bayes predictive over the two answer tokens
+    shown: list[int]  # the observations it shows (two-label, coin: 0 or 1, which of the two answer tokens)
+    bayes: torch.Tensor  # [answers] float64: the Bayes predictive over the answer tokens
     posterior_entropy_bits: float  # entropy of the Bayes posterior over the task's latent
 
 
 @dataclass
 class PromptSet:
     prompts: list[Prompt]
-    answers: tuple[int, int]  # the two answer token ids
+    answers: tuple[int, ...]  # the answer token ids (two for a language-model task)
 
     @property
     def bayes(self) -> torch.Tensor:
@@ -52,10 +52,11 @@ class PromptTask:
     summary: str = ""
     order: int = 100
 
-    def build(self, encode: Callable[[str], list[int]] | None, vocab_size: int, words: Sequence[str],
-              per_shot: int, alpha: float, seed: int) -> PromptSet:
-        """``per_shot`` prompts per number of shown examples. ``encode`` (text -> token ids) is the model's
-        tokenizer; without one (a model built from a config), prompts are made of token ids directly."""
+    def build(self, lm, words: Sequence[str], per_shot: int, alpha: float, seed: int) -> PromptSet:
+        """``per_shot`` prompts per number of shown examples for the language model ``lm``: ``lm.encode``
+        (text -> token ids) is its tokenizer, None without one (a model built from a config: prompts are
+        made of token ids directly), ``lm.model.cfg.d_vocab`` its vocabulary, ``lm.task`` the wind tunnel
+        a wind-tunnel transformer was trained on (None for a language model)."""
         raise NotImplementedError
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
@@ -41,8 +41,8 @@ class Coin(PromptTask):
     summary = "k in {0,1,2,4,8,16} flips of a coin whose bias is uniform; predict the next flip"
     order = 10
 
-    def build(self, encode: Callable[[str], list[int]] | None, vocab_size: int, words: Sequence[str],
-              per_shot: int, alpha: float, seed: int) -> PromptSet:
+    def build(self, lm, words: Sequence[str], per_shot: int, alpha: float, seed: int) -> PromptSet:
+        encode = lm.encode
         faces = (0, 1) if encode is None else tuple(one_token(encode, face) for face in FACES)
         prefix = [2] if encode is None else encode("Coin flips:")  # id 2: a start token, so k = 0 is a prompt
         rng = random.Random(seed)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 
@@ -80,9 +80,9 @@ class TwoLabel(PromptTask):
     summary = "k in {0,1,2,4,8} examples 'word -> label'; each shown label is the latent one with chance alpha"
     order = 0
 
-    def build(self, encode: Callable[[str], list[int]] | None, vocab_size: int, words: Sequence[str],
-              per_shot: int, alpha: float, seed: int) -> PromptSet:
+    def build(self, lm, words: Sequence[str], per_shot: int, alpha: float, seed: int) -> PromptSet:
         check_alpha(alpha)
+        encode, vocab_size = lm.encode, lm.model.cfg.d_vocab
         if encode is None:  # token ids: the labels are ids 0 and 1, the inputs every other id (up to 200)
             if vocab_size < 4:
                 raise ValueError(f"a vocabulary of {vocab_size} tokens is too small for two labels and inputs")
