@@ -30,9 +30,11 @@ def prompt_set(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: 
     """The prompts of task ``prompts`` for ``lm``'s tokenizer (token ids when it has none)."""
     try:
         task = prompt_tasks.make(prompts or ("wind-tunnel" if lm.task is not None else "two-label"))
-        return task.build(lm, read_words(words), per_shot, alpha, seed)
+        built = task.build(lm, read_words(words), per_shot, alpha, seed)
     except ValueError as err:
         raise AnalysisError(str(err)) from None
+    built.description = f"{task.name} prompts" + (f", {words} words" if task.uses_words else "")
+    return built
 
 
 def device_of(lm) -> torch.device:

@@ -49,7 +49,7 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
                    by_shots={int(k): (1 - h[shots == k].mean()).item() for k in shots.unique()},
                    n_prompts=len(keep), n_heads=cfg.n_heads, n_kv_heads=getattr(cfg, "n_key_value_heads", None)
                    or cfg.n_heads)
-    subject = f"{lm.name}, {prompts} prompts"
+    subject = prompt_set.description
     return Result("attention-focusing", DEFINITION, metrics, {
         "by-head": heads_figure(per_head, subject), "by-layer": layers_figure(per_head, subject)})
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 import torch
 
 from . import _prompted
@@ -69,7 +70,8 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
     prompt_set = _prompted.prompt_set(lm, prompts, words, per_shot, alpha, seed)
     entropy = prompt_set.posterior_entropy.numpy()
     if np.ptp(entropy) == 0:
-        raise AnalysisError("every prompt has the same posterior entropy: there is no entropy axis to find")
+        raise AnalysisError(f"every prompt has the same posterior entropy ({entropy[0]:.4g} bits): there is no "
+                            f"entropy axis to find")
     fit, test = split_halves(len(entropy), seed)
     intact, X = measure(lm, prompt_set, layer, fit, test, None)
     axis = entropy_axis(X, entropy, fit)
@@ -91,7 +93,7 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
                    axis_entropy_pearson_abs_held_out=_abs(correlation(X[test] @ axis, entropy[test])),
                    max_component_left_along_axis=ablated["along_axis"])
     return Result("entropy-axis", DEFINITION, metrics,
-                  {"ablation": figure(metrics, f"{lm.name}, {prompts} prompts, layer {layer}")})
+                  {"ablation": figure(metrics, f"{prompt_set.description}, layer {layer}")})
 
 
 def _abs(x):
@@ -113,21 +115,28 @@ def _diff(a, b):
 
 
 def figure(metrics: dict, subject: str) -> go.Figure:
+    """Manifold numbers (left) and calibration in bits (right, log scale): intact, entropy axis, random axes."""
     labels = {"readout_r2": "read-out R²", "pc1_pearson_abs": "|r| PC1, entropy", "pc12_variance": "PC1+PC2 share",
-              "entropy_mae_bits": "entropy MAE (bits)", "kl_bits": "KL (bits)"}
-    x = [labels[k] for k in KEYS]
-    none = float("nan")
-    fig = go.Figure()
-    fig.add_bar(x=x, y=[metrics["intact"][k] if metrics["intact"][k] is not None else none for k in KEYS],
-                name="intact")
-    fig.add_bar(x=x, y=[metrics["entropy_axis"][k] if metrics["entropy_axis"][k] is not None else none for k in KEYS],
-                name="entropy axis ablated")
+              "entropy_mae_bits": "entropy MAE", "kl_bits": "KL"}
     random = metrics["random_axes"]
-    fig.add_bar(x=x, y=[random[k]["mean"] if random[k]["mean"] is not None else none for k in KEYS],
-                error_y=dict(type="data", array=[random[k]["std"] or 0.0 for k in KEYS], visible=True),
-                name=f"random axis ablated (mean ± sd of {metrics['n_controls']})")
+    value = lambda v: float("nan") if v is None else v  # noqa: E731
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("manifold at the layer", "calibration of the answer (bits)"),
+                        horizontal_spacing=0.12)
+    for col, keys in ((1, KEYS[:3]), (2, KEYS[3:])):
+        x = [labels[k] for k in keys]
+        for name, numbers, color in (("intact", metrics["intact"], "#1f77b4"),
+                                     ("entropy axis ablated", metrics["entropy_axis"], "#d62728")):
+            fig.add_bar(x=x, y=[value(numbers[k]) for k in keys], name=name, marker_color=color, legendgroup=name,
+                        showlegend=col == 1, row=1, col=col)
+        name = f"random axis ablated (mean ± sd of {metrics['n_controls']})"
+        fig.add_bar(x=x, y=[value(random[k]["mean"]) for k in keys], name=name, marker_color="#7f7f7f",
+                    error_y=dict(type="data", array=[random[k]["std"] or 0.0 for k in keys], visible=True),
+                    legendgroup=name, showlegend=col == 1, row=1, col=col)
+    fig.update_xaxes(title_text="measure")
+    fig.update_yaxes(title_text="value", row=1, col=1)
+    fig.update_yaxes(type="log", title_text="bits", row=1, col=2)
     fig.update_layout(title=f"{subject}: the entropy axis ablated, against random axes", barmode="group",
-                      yaxis_title="value", template="plotly_white", width=820, height=460)
+                      template="plotly_white", width=980, height=480)
     return fig
 
 

@@ -357,7 +357,8 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
     _, caught = _prompted.last_positions(lm, prompt_set, names)
     entropy = prompt_set.posterior_entropy.numpy()
     if np.ptp(entropy) == 0:
-        raise AnalysisError("every prompt has the same posterior entropy; use more shown examples (--prompts)")
+        raise AnalysisError(f"every prompt has the same posterior entropy ({entropy[0]:.4g} bits): there is no "
+                            f"entropy to order a manifold by")
     fit, test = split_halves(len(entropy), seed)
     layers = []
     for l, name in enumerate(names):
@@ -366,13 +367,13 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
         numbers.update(bootstrap_intervals(X, entropy, bootstrap, seed))
         layers.append(dict(layer=l, numbers=numbers, scores=scores))
     table = {key: [d["numbers"][key] for d in layers] for key in layers[0]["numbers"]}
-    metrics = dict(residual=table, n_prompts=len(entropy), prompts=prompts, words=words,
+    metrics = dict(residual=table, n_prompts=len(entropy), prompts=prompt_set.description,
                    final_pc12_variance=table["pc12_variance"][-1], final_pc1_pearson_abs=table["pc1_pearson_abs"][-1],
                    final_readout_r2=table["readout_r2"][-1])
     shown = sorted({round(i * (n_layers - 1) / 5) for i in range(6)})
     hover = dict(rows=np.arange(len(entropy)), positions=np.array([len(p.tokens) - 1 for p in prompt_set.prompts]),
                  entropy=entropy, top=prompt_set.bayes.max(-1).values.numpy())
-    subject = f"{lm.name}, {prompts} prompts ({words})"
+    subject = prompt_set.description
     return Result("value-manifold", LANGUAGE_DEFINITION, metrics, {
         "by-layer": intervals_figure(table, subject),
         "residual-pca": scatter_figure([layers[l] for l in shown], hover, "residual", subject,

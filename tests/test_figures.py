@@ -45,10 +45,21 @@ def _built(make):
     return make()
 
 
+@lru_cache(maxsize=None)
+def language_model():
+    from models.language_model import LanguageModel, from_hugging_face
+    from tests.tiny_language_models import tiny, word_tokenizer
+
+    tokenizer = word_tokenizer()
+    return LanguageModel(from_hugging_face(tiny("llama-gqa", vocab_size=len(tokenizer))), "tiny-llama", tokenizer)
+
+
 def figures_of(name: str, candidates) -> tuple[dict, str | None]:
     """The figures of analysis ``name`` on the first candidate model it runs on, and the title's subject
     (the task's name; None for a multi-model analysis)."""
     analysis = analyses.get(name)
+    if analysis.run is None:  # a language-model analysis
+        return language_figures(name)
     for make in candidates:
         model = _built(make)
         if analysis.unmet(model):
@@ -60,6 +71,17 @@ def figures_of(name: str, candidates) -> tuple[dict, str | None]:
         except AnalysisError:  # a data-dependent refusal on a tiny task: try the next model
             continue
     pytest.fail(f"{name} ran on none of the small models")
+
+
+def language_figures(name: str) -> tuple[dict, str]:
+    quick = {"value-manifold": dict(bootstrap=10), "entropy-axis": dict(controls=2)}.get(name, {})
+    return analyses.run(name, language_model(), per_shot=8, **quick).figures, language_model().name
+
+
+@pytest.mark.parametrize("name", [n for n, a in analyses.REGISTRY.items() if a.on_language_model is not None])
+def test_every_language_model_figure_fits_its_page(name):
+    figures, subject = language_figures(name)
+    check_figures(name, figures, subject)
 
 
 # -- the checks ----------------------------------------------------------------------------------
@@ -140,6 +162,10 @@ def style_breaks(fig) -> list[str]:
 @pytest.mark.parametrize("name", analyses.NAMES)
 def test_every_figure_fits_its_page_and_keeps_its_annotations_in_range(name, candidates):
     figures, subject = figures_of(name, candidates)
+    check_figures(name, figures, subject)
+
+
+def check_figures(name: str, figures: dict, subject: str | None) -> None:
     assert figures
     for key, fig in figures.items():
         where = f"{name}/{key}"
