@@ -196,7 +196,7 @@ def error_figure(metrics: dict) -> go.Figure:
         fig.add_bar(x=names, y=[max(x, 1e-18) for x in flat(metrics[key])], name=label)
     fig.update_layout(title="Closed form against autograd, per head (float64): max relative error",
                       barmode="group", xaxis_title="layer and head", yaxis_title="max relative error",
-                      yaxis_type="log", template="plotly_white", width=760, height=440)
+                      yaxis_type="log", width=760, height=440)
     style.reference_line(fig, TOLERANCE, f"tolerance {TOLERANCE:g}")
     return fig
 
@@ -212,7 +212,7 @@ def decomposition_figure(metrics: dict) -> go.Figure:
     fig.update_yaxes(title_text="|dL/dv| per sequence (log)", row=1, col=2)
     fig.update_xaxes(title_text="layer and head")
     fig.update_layout(title="What the gradient still asks of each head", showlegend=False,
-                      template="plotly_white", width=900, height=440)
+                      width=900, height=440)
     return fig
 
 
@@ -224,7 +224,7 @@ def share_figure(shares: dict) -> go.Figure:
         fig.add_bar(x=names, y=flat(rows), name=name.replace("_", " "))
     fig.update_layout(title="Where the score gradient at the query positions goes, by what the key holds",
                       barmode="stack", xaxis_title="layer and head", yaxis_title="share of sum |dL/ds|",
-                      yaxis_range=[0, 1], template="plotly_white", width=760, height=440)
+                      yaxis_range=[0, 1], width=760, height=440)
     return fig
 
 

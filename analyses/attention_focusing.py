@@ -60,7 +60,7 @@ def heads_figure(per_head: torch.Tensor, subject: str) -> go.Figure:
                                zmin=0, zmax=1, colorscale="Viridis", colorbar=dict(title="1 - H/log2 T"),
                                hovertemplate="layer %{y}, head %{x}<br>entropy reduction %{z:.3f}<extra></extra>"))
     fig.update_layout(title=f"{subject}: attention entropy reduction per head at the answer position",
-                      xaxis_title="head", yaxis_title="layer", yaxis_autorange="reversed", template="plotly_white",
+                      xaxis_title="head", yaxis_title="layer", yaxis_autorange="reversed", 
                       width=200 + 40 * H, height=200 + 30 * L)
     return fig
 
@@ -76,7 +76,7 @@ def layers_figure(per_head: torch.Tensor, subject: str) -> go.Figure:
                     line=dict(dash="dash", color="gray"))
     fig.update_layout(title=f"{subject}: attention entropy reduction by layer (1 = one position, 0 = uniform)",
                       xaxis=dict(title="layer", tickmode="array", tickvals=layers),
-                      yaxis=dict(title="1 - H / log2 T", range=[0, 1.02]), template="plotly_white", width=760,
+                      yaxis=dict(title="1 - H / log2 T", range=[0, 1.02]), width=760,
                       height=440)
     return fig
 

@@ -161,7 +161,7 @@ def scatter_figure(xy, truth, seq_index, obs_index, position, bayes_max, bayes_m
               f"{'n/a' if sil is None else f'{sil:.3f}'}</sup>",
         xaxis_title=f"PC1 ({100 * explained[0]:.1f}% of variance)",
         yaxis_title=f"PC2 ({100 * explained[1]:.1f}% of variance)",
-        template="plotly_white", width=760, height=620)
+        width=760, height=620)
     return fig
 
 
@@ -182,7 +182,7 @@ def per_layer_figure(metrics: dict) -> go.Figure:
                     line=dict(color="gray", dash="dash", width=1), hoverinfo="skip")
     fig.update_layout(title=f"Belief clusters by layer (k = S = {metrics['n_states']} k-means clusters)",
                       xaxis_title="residual stream after block", yaxis_title="silhouette / purity",
-                      template="plotly_white", width=760, height=440)
+                      width=760, height=440)
     return fig
 
 

@@ -125,7 +125,7 @@ def per_layer_figure(metrics: dict) -> go.Figure:
                         customdata=per["hook"], hovertemplate=f"{name}<br>%{{customdata}}<br>R² %{{y:.4f}}<extra></extra>")
     fig.update_layout(title=f"Linear read-out of the Bayes belief ({metrics['target']}) by layer, held out",
                       xaxis_title="residual stream after block", yaxis_title="held-out R²",
-                      template="plotly_white", width=760, height=440)
+                      width=760, height=440)
     return fig
 
 
@@ -149,7 +149,7 @@ def simplex_figure(bayes: np.ndarray, decoded: np.ndarray, seed: int) -> go.Figu
     fig.update_yaxes(visible=False)
     fig.update_layout(title=f"Beliefs on the {C}-class simplex (vertex c = certainty on class c), {len(shown)} "
                             f"held-out points, coloured by the Bayes arg-max",
-                      template="plotly_white", width=900, height=480)
+                      width=900, height=480)
     return fig
 
 

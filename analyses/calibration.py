@@ -142,7 +142,7 @@ def staircase_figure(curves: dict, title: str, intact: dict | None = None) -> go
                     hovertemplate="query %{x} (token %{customdata[1]})<br>H model %{y:.4f} bits"
                                   "<br>|error| %{customdata[0]:.2e} bits<extra></extra>")
     fig.update_layout(title=title, xaxis_title="query index", yaxis_title="entropy (bits)",
-                      template="plotly_white", width=720, height=440)
+                      width=720, height=440)
     return fig
 
 
@@ -152,7 +152,7 @@ def error_figure(curves: dict) -> go.Figure:
     fig.add_bar(x=x, y=curves["abs_error_bits"], name="|H model - H Bayes|")
     fig.add_scatter(x=x, y=curves["kl_bits"], name="KL(Bayes||model)", mode="lines+markers")
     fig.update_layout(title="Calibration error by query position", xaxis_title="query index",
-                      yaxis_title="bits (log scale)", yaxis_type="log", template="plotly_white",
+                      yaxis_title="bits (log scale)", yaxis_type="log", 
                       width=720, height=440)
     return fig
 
@@ -170,7 +170,7 @@ def in_context_figure(curves: dict) -> go.Figure:
     fig.update_layout(title="Squared error against the drawn y by number of in-context examples",
                       xaxis_title="in-context examples k", yaxis_title="squared error / d (log scale)",
                       yaxis_type="log",
-                      template="plotly_white", width=720, height=440)
+                      width=720, height=440)
     return fig
 
 

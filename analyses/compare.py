@@ -117,7 +117,7 @@ def bar_figure(rows: list[dict]) -> go.Figure:
                 hovertemplate="%{x}<br>MAE %{y:.4g} bits<br>KL %{customdata[0]:.4g} bits"
                               "<br>%{customdata[1]:,} params<extra></extra>")
     fig.add_bar(x=labels, y=[r["accuracy"] for r in rows], name="accuracy", yaxis="y2", offsetgroup="accuracy")
-    fig.update_layout(title="Calibration of each run on its own task", barmode="group", template="plotly_white",
+    fig.update_layout(title="Calibration of each run on its own task", barmode="group", 
                       xaxis_title="run",
                       yaxis=dict(title="entropy MAE (bits, log)", type="log"),
                       yaxis2=dict(title="accuracy", overlaying="y", side="right", range=[0, 1]),
@@ -141,7 +141,7 @@ def matrix_figure(matrix: dict) -> go.Figure:
         hovertemplate="%{y} · %{x}<br>%{text}<extra></extra>"))
     fig.update_layout(yaxis_autorange="reversed",
                       title="Inference primitives, measured (thresholds and budgets in the JSON)",
-                      template="plotly_white", width=720, height=160 + 70 * len(archs))
+                      width=720, height=160 + 70 * len(archs))
     return fig
 
 

@@ -144,7 +144,7 @@ def slot_figure(per_slot: list, threshold: float, task_name: str) -> go.Figure:
     fig.add_bar(x=list(range(len(per_slot))), y=per_slot, marker_color="#1f77b4",
                 hovertemplate="slot %{x}<br>accuracy %{y:.3f}<extra></extra>")
     fig.update_layout(title=f"{task_name}: accuracy by table slot (full table)", xaxis_title="table slot (0 = shown first)",
-                      yaxis_title="accuracy of bound queries", yaxis_range=[0, 1.02], template="plotly_white",
+                      yaxis_title="accuracy of bound queries", yaxis_range=[0, 1.02], 
                       width=760, height=420)
     style.reference_line(fig, threshold, f"threshold {threshold:g}")
     return fig
@@ -157,7 +157,7 @@ def size_figure(by_size: dict, trained: tuple[int, int], threshold: float) -> go
     fig.update_layout(title="Accuracy by table size (same length: empty slots are filler)", xaxis_type="log",
                       xaxis_range=[math.log10(min(sizes)) - 0.1, math.log10(max(sizes)) + 0.1],  # log10 units
                       xaxis_title="pairs in the table", yaxis_title="accuracy of bound queries", yaxis_range=[0, 1.02],
-                      template="plotly_white", width=640, height=420)
+                      width=640, height=420)
     style.reference_band(fig, trained[0], trained[1], "trained sizes")
     style.reference_line(fig, threshold, f"threshold {threshold:g}")
     return fig

@@ -100,7 +100,7 @@ def signals_figure(metrics: dict) -> go.Figure:
     fig.update_yaxes(title_text="layer-mean signal (log)", row=1, col=1)
     fig.update_yaxes(title_text="routing / precision (log)", row=1, col=2)
     fig.update_layout(title="Routing against precision signals of the gradient over training",
-                      template="plotly_white", width=1000, height=460)
+                      width=1000, height=460)
     return fig
 
 

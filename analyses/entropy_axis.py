@@ -136,7 +136,7 @@ def figure(metrics: dict, subject: str) -> go.Figure:
     fig.update_yaxes(title_text="value", row=1, col=1)
     fig.update_yaxes(type="log", title_text="bits", row=1, col=2)
     fig.update_layout(title=f"{subject}: the entropy axis ablated, against random axes", barmode="group",
-                      template="plotly_white", width=980, height=480)
+                      width=980, height=480)
     return fig
 
 

@@ -314,7 +314,7 @@ def settling_figure(metrics: dict, task_name: str) -> go.Figure:
               f"<sup>frame settles at step {metrics['frame_settling_step']}, precision (log10 entropy MAE) at step "
               f"{metrics['precision_settling_step']}; stars mark the settling steps</sup>",
         xaxis_title=_x_title(steps), xaxis_type="log", yaxis_title="fraction of total change (first → final checkpoint)",
-        template="plotly_white", width=820, height=480)
+        width=820, height=480)
     return fig
 
 
@@ -354,7 +354,7 @@ def frame_figure(metrics: dict) -> go.Figure:
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text=_x_title(steps), row=row, col=1)
     fig.update_layout(title="frame: how far each checkpoint's attention frame is from the final model's",
-                      template="plotly_white", width=820, height=360 * len(titles))
+                      width=820, height=360 * len(titles))
     return fig
 
 
@@ -377,7 +377,7 @@ def precision_figure(metrics: dict) -> go.Figure:
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text=_x_title(steps), row=2, col=1)
     fig.update_layout(title="precision: calibration of each checkpoint (stars: 90% settling steps)",
-                      template="plotly_white", width=820, height=720)
+                      width=820, height=720)
     return fig
 
 

@@ -136,7 +136,7 @@ def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str) ->
                             f"<br><sup>MAE ratio ablated / intact; {kind} ablation, intact MAE "
                             f"{intact_mae:.4g} bits</sup>",
                       xaxis_title="head", yaxis_title="layer", yaxis_autorange="reversed",
-                      template="plotly_white", width=200 + 90 * max(n_heads, 4), height=200 + 70 * max(n_layers, 2))
+                      width=200 + 90 * max(n_heads, 4), height=200 + 70 * max(n_layers, 2))
     return fig
 
 

@@ -174,7 +174,7 @@ def heatmap_figure(cos: torch.Tensor, labels: list[str], layer: int, head: int, 
                                hovertemplate="%{y} · %{x}<br>cos %{z:.3f}<extra></extra>"))
     fig.update_layout(title=f"Key cosines of the {group[:-1]} tokens, layer {layer} head {head} "
                             f"(mean |off-diag| {score:.3f})",
-                      yaxis_autorange="reversed", template="plotly_white", width=640, height=600)
+                      yaxis_autorange="reversed", width=640, height=600)
     return fig
 
 
@@ -185,7 +185,7 @@ def per_head_figure(trained: torch.Tensor, untrained: torch.Tensor, random: floa
     fig.add_bar(x=names, y=trained.flatten().tolist(), name="trained")
     fig.add_bar(x=names, y=untrained.flatten().tolist(), name="untrained init")
     fig.update_layout(title=f"Mean |off-diagonal key cosine| of the {group[:-1]} tokens per {head} (lower = more orthogonal)",
-                      barmode="group", xaxis_title=f"layer and {head}", yaxis_title="mean |cos|", template="plotly_white", width=760, height=440)
+                      barmode="group", xaxis_title=f"layer and {head}", yaxis_title="mean |cos|", width=760, height=440)
     style.reference_line(fig, random, "random Gaussian")
     return fig
 
@@ -196,7 +196,7 @@ def distribution_figure(values: dict, group: str) -> go.Figure:
         fig.add_histogram(x=v.cpu().numpy(), name=name, histnorm="probability density", opacity=0.6,
                           xbins=dict(start=-1, end=1, size=0.05))
     fig.update_layout(title=f"Off-diagonal key cosines of the {group[:-1]} tokens, layer 0 (all heads)",
-                      barmode="overlay", xaxis_title="cos", yaxis_title="density", template="plotly_white",
+                      barmode="overlay", xaxis_title="cos", yaxis_title="density", 
                       width=720, height=420)
     return fig
 

@@ -113,7 +113,7 @@ def bar_figure(metrics: dict, task_name: str) -> go.Figure:
     fig.update_layout(title=f"{task_name}: entropy MAE with one layer part skipped, relative to the intact model<br>"
                             f"<sup>intact MAE {metrics['intact']['entropy_mae_bits']:.4g} bits</sup>",
                       barmode="group", xaxis_title="layer", yaxis_title="MAE ratio to intact (log scale)",
-                      yaxis_type="log", template="plotly_white", width=760, height=460)
+                      yaxis_type="log", width=760, height=460)
     style.reference_line(fig, CLAIMED_RATIO, "10× (paper's claim)")
     style.reference_line(fig, 1, "intact", dash="dot")
     return fig

@@ -88,7 +88,7 @@ def curve_figure(per_length: dict, boundary: int, setting: str, task_name: str) 
         errors = numbers["abs_error_bits"]
         fig.add_scatter(x=list(range(1, len(errors) + 1)), y=errors, mode="lines+markers", name=f"{setting}={length}")
     fig.update_layout(title=f"{task_name}: |H model - H Bayes| by query position", xaxis_title="query index",
-                      yaxis_title="bits (log scale)", yaxis_type="log", template="plotly_white", width=760, height=440)
+                      yaxis_title="bits (log scale)", yaxis_type="log", width=760, height=440)
     style.reference_line(fig, boundary + 0.5, "training length", axis="x")
     return fig
 
@@ -100,7 +100,7 @@ def bar_figure(per_length: dict, setting: str) -> go.Figure:
     fig.add_bar(x=names, y=[v["beyond_training_mae_bits"] for v in per_length.values()], name="past training length")
     fig.update_layout(title="Entropy MAE by evaluation length", xaxis_title=f"evaluation length ({setting})",
                       yaxis_title="bits", barmode="group",
-                      template="plotly_white", width=640, height=420)
+                      width=640, height=420)
     return fig
 
 

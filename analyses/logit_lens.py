@@ -79,7 +79,7 @@ def layer_figure(metrics: dict) -> go.Figure:
     fig.update_xaxes(title_text="layer (its residual stream decoded)", tickvals=layers)
     fig.update_yaxes(type="log", title_text="bits (log)", row=1, col=1)
     fig.update_yaxes(range=[0, 1.02], title_text="fraction of queries", row=1, col=2)
-    fig.update_layout(title="Logit lens: the answer distribution read off each layer", template="plotly_white",
+    fig.update_layout(title="Logit lens: the answer distribution read off each layer", 
                       width=900, height=420)
     return fig
 

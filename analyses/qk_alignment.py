@@ -297,7 +297,7 @@ def mass_figure(numbers: dict, task_name: str) -> go.Figure:
                                              "(mean over heads and queries)",
                       xaxis=dict(title="layer", tickmode="array", tickvals=layers),
                       yaxis=dict(title="share of attention", range=[0, 1]),
-                      template="plotly_white", width=760, height=460)
+                      width=760, height=460)
     return fig
 
 
@@ -325,7 +325,7 @@ def gap_by_layer_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
                             f"<br><sup>mean over {numbers['n_counted_queries']} queries with both sets non-empty; "
                             f"bars: 95% bootstrap intervals over sequences</sup>",
                       xaxis=dict(title="layer", tickmode="array", tickvals=layers), yaxis_title="cosine gap",
-                      template="plotly_white", width=760, height=460)
+                      width=760, height=460)
     return fig
 
 
@@ -362,7 +362,7 @@ def gap_by_position_figure(numbers: dict, task_name: str, group: str) -> go.Figu
     fig.update_layout(title=f"{task_name}: feasible − eliminated cosine with the keys of the {group}, by query position "
                             f"(mean over heads)<br><sup>bars: 95% bootstrap intervals over sequences</sup>",
                       xaxis_title="query index", yaxis_title="cosine gap",
-                      template="plotly_white", width=760, height=460)
+                      width=760, height=460)
     return fig
 
 
@@ -382,7 +382,7 @@ def entropy_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
                                       f"entropy %{{y:.3f}} bits{lines}<extra></extra>")
     fig.update_layout(title=f"{task_name}: attention entropy at query positions (mean over heads)",
                       xaxis_title="query index", yaxis_title="attention entropy (bits)",
-                      template="plotly_white", width=760, height=460)
+                      width=760, height=460)
     return fig
 
 

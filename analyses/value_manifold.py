@@ -265,7 +265,7 @@ def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str,
     colour = "Bayes entropy" if by_latent is None else f"the true {by_latent}"
     fig.update_layout(title=f"{task_name}: PCA of the {TITLES[stream]} at {where_points}, coloured by {colour}"
                             f"<br><sup>{len(hover['entropy'])} points shown</sup>",
-                      template="plotly_white", width=140 + 340 * cols, height=140 + 330 * rows)
+                      width=140 + 340 * cols, height=140 + 330 * rows)
     if by_latent is None:
         fig.update_layout(coloraxis=dict(colorscale="Viridis", colorbar=dict(title="H Bayes (bits)")))
     return fig
@@ -297,7 +297,7 @@ def readout_figure(per_stream: dict, untrained_r2: list, task_name: str, skipped
     fig.update_layout(title=f"{task_name}: how linearly the Bayes entropy is encoded, by layer{note}",
                       xaxis=dict(title="layer", tickmode="array", tickvals=list(range(n_layers))),
                       yaxis=dict(title="R² (held-out half) / |Pearson r|", range=[min(0, _lowest(per_stream, untrained_r2)), 1.05]),
-                      template="plotly_white", width=760, height=460)
+                      width=760, height=460)
     return fig
 
 
@@ -397,7 +397,7 @@ def intervals_figure(table: dict, subject: str) -> go.Figure:
                         hovertemplate=f"{name}<br>layer %{{x}}: %{{y:.3f}}<extra></extra>")
     fig.update_layout(title=f"{subject}: value manifold by layer (bars: 95% bootstrap intervals)",
                       xaxis=dict(title="layer", tickmode="array", tickvals=layers),
-                      yaxis=dict(title="share / |r| / R²"), template="plotly_white", width=760, height=460)
+                      yaxis=dict(title="share / |r| / R²"), width=760, height=460)
     return fig
 
 

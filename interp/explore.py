@@ -101,7 +101,7 @@ class Explorer:
     ablation hooks live on the (shared) model while a view runs.
     """
 
-    def __init__(self, source, n_calibration: int = 200, n_geometry: int = 300, seed: int = 1234):
+    def __init__(self, source, n_calibration: int = 100, n_geometry: int = 150, seed: int = 1234):
         source = Path(source)
         self.source = source
         self.checkpoints = list_checkpoints(source) if source.is_dir() else []
@@ -232,6 +232,9 @@ class Explorer:
                          _message_figure("a continuous task: no answer classes to decode each layer into"))
         views["latent"] = (self.predictive_figure(batch, seq["predictive"], tokens) if seq["predictive"] is not None
                            else self.latent_figure(batch, probs, tokens))
+        for fig in views.values():
+            if isinstance(fig, go.Figure):
+                style.use_template(fig)
         return views
 
     def numbers(self, index: int, tokens: list, seed: int | None, choices: list[str]) -> dict:
@@ -298,7 +301,7 @@ class Explorer:
                             line_color=color, error_y=dict(type="data", array=sigma.tolist(), visible=True),
                             hovertemplate=f"%{{x}}<br>{name}: %{{y:.3f}} ± %{{error_y.array:.3f}}<extra></extra>")
         fig.update_layout(title="predictive at each query: model against the exact Bayes predictive",
-                          xaxis_title="query position", yaxis_title="prediction", template="plotly_white",
+                          xaxis_title="query position", yaxis_title="prediction", 
                           width=None, height=360, margin=dict(t=60, b=40))
         return fig
 
@@ -330,7 +333,7 @@ class Explorer:
             fig.update_yaxes(categoryorder="array", categoryarray=classes, row=1, col=len(panels),
                              title_text="class")
             fig.update_xaxes(title_text="query position", showticklabels=False, row=1, col=len(panels))
-        fig.update_layout(title="latent truth of this sequence", template="plotly_white", width=None, height=360,
+        fig.update_layout(title="latent truth of this sequence", width=None, height=360,
                           coloraxis=dict(colorscale="Blues", cmin=0, colorbar=dict(title="p", x=1.02)),
                           legend=dict(orientation="h", y=-0.15), margin=dict(t=70, b=60))
         return fig
@@ -349,7 +352,7 @@ class Explorer:
                                                  "<br>lens arg-max %{customdata}<extra></extra>"))
         fig.update_layout(title="logit lens: each layer's residual decoded, against Bayes",
                           xaxis_title="query position", yaxis=dict(title="layer", autorange="reversed"),
-                          template="plotly_white", width=None, height=200 + 30 * len(lens), margin=dict(t=60, b=40))
+                          width=None, height=200 + 30 * len(lens), margin=dict(t=60, b=40))
         return fig
 
     def held_out_calibration(self, index: int, choices: list[str]) -> dict:
@@ -380,7 +383,7 @@ class Explorer:
                             hovertemplate=f"position %{{y}}<br>answer %{{x}}<br>{what} p = %{{z:.4f}}<extra></extra>")
         fig.update_layout(title="answer distribution at each query position", coloraxis=dict(colorscale="Blues",
                           cmin=0, colorbar=dict(title="p")), yaxis=dict(autorange="reversed", title="query position"),
-                          template="plotly_white", height=160 + 18 * len(rows), margin=dict(t=70, b=40))
+                          height=160 + 18 * len(rows), margin=dict(t=70, b=40))
         return fig
 
     def attention_view(self, index: int, tokens: list, seed: int | None, choices: list[str],
@@ -414,10 +417,10 @@ class Explorer:
         title = (f"effective attention of the selective scan, layer {layer} (mean |M| over channels, rows "
                  f"normalised)" if scan else f"attention pattern, layer {layer}, head {head}")
         fig.update_layout(title=title, xaxis_title="key position",
-                          yaxis=dict(title="query position", autorange="reversed"), template="plotly_white",
+                          yaxis=dict(title="query position", autorange="reversed"), 
                           showlegend=True, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
                           margin=dict(t=50, b=130))
-        return fig
+        return style.use_template(fig)
 
     def hypothesis_marks(self, batch, kind: str) -> list[tuple[int, int]]:
         """(query, key) cells where the key token names a hypothesis the posterior at the query keeps
@@ -446,6 +449,7 @@ class Explorer:
                                                  readout=False).figures
                 for fig in figures.values():
                     style.apply(fig, subject=self.task.name)  # as the analysis's own run would
+                    fig.update_layout(width=None, height=460, margin=dict(t=80))  # the page's size, not a PDF's
                 self._cache[key] = figures
         figures = self._cache[key]
         name = f"{stream.replace('_', '-')}-pca"
@@ -453,8 +457,7 @@ class Explorer:
             name += f"-by-{self.task.query_latent}"
         if name not in figures:
             return _message_figure("this model has no attention output to look at; see the residual stream")
-        fig = go.Figure(figures[name])  # a copy: the cached figure keeps its size
-        return fig.update_layout(width=None, height=460, margin=dict(t=80))
+        return figures[name]  # cached as shown: views never change a figure they return
 
 
 def _plain(value):
@@ -474,7 +477,7 @@ REFUSED = (UserError, AnalysisError, ConfigError)  # inputs a view refuses with 
 def _message_figure(text: str) -> go.Figure:
     fig = go.Figure()
     fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=15))
-    return fig.update_layout(xaxis_visible=False, yaxis_visible=False, template="plotly_white", height=240)
+    return style.use_template(fig.update_layout(xaxis_visible=False, yaxis_visible=False, height=240))
 
 
 def _panel(title: str, *children, **style):

@@ -321,5 +321,7 @@ def curve_figure(summary: dict) -> go.Figure:
                    # explicit, so the shapes' extent does not stretch the log axis
                    range=[math.log10(min(summary["values"])) - 0.1, math.log10(max(summary["values"])) + 0.1]),
         yaxis=dict(title=metric, type="log" if summary["direction"] == "max" else "linear"),
-        template="plotly_white", width=800, height=480, legend=dict(font=dict(size=11)))
-    return fig
+        width=800, height=480, legend=dict(font=dict(size=11)))
+    from analyses.style import use_template
+
+    return use_template(fig)

@@ -165,7 +165,7 @@ def test_the_cli_runs_on_a_saved_model_folder_with_its_tokenizer(tmp_path, capsy
                     "--words", "math", "--format", "json,html", "--out", tmp_path / "out")
     assert shown.code == 0, shown.err
     written = json.loads((tmp_path / "out" / f"tiny-{name}" / "value-manifold.json").read_text())
-    assert written["metrics"]["words"] == "math" and written["model"] == str(folder)
+    assert written["metrics"]["prompts"] == "two-label prompts, math words" and written["model"] == str(folder)
     shown = run_cli(capsys, "run", "entropy-axis", "--model", folder, "--per-shot", "6", "--controls", "2",
                     "--format", "json", "--out", tmp_path / "out")
     assert shown.code == 0, shown.err

@@ -31,6 +31,7 @@ class Prompt:
 class PromptSet:
     prompts: list[Prompt]
     answers: tuple[int, ...]  # the answer token ids (two for a language-model task)
+    description: str = ""  # e.g. "two-label prompts, mixed words", for titles
 
     @property
     def bayes(self) -> torch.Tensor:
@@ -51,6 +52,7 @@ class PromptTask:
     name: str = ""
     summary: str = ""
     order: int = 100
+    uses_words: bool = False  # whether its prompts show input words (so a domain's word list matters)
 
     def build(self, lm, words: Sequence[str], per_shot: int, alpha: float, seed: int) -> PromptSet:
         """``per_shot`` prompts per number of shown examples for the language model ``lm``: ``lm.encode``

@@ -79,6 +79,7 @@ class TwoLabel(PromptTask):
     name = "two-label"
     summary = "k in {0,1,2,4,8} examples 'word -> label'; each shown label is the latent one with chance alpha"
     order = 0
+    uses_words = True
 
     def build(self, lm, words: Sequence[str], per_shot: int, alpha: float, seed: int) -> PromptSet:
         check_alpha(alpha)
