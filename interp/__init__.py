@@ -3,6 +3,7 @@
     import interp
     model = interp.load("runs/bij")          # a run folder or one .safetensors checkpoint
     model.task, model.answer_probs(tokens), model.run_with_cache(tokens)
+    lm = interp.load_language_model("EleutherAI/pythia-410m")   # weights from the local cache
 """
 from __future__ import annotations
 
@@ -19,4 +20,12 @@ def load(path, task: str | None = None, device: str | None = None):
     return _load(locate(path), task=task, device=device)
 
 
-__all__ = ["load", "__version__"]
+def load_language_model(spec: str, device: str = "cpu"):
+    """A language model for the Paper III diagnostics (``analyses.run(NAME, lm)``): a Hugging Face model folder,
+    or a model name whose weights are in the local Hugging Face cache (nothing is downloaded)."""
+    from models.language_model import open_language_model
+
+    return open_language_model(spec, device=device)
+
+
+__all__ = ["load", "load_language_model", "__version__"]

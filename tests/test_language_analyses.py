@@ -169,6 +169,10 @@ def test_the_cli_runs_on_a_saved_model_folder_with_its_tokenizer(tmp_path, capsy
     shown = run_cli(capsys, "run", "entropy-axis", "--model", folder, "--per-shot", "6", "--controls", "2",
                     "--format", "json", "--out", tmp_path / "out")
     assert shown.code == 0, shown.err
+    import interp  # the same folder from Python
+
+    lm = interp.load_language_model(str(folder))
+    assert lm.tokenizer is not None and lm.model.cfg.n_layers == 2
 
 
 def test_the_cli_says_in_one_line_what_is_wrong(tmp_path, capsys):
