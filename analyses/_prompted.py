@@ -100,6 +100,13 @@ def projected_out(lm, layer: int, direction: torch.Tensor):
         yield
 
 
+def as_language_model(model):
+    """A wind-tunnel transformer as a LanguageModel whose prompts are its own task's (``wind-tunnel``)."""
+    from models.language_model import LanguageModel
+
+    return LanguageModel(model, model.task.name, task=model.task)
+
+
 def language_options(*own: Option) -> tuple[Option, ...]:
     """An analysis's options on language models: the prompt options, then its own."""
     return PROMPT_OPTIONS + own

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 import torch
 
 from . import _prompted
-from .base import Analysis, AnalysisError, Result
+from .base import Analysis, AnalysisError, Result, n_option, seed_option
 
 DEFINITION = " ".join("""
  On a language model, at the last position of every prompt of the prompt task (where one of the two
@@ -81,9 +81,23 @@ def layers_figure(per_head: torch.Tensor, subject: str) -> go.Figure:
     return fig
 
 
+WIND_TUNNEL_DEFINITION = DEFINITION.replace("On a language model, at", "At") + (
+    " On a wind-tunnel model the prompts are n held-out sequences of its task, each cut after each of its query "
+    "positions, and the answer tokens are the task's answer classes.")
+
+
+def compute(model, n: int = 50, seed: int = 1234) -> Result:
+    """On a wind-tunnel transformer: the same numbers on its own held-out sequences, cut at every query."""
+    result = on_language_model(_prompted.as_language_model(model), prompts="wind-tunnel", words="mixed", per_shot=n,
+                               alpha=0.9, seed=seed)
+    result.definition = WIND_TUNNEL_DEFINITION
+    return result
+
+
 ANALYSIS = Analysis(
-    "attention-focusing", "attention entropy at the answer position, normalised by context length, per head "
-    "(language models)", DEFINITION, None, order=20,
+    "attention-focusing", "attention entropy at the answer position, normalised by context length, per head",
+    WIND_TUNNEL_DEFINITION, compute,
+    options=(n_option(50), seed_option()), requires=("attention", "discrete"), order=20,
     on_language_model=on_language_model, language_options=_prompted.language_options(),
     language_definition=DEFINITION)
 run = ANALYSIS

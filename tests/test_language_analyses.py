@@ -150,7 +150,11 @@ def test_wind_tunnel_analyses_refuse_language_models_and_language_ones_wind_tunn
     tunnel = models.build("transformer", tasks.make("bijection", V=4, L=3), {"d_model": 16, "n_layers": 1,
                                                                            "n_heads": 2}, seed=0)
     with pytest.raises(AnalysisError, match="runs on language models"):
-        analyses.run("attention-focusing", tunnel)
+        analyses.run("entropy-axis", tunnel)
+    # attention focusing also runs on a wind-tunnel transformer itself, on its own prompts
+    direct = analyses.run("attention-focusing", tunnel, n=6, seed=3).metrics
+    wrapped = analyses.run("attention-focusing", LanguageModel(tunnel, "t", task=tunnel.task), per_shot=6, seed=3)
+    assert direct == wrapped.metrics
     with pytest.raises(AnalysisError, match="max_points"):
         analyses.run("value-manifold", lm, max_points=5)  # a wind-tunnel option
     with pytest.raises(AnalysisError, match="alpha"):
@@ -180,8 +184,8 @@ def test_the_cli_says_in_one_line_what_is_wrong(tmp_path, capsys):
     capsys.readouterr()
     cases = [
         (["run", "calibration", "--model", folder], "needs a wind-tunnel model"),
-        (["run", "attention-focusing", "--ckpt", "bijection-transformer-cpu"], "runs on language models"),
-        (["run", "attention-focusing"], "pass --model"),
+        (["run", "entropy-axis", "--ckpt", "bijection-transformer-cpu"], "runs on language models"),
+        (["run", "entropy-axis"], "pass --model"),
         (["run", "value-manifold", "--model", tmp_path], "no config.json"),
         (["run", "value-manifold", "--model", "nobody/no-such-model"], "nor a model TransformerLens knows"),
         (["run", "value-manifold", "--model", "EleutherAI/pythia-14m"], "local Hugging Face cache"),
@@ -199,7 +203,7 @@ def test_the_cli_says_in_one_line_what_is_wrong(tmp_path, capsys):
 def test_help_shows_the_language_model_options(capsys):
     shown = run_cli(capsys, "run", "value-manifold", "--help")
     assert shown.code == 0 and "--model MODEL" in shown.out and "--bootstrap" in shown.out
-    shown = run_cli(capsys, "run", "attention-focusing", "--help")
+    shown = run_cli(capsys, "run", "entropy-axis", "--help")
     assert shown.code == 0 and "--ckpt" not in shown.out and "--per-shot" in shown.out
 
 
