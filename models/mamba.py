@@ -323,17 +323,24 @@ class WindTunnelMamba(HookedSequenceModel):
     @torch.no_grad()
     def attention_patterns(self, tokens: torch.Tensor) -> list[torch.Tensor]:
         """Each layer's effective attention as one head [B, 1, T, T]: |M| averaged over channels, every row
-        normalised to sum to 1 (how much each earlier position feeds position t, whatever the sign)."""
+        normalised to sum to 1 (how much each earlier position feeds position t, whatever the sign).
+
+        M itself ([B, E, T, T]) is never held whole: |M| is summed block of channels by block, so long
+        sequences (recall's 329 tokens) and large batches fit in memory."""
+        prefixes = [f"blocks.{layer}.mixer." for layer in range(self.cfg.n_layers)]
+        _, cache = self.run_with_cache(tokens, names_filter=[p + f"hook_{k}" for p in prefixes
+                                                             for k in ("delta", "B", "C")])
         patterns = []
-        for layer in range(self.cfg.n_layers):
-            matrix, _ = self._scan_matrices(tokens, [layer])[0]  # a layer at a time: M is [B, E, T, T]
-            weight = matrix.abs().mean(1, keepdim=True)
+        for layer, prefix in enumerate(prefixes):
+            delta = cache[prefix + "hook_delta"]
+            A = -torch.exp(self.blocks[layer].mixer.A_log.to(delta.dtype))
+            weight = sum(block.abs().sum(1, keepdim=True)
+                         for block in scan_matrix_blocks(delta, A, cache[prefix + "hook_B"], cache[prefix + "hook_C"]))
             patterns.append(weight / weight.sum(-1, keepdim=True).clamp_min(1e-30))
         return patterns
 
 
-def scan_matrix(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
-                channels: int = 32) -> torch.Tensor:
+def scan_matrix(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     """The selective scan as a data-dependent lower-triangular matrix per channel (Mamba's "hidden attention").
 
     Unrolling h_t = exp(delta_t A) h_{t-1} + delta_t B_t x_t from h_0 = 0 gives y_t - D x_t = sum_{s<=t} M_ts x_s
@@ -342,17 +349,32 @@ def scan_matrix(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.
         M[e, t, s] = delta_s[e] * sum_n C_t[n] B_s[n] exp(A[e, n] * (delta_{s+1}[e] + ... + delta_t[e]))
 
     (Mamba-2's M = L o (C B^T) when A is one scalar per channel). delta [B, T, E], A [E, N], B and C
-    [B, T, N]; returns [B, E, T, T], zero above the diagonal. Channels are done ``channels`` at a time, so
-    the [B, E, N, T, T] decay tensor is never formed whole.
+    [B, T, N]; returns [B, E, T, T], zero above the diagonal (``scan_matrix_blocks`` gives it a block of
+    channels at a time).
     """
-    T = delta.shape[1]
-    causal = torch.ones(T, T, dtype=torch.bool, device=delta.device).tril()
-    out = []
-    for start in range(0, delta.shape[2], channels):
+    return torch.cat(list(scan_matrix_blocks(delta, A, B, C)), 1)
+
+
+BLOCK_ELEMENTS = 1 << 25  # a block of channels' [B, e, T, T] matrix stays under this many numbers
+
+
+def scan_matrix_blocks(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor):
+    """``scan_matrix`` as blocks of channels [B, e, T, T], e chosen so a block holds at most ``BLOCK_ELEMENTS``
+    numbers (one channel at a time when even that is more).
+
+    Built by running the scan over t with one state per source position s, P_t[s] = delta_s B_s
+    exp(A (delta_{s+1} + ... + delta_t)), which step t multiplies by exp(A delta_t): no exponential of a
+    [B, e, T, T, N] tensor (what made a 329-token recall batch take minutes), and nothing above the diagonal.
+    """
+    batch, T, E = delta.shape
+    channels = max(1, min(E, BLOCK_ELEMENTS // (batch * T * T)))
+    for start in range(0, E, channels):
         d, a = delta[:, :, start:start + channels], A[start:start + channels]  # [B, T, e], [e, N]
-        # [B, e, T, N]: A times sum_{r<=t} delta_r
-        total = torch.cumsum(d, 1).transpose(1, 2)[..., None] * a[None, :, None, :]
-        gap = total[:, :, :, None, :] - total[:, :, None, :, :]  # [B, e, t, s, N]: A sum_{s<r<=t} delta_r
-        decay = torch.where(causal[None, None, :, :, None], gap, torch.full_like(gap, -math.inf)).exp()
-        out.append(torch.einsum("btn,bsn,betsn->bets", C, B, decay) * d.transpose(1, 2)[:, :, None, :])
-    return torch.cat(out, 1)
+        step = torch.exp(d[..., None] * a)  # [B, T, e, N]: exp(A delta_t)
+        state = delta.new_zeros(batch, d.shape[2], T, A.shape[1])  # [B, e, s, N]
+        M = delta.new_zeros(batch, d.shape[2], T, T)
+        for t in range(T):
+            state[:, :, :t] *= step[:, t, :, None, :]
+            state[:, :, t] = d[:, t, :, None] * B[:, t, None, :]
+            M[:, :, t, :t + 1] = torch.einsum("bn,besn->bes", C[:, t], state[:, :, :t + 1])
+        yield M

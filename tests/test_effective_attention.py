@@ -17,10 +17,13 @@ def scan_inputs(b=2, T=7, E=5, N=3, seed=0):
     return rand(b, T, E), delta, A, rand(b, T, N), rand(b, T, N), rand(E)
 
 
-def test_the_matrix_reproduces_the_sequential_scan():
+def test_the_matrix_reproduces_the_sequential_scan(monkeypatch):
+    import models.mamba
+
     x, delta, A, B, C, D = scan_inputs()
     y, _ = reference_scan(x, delta, A, B, C, D)
-    M = scan_matrix(delta, A, B, C, channels=2)  # channel chunks that do not divide E
+    monkeypatch.setattr(models.mamba, "BLOCK_ELEMENTS", 2 * 2 * 7 * 7)  # blocks of 2 channels: 2 does not divide 5
+    M = scan_matrix(delta, A, B, C)
     assert torch.allclose(torch.einsum("bets,bse->bte", M, x) + D * x, y, rtol=0, atol=1e-12)
     assert (M.triu(1) == 0).all()  # causal: no position reads a later one
 

@@ -377,6 +377,9 @@ def test_every_shipped_model_in_chromium(name, shared_browser):
         assert figure(browser, "entropy")["data"][0]["y"] == pytest.approx(bayes, abs=1e-5)
         assert browser.find_element(By.ID, "message").text == ""
         wait.until(lambda d: d.execute_script("return !document.querySelector('[data-dash-is-loading]')"))
+        for graph in GRAPHS:  # a slow view (Mamba's effective attention on 329 tokens) may still be computing
+            wait.until(lambda d: (figure(d, graph) or {}).get("title") != "computing…",
+                       message=f"{name}: {graph} computed for the new sequence")
         arch = explorer.layout_info(0)["arch"]
         said = dict(attention="has no attention", posterior="a continuous task", lens="a continuous task",
                     latent="a typed sequence keeps no latent truth")
