@@ -203,10 +203,19 @@ def shared_browser():
 
 
 def figure(driver, graph: str):
-    """The plotly figure a Dash graph currently shows ({data, layout}), or None before it is drawn."""
+    """The plotly figure a Dash graph currently shows ({data, title, notes}: notes joins its annotations'
+    texts, where a message figure such as the "computing…" placeholder says what it says), or None before it
+    is drawn."""
     return driver.execute_script(
         "const el = document.querySelector(arguments[0] + ' .js-plotly-plot');"
-        "return el && el.data && el.layout ? {data: el.data, title: (el.layout.title || {}).text} : null;", f"#{graph}")
+        "return el && el.data && el.layout ? {data: el.data, title: (el.layout.title || {}).text,"
+        " notes: (el.layout.annotations || []).map(a => a.text || '').join(' ')} : null;", f"#{graph}")
+
+
+def computed(driver, graph: str) -> bool:
+    """Whether a graph shows its own figure, not the placeholder it holds until its first one arrives."""
+    shown = figure(driver, graph)
+    return shown is not None and shown["notes"] != "computing…"
 
 
 def test_end_to_end_in_chromium(server, browser, tmp_path):
@@ -355,8 +364,7 @@ def test_every_shipped_model_in_chromium(name, shared_browser):
         browser, wait = shared_browser, WebDriverWait(shared_browser, 120, poll_frequency=0.25)
         browser.get(f"http://127.0.0.1:{server.server_port}/")
         for graph in GRAPHS:
-            wait.until(lambda d: (figure(d, graph) or {}).get("data") is not None
-                       and figure(d, graph)["title"] != "computing…", message=f"{name}: {graph} drawn")
+            wait.until(lambda d: computed(d, graph), message=f"{name}: {graph} drawn")
         before = figure(browser, "entropy")["data"]
         if explorer.task.continuous:  # real-valued inputs cannot be typed: a new sequence by seed
             seed = browser.find_element(By.ID, "seed")
@@ -378,15 +386,12 @@ def test_every_shipped_model_in_chromium(name, shared_browser):
         assert browser.find_element(By.ID, "message").text == ""
         wait.until(lambda d: d.execute_script("return !document.querySelector('[data-dash-is-loading]')"))
         for graph in GRAPHS:  # a slow view (Mamba's effective attention on 329 tokens) may still be computing
-            wait.until(lambda d: (figure(d, graph) or {}).get("title") != "computing…",
-                       message=f"{name}: {graph} computed for the new sequence")
+            wait.until(lambda d: computed(d, graph), message=f"{name}: {graph} computed for the new sequence")
         arch = explorer.layout_info(0)["arch"]
         said = dict(attention="has no attention", posterior="a continuous task", lens="a continuous task",
                     latent="a typed sequence keeps no latent truth")
         for graph in GRAPHS:  # every view draws data, except those that say why they cannot (and only why)
-            texts = browser.execute_script(
-                "const el = document.querySelector(arguments[0] + ' .js-plotly-plot');"
-                "return (el.layout.annotations || []).map(a => a.text || '').join(' ');", f"#{graph}")
+            texts = figure(browser, graph)["notes"]
             expected = (graph == "attention" and arch not in ("transformer", "mamba")) or (
                 graph in ("posterior", "lens") and explorer.task.continuous) or (
                 graph == "latent" and not explorer.task.continuous and not explorer.task.latent_tables(shown, 0))
