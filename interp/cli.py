@@ -34,6 +34,16 @@ def parse_assignments(pairs: tuple[str, ...], what: str) -> dict:
     return out
 
 
+def parse_curriculum(text: str | None) -> list | None:
+    """``--curriculum`` as JSON; its shape and stages are checked where the training settings are."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserError(f"--curriculum must be JSON such as '[[2000, {{\"n\": 10}}]]', got {text!r} ({err.msg})") from None
+
+
 def analysis_options(analysis, extra: list[str], language: bool = False) -> dict:
     """Map ``--layer 1 --head 2`` style arguments onto the analysis's options, typed and range-checked
     by its schema (``language``: its schema on a language model)."""
@@ -96,19 +106,21 @@ def main():
 @click.option("--warmup", type=int, help="linear warm-up steps (overrides the preset)")
 @click.option("--checkpoint-every", type=int, help="also save a checkpoint every N steps (a dense series, e.g. for "
               "frame-precision); default: 0-1k every 100, then every 1k, then every 10k")
+@click.option("--curriculum", metavar="JSON", help="stages before the task itself, as JSON [[until_step, {task settings}], "
+              "...], e.g. '[[2000, {\"n\": 10}]]' (overrides the preset's; '[]' for none)")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="task setting, e.g. -T V=10 -T L=9")
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="model setting, e.g. -M d_model=128")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 @click.option("--resume", is_flag=True, help="continue an interrupted run in --out exactly where it stopped")
-def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, checkpoint_every, task_options,
-          model_options, device, resume):
+def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, checkpoint_every, curriculum,
+          task_options, model_options, device, resume):
     """Train a model on a wind tunnel; writes run.json, metrics.jsonl and safetensors checkpoints."""
     import dataclasses
 
     import models
     import tasks
 
-    from .train import Trainer, lr_at, preset_settings
+    from .train import Trainer, fitted_curriculum, lr_at, preset_settings
 
     task_name = task_name or tasks.NAMES[0]
     arch = arch or models.REFERENCE or models.ARCHS[0]
@@ -116,17 +128,26 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
     if resume:
         given = [flag for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--lr", lr),
                                           ("--seed", seed), ("--loss", loss), ("--warmup", warmup),
-                                          ("--checkpoint-every", checkpoint_every), ("-T", task_options),
+                                          ("--checkpoint-every", checkpoint_every),
+                                          ("--curriculum", curriculum is not None), ("-T", task_options),
                                           ("-M", model_options)) if value]
         if given:
             raise UserError(f"--resume continues with the settings in {out / 'run.json'}; drop {', '.join(given)}")
         trainer = Trainer(out, resume=True, device=device)
     else:
         overrides = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
-                                           warmup=warmup, checkpoint_every=checkpoint_every).items()
+                                           warmup=warmup, checkpoint_every=checkpoint_every,
+                                           curriculum=parse_curriculum(curriculum)).items()
                      if v is not None}
         task = tasks.for_preset(task_name, preset, **parse_assignments(task_options, "task option"))
-        settings = dataclasses.replace(preset_settings(preset, task, arch), **overrides)
+        recipe = preset_settings(preset, task, arch)
+        if steps is not None and curriculum is None:  # a shorter run than the preset's: its stages in proportion
+            overrides["curriculum"] = fitted_curriculum(recipe.curriculum, recipe.steps, steps)
+            if overrides["curriculum"] != [list(stage) for stage in recipe.curriculum]:
+                click.echo(f"note: the preset's curriculum stages end at steps "
+                           f"{[end for end, _ in recipe.curriculum]} of {recipe.steps}; for --steps {steps} "
+                           f"they end at {[end for end, _ in overrides['curriculum']]} (--curriculum sets them)", err=True)
+        settings = dataclasses.replace(recipe, **overrides)
         model_config = models.model_config(arch, preset, task, **parse_assignments(model_options, "model option"))
         trainer = Trainer(out, task.config(), arch, model_config, settings, device=device)
     s = trainer.settings

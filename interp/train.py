@@ -103,7 +103,7 @@ class TrainSettings:
         ends = [stage[0] for stage in stages]
         if ends != sorted(set(ends)) or (ends and not (0 < ends[0] and ends[-1] <= self.steps)):
             raise UserError(f"curriculum stages must end at increasing steps between 1 and steps={self.steps}, "
-                            f"got {ends}")
+                            f"got {ends} (interp train --curriculum sets them)")
         self.curriculum = tuple((end, dict(settings)) for end, settings in stages)
         return self
 
@@ -134,6 +134,21 @@ def preset_settings(preset: str, task, arch: str) -> TrainSettings:
                                 f"{preset!r} preset; valid: {', '.join(settings)}")
             settings.update(layer.train)
     return TrainSettings(**settings)
+
+
+def fitted_curriculum(stages, preset_steps: int, steps: int) -> list:
+    """A preset's curriculum for a run of ``steps`` instead of ``preset_steps``: kept as it is where it fits,
+    else its stage ends scaled by steps / preset_steps (a short trial run still passes through every stage
+    that keeps at least one step of its own)."""
+    stages = [list(stage) for stage in stages]
+    if not stages or stages[-1][0] <= steps:
+        return stages
+    fitted = []
+    for end, settings in stages:
+        end = min(steps, max(1, round(end * steps / preset_steps)))
+        if not fitted or end > fitted[-1][0]:
+            fitted.append([end, settings])
+    return fitted
 
 
 def recorded_settings(train: dict) -> dict:
@@ -483,7 +498,8 @@ class Trainer:
         self.model.eval()
         numbers = measure(self.model, self.eval_batch)
         self.model.train()
-        return {k: v for k, v in numbers.items() if k in ("entropy_mae_bits", "kl_bits", "accuracy", "infeasible_mass")}
+        return {k: v for k, v in numbers.items()
+                if k in ("entropy_mae_bits", "kl_bits", "accuracy", "infeasible_mass", "relative_mean_error")}
 
     def run(self) -> dict:
         try:

@@ -202,6 +202,8 @@ class HMM(Task):
           for arch, paper in (("mamba", "0.024"), ("lstm", "0.411"), ("mlp", "0.40"))),
         PaperRow("Mamba final layer on HMM: k-means purity by hidden state", "mamba", "belief-clusters", "purity",
                  1.0, "5 clusters, one per hidden state"),
+        PaperRow("HMM K=20, Bayes belief read linearly from the final layer, held-out R²", None, "belief-state", "r2",
+                 None, "–"),
     )
 
     def __init__(self, S: int = 5, O: int = 5, K: int = 20, concentration: float = 1.0):

@@ -140,3 +140,31 @@ def test_a_warm_up_as_long_as_the_run_is_pointed_out(tmp_path, capsys):
     assert "never reaches" in short.err
     reached = run_cli(capsys, "train", "--out", tmp_path / "reached", "--steps", "5", *TINY, "--warmup", "2")
     assert reached.code == 0 and "warning" not in reached.err
+
+
+def test_a_curriculum_is_given_on_the_command_line_as_json(tmp_path, capsys):
+    given = run_cli(capsys, "train", "--out", tmp_path / "staged", "--steps", "6", *TINY,
+                    "--curriculum", '[[3, {"L": 3}]]')
+    assert given.code == 0, given.err
+    assert json.loads((tmp_path / "staged" / "run.json").read_text())["train"]["curriculum"] == [[3, {"L": 3}]]
+    assert_one_line_error(run_cli(capsys, "train", "--out", tmp_path / "bad", "--steps", "6", *TINY,
+                                  "--curriculum", "[[3, {L: 3}]]"), "--curriculum must be JSON")
+    assert_one_line_error(run_cli(capsys, "train", "--out", tmp_path / "late", "--steps", "6", *TINY,
+                                  "--curriculum", '[[9, {"L": 3}]]'), "increasing steps", "--curriculum")
+    assert not (tmp_path / "bad").exists() and not any((tmp_path / "late").glob("*"))
+
+
+def test_a_short_run_of_a_preset_with_a_curriculum_passes_through_its_stages(tmp_path, capsys):
+    """The regression transformer's preset trains on 10, then 20 examples until steps 2,000 and 4,000 of
+    14,000; a 7-step trial keeps them in proportion and says so."""
+    short = run_cli(capsys, "train", "--task", "regression", "--arch", "transformer", "--out", tmp_path / "short",
+                    "--steps", "7", "--batch-size", "4", "--warmup", "1", "-M", "d_model=16", "-M", "n_layers=1")
+    assert short.code == 0, short.err
+    assert "for --steps 7 they end at [1, 2]" in short.err
+    recorded = json.loads((tmp_path / "short" / "run.json").read_text())["train"]["curriculum"]
+    assert recorded == [[1, {"n": 10}], [2, {"n": 20}]]
+    none = run_cli(capsys, "train", "--task", "regression", "--arch", "transformer", "--out", tmp_path / "none",
+                   "--steps", "3", "--batch-size", "4", "--warmup", "1", "-M", "d_model=16", "-M", "n_layers=1",
+                   "--curriculum", "[]")
+    assert none.code == 0 and "curriculum" not in none.err
+    assert json.loads((tmp_path / "none" / "run.json").read_text())["train"]["curriculum"] == []

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from interp import checkpoint
 from interp.errors import UserError
-from interp.train import TrainSettings, Trainer, checkpoint_steps, lr_at
+from interp.train import TrainSettings, Trainer, checkpoint_steps, fitted_curriculum, lr_at
 
 TASK = dict(name="bijection", V=6, L=5)
 MODEL = dict(d_model=16, n_layers=2, n_heads=2)
@@ -119,3 +119,11 @@ def test_a_bad_curriculum_is_refused_before_anything_is_written(tmp_path, curric
     with pytest.raises(UserError, match=message):
         Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
+def test_a_preset_curriculum_is_kept_where_it_fits_and_scaled_where_it_does_not():
+    stages = [[2000, dict(n=10)], [4000, dict(n=20)]]
+    assert fitted_curriculum(stages, 14000, 20000) == stages and fitted_curriculum(stages, 14000, 4000) == stages
+    assert fitted_curriculum(stages, 14000, 1400) == [[200, dict(n=10)], [400, dict(n=20)]]
+    assert fitted_curriculum(stages, 14000, 3) == [[1, dict(n=10)]]  # too short for both: the first stage only
+    assert fitted_curriculum([], 14000, 3) == []
