@@ -46,6 +46,17 @@ def arch_label(arch: str) -> str:
     return cls.label if cls is not None and cls.label else f"A {arch}"
 
 
+def curriculum_sentence(stages) -> str:
+    """" It trained on the task with n=10 until step 2,000, then with n=20 until step 4,000 (curriculum
+    stages); ..." for a run's curriculum, or "" without one."""
+    if not stages:
+        return ""
+    parts = [f"with {', '.join(f'{k}={v}' for k, v in stage.items())} until step {end:,}" for end, stage in stages]
+    kind = "curriculum stages" if len(parts) > 1 else "a curriculum stage"
+    return (f" It trained on the task {', then '.join(parts)} ({kind}); from then on, and in every evaluation, "
+            f"on the task itself.")
+
+
 def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], note: str = "") -> str:
     s, final = record["train"], record.get("final") or {}
     config = ", ".join(f"{k} {v}" for k, v in record["model"].items() if v is not None)
@@ -65,9 +76,7 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
         f"{s['steps']:,} steps of {s['batch_size']} fresh sequences, AdamW lr {s['lr']} ({s['warmup']} warm-up "
         f"steps, cosine to 0), weight decay {s['weight_decay']}, grad clip {s['grad_clip']}, {s['loss']} targets"
         f"{' (cross-entropy against the exact Bayes posterior)' if s['loss'] == 'soft' else ''}, seed {s['seed']}."
-        + "".join(f" Until step {end:,} it trained on the task with {', '.join(f'{k}={v}' for k, v in stage.items())}"
-                  f" (a curriculum stage); from then on, and in every evaluation, on the task itself."
-                  for end, stage in s.get("curriculum") or ()),
+        + curriculum_sentence(s.get("curriculum") or ()),
         f"Training took {record.get('wall_time_s', 0) / 60:.1f} minutes on {record.get('device', 'cpu')}{threads} "
         f"({versions}).", "",
         f"Held-out metrics at the end ({s['eval_size']:,} sequences): {metrics}.", "",
