@@ -28,7 +28,7 @@ VARIANTS = {
     "d64-4layers": ["-M", "d_model=64", "-M", "n_layers=4", "--batch-size", "64", "--lr", "2e-3"],
     # regression, around its preset (6 layers of width 64, 4 heads, first 10 then 20 examples, lr 1e-3):
     "2-layers-d96": ["-M", "d_model=96", "-M", "n_layers=2", "--curriculum", "[]"],  # the preset before issue 16
-    "2-layers-d96-curriculum": ["-M", "d_model=96", "-M", "n_layers=2"],
+    "2-layers-d64-curriculum": ["-M", "n_layers=2"],
     "6-layers-no-curriculum": ["--curriculum", "[]"],
 }
 MARKS_MIN = (2, 5, 10, 15, 20, 30, 45, 60)
@@ -63,6 +63,8 @@ def at_minutes(points, minutes: float):
 def report(runs: list[Path]) -> None:
     import plotly.graph_objects as go
 
+    from analyses import style
+
     task = json.loads((runs[0] / "run.json").read_text())["task"]["name"]
     budget = BUDGET_MIN.get(task, 20)
     marks = [m for m in MARKS_MIN if m <= budget]
@@ -81,11 +83,13 @@ def report(runs: list[Path]) -> None:
             p = at_minutes(points, m)
             cells.append(f"{p[2]:.4f} ({p[1]})" if p and m <= minutes + 0.5 else "-")
         print(f"| {run.name} | {record['n_params']:,} | {step / (minutes * 60):.1f} | " + " | ".join(cells)
-              + f" | {mae:.4f} ({minutes:.1f}) |" + (f" {relative:.3f} |" if relative is not None else ""))
+              + f" | {mae:.4f} ({minutes:.1f}) |"
+              + ((f" {relative:.3f} |" if relative is not None else " - |") if task == "regression" else ""))
         fig.add_scatter(x=[p[0] for p in points], y=[p[2] for p in points], mode="lines+markers", name=run.name)
+    fig.update_layout(yaxis_type="log")  # first: the reference labels are placed on the axis' own scale
     target = TARGET_BITS.get(task, 0.01)
-    fig.add_hline(y=target, line_dash="dash", annotation_text=f"target {target:g} bits")
-    fig.add_vline(x=budget, line_dash="dot", annotation_text=f"{budget} min")
+    style.reference_line(fig, target, f"target {target:g} bits", color="black")
+    style.reference_line(fig, budget, f"{budget} min", axis="x", dash="dot", color="black")
     fig.update_layout(title=f"{task}: entropy MAE against training wall time (2-core CPU)",
                       xaxis_title="minutes", yaxis_title="entropy MAE (bits)", yaxis_type="log",
                       template="plotly_white", width=760, height=460)

@@ -124,3 +124,24 @@ def test_a_transformer_reads_continuous_inputs_with_hooks_and_learns(tmp_path):
     before = trainer.evaluate()["entropy_mae_bits"]
     after = trainer.run()["entropy_mae_bits"]
     assert after < before / 2
+
+
+def test_gd_baseline_known_answers():
+    """benchmarks/gd_baseline.py: one step from 0 is eta * sum_{j<i} y_j x_j . x_i; many steps reach least squares."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gd_baseline.py"
+    spec = importlib.util.spec_from_file_location("gd_baseline", path)
+    gd_baseline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gd_baseline)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(3, 12, 2, generator=g, dtype=torch.float64), torch.randn(3, 12, generator=g, dtype=torch.float64)
+    one = gd_baseline.gd_means(x, y, 1, 0.1)
+    for i in range(12):
+        w = 0.1 * (y[:, :i, None] * x[:, :i]).sum(1)
+        torch.testing.assert_close(one[:, i], (w * x[:, i]).sum(-1))
+    # at the last query 11 pairs in 2 dimensions: plain GD converges to the least-squares fit
+    many = gd_baseline.gd_means(x, y, 3000, 0.02)[:, -1]
+    w_ls = torch.linalg.lstsq(x[:, :-1], y[:, :-1, None]).solution[..., 0]
+    torch.testing.assert_close(many, (w_ls * x[:, -1]).sum(-1), rtol=1e-6, atol=1e-8)
