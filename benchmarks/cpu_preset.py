@@ -30,6 +30,12 @@ VARIANTS = {
     "2-layers-d96": ["-M", "d_model=96", "-M", "n_layers=2", "--curriculum", "[]"],  # the preset before issue 16
     "2-layers-d64-curriculum": ["-M", "n_layers=2"],
     "6-layers-no-curriculum": ["--curriculum", "[]"],
+    # HMM, around its preset: deeper (each step of the filtering recursion takes about one layer)
+    "8-layers-d64": ["-M", "n_layers=8", "-M", "d_model=64", "-M", "n_heads=4", "--steps", "7500"],
+    # ... starting on peaky tables (Dirichlet 0.3), where the observations before the current one are
+    # worth 3x more (the first plateau ignores them; benchmarks/hmm_window_baseline.py)
+    "8-layers-d64-peaky-start": ["-M", "n_layers=8", "-M", "d_model=64", "-M", "n_heads=4", "--steps", "7500",
+                                 "--curriculum", '[[1000, {"concentration": 0.3}]]'],
 }
 MARKS_MIN = (2, 5, 10, 15, 20, 30, 45, 60)
 BUDGET_MIN = {"bijection": 20, "hmm": 60, "regression": 60}

@@ -15,3 +15,18 @@ def small_model():
     """An untrained small transformer on a small bijection task (fast to build and run)."""
     task = tasks.make("bijection", V=8, L=7)
     return models.build("transformer", task, config=dict(d_model=32, n_layers=2, n_heads=2), seed=0).eval()
+
+
+@pytest.fixture
+def benchmark_module():
+    """Load a script from benchmarks/ (not a package) by name, to test its functions on known answers."""
+    import importlib.util
+    from pathlib import Path
+
+    def load(name: str):
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load

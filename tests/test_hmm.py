@@ -144,3 +144,27 @@ def test_config_and_length_setting():
     assert HMM(**{k: v for k, v in task.config().items() if k != "name"}).config() == task.config()
     assert task.length_setting == "K" and task.n_classes == 3
     assert HMM(K=50).seq_len == HMM(K=20).seq_len + 30
+
+
+def test_window_baseline_known_answers(benchmark_module):
+    """benchmarks/hmm_window_baseline.py: a window reaching o_1 is the exact filter; w = 0 is the
+    normalised emission column times the prior; the stationary prior is a fixed point of T."""
+    window = benchmark_module("hmm_window_baseline")
+    task = HMM(S=3, O=4, K=6)
+    batch = task.sample(16, torch.Generator().manual_seed(0))
+    T, E = batch.hypothesis["T"].double(), batch.hypothesis["E"].double()
+    obs = batch.tokens[:, task.obs_offset:] - OBS0
+    exact = forward_filter(T, E, obs)
+    torch.testing.assert_close(window.window_filter(T, E, obs, 5), exact)
+    pi = window.stationary(T)
+    torch.testing.assert_close((pi[:, None, :] @ T)[:, 0], pi)
+    for prior in (None, pi):
+        w0 = window.window_filter(T, E, obs, 0, prior)
+        start = torch.full_like(pi, 1 / 3) if prior is None else prior
+        column = E.gather(2, obs[:, None, :].expand(-1, 3, -1)).transpose(1, 2)  # [B, K, S]: E[s, o_t]
+        expected = column[:, 1:] * start[:, None, :]
+        torch.testing.assert_close(w0[:, 1:], expected / expected.sum(-1, keepdim=True))
+        torch.testing.assert_close(w0[:, 0], exact[:, 0])  # o_1 comes from the true, uniform initial
+    # window 2 at t = 4 forgets o_1, o_2: the exact filter over o_3..o_5 from the prior
+    torch.testing.assert_close(window.window_filter(T, E, obs, 2, pi)[:, 4], forward_filter(T, E, obs[:, 2:5], pi)[:, -1])
+    assert window.entropy_bits(torch.full((2, 4), 0.25, dtype=torch.float64)).tolist() == [2.0, 2.0]

@@ -126,15 +126,9 @@ def test_a_transformer_reads_continuous_inputs_with_hooks_and_learns(tmp_path):
     assert after < before / 2
 
 
-def test_gd_baseline_known_answers():
+def test_gd_baseline_known_answers(benchmark_module):
     """benchmarks/gd_baseline.py: one step from 0 is eta * sum_{j<i} y_j x_j . x_i; many steps reach least squares."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gd_baseline.py"
-    spec = importlib.util.spec_from_file_location("gd_baseline", path)
-    gd_baseline = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gd_baseline)
+    gd_baseline = benchmark_module("gd_baseline")
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(3, 12, 2, generator=g, dtype=torch.float64), torch.randn(3, 12, generator=g, dtype=torch.float64)
     one = gd_baseline.gd_means(x, y, 1, 0.1)
