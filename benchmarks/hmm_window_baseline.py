@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from tasks.base import entropy_bits
 from tasks.hmm import HMM, OBS0, forward_filter
 
 
@@ -49,10 +50,6 @@ def window_filter(T: torch.Tensor, E: torch.Tensor, observations: torch.Tensor, 
         initial = prior if start > 0 else None
         out[:, t] = forward_filter(T, E, observations[:, start:t + 1], initial)[:, -1]
     return out
-
-
-def entropy_bits(p: torch.Tensor) -> torch.Tensor:
-    return -(p * p.clamp_min(1e-300).log2()).sum(-1)
 
 
 def main() -> None:
