@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import torch
 
 from tasks import prompts as prompt_tasks
+from tasks.base import entropy_bits
 from tasks.prompts import PromptSet, read_words
 
 from .base import AnalysisError, Option
@@ -70,10 +71,6 @@ def last_positions(lm, prompts: PromptSet, names: list[str]) -> tuple[torch.Tens
             for r, v in zip(rows, value.double().cpu()):
                 caught[name][r] = v
     return probs, caught
-
-
-def entropy_bits(p: torch.Tensor) -> torch.Tensor:
-    return -(p * torch.log2(p.clamp_min(1e-300))).sum(-1)
 
 
 def calibration(probs: torch.Tensor, prompts: PromptSet) -> dict:

@@ -33,7 +33,9 @@ def train_command(record: dict, preset: str) -> str:
     return " ".join([f"interp train --task {task_name} --arch {arch} --preset {preset}"]
                     + [f"-T {k}={v}" for k, v in record["task"].items() if k != "name" and default_task.get(k) != v]
                     + [f"-M {k}={v}" for k, v in record["model"].items() if recipe["model"].get(k) != v]
-                    + [f"{flag} {ran[k]}" for k, flag in flags.items() if ran[k] != recipe["train"][k]])
+                    + [f"{flag} {ran[k]}" for k, flag in flags.items() if ran[k] != recipe["train"][k]]
+                    + ([("--compile" if ran["compile"] else "--no-compile")]
+                       if ran["compile"] != recipe["train"]["compile"] else []))
 
 
 def _fmt(value: float) -> str:
@@ -76,7 +78,8 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
         f"{s['steps']:,} steps of {s['batch_size']} fresh sequences, AdamW lr {s['lr']} ({s['warmup']} warm-up "
         f"steps, cosine to 0), weight decay {s['weight_decay']}, grad clip {s['grad_clip']}, {s['loss']} targets"
         f"{' (cross-entropy against the exact Bayes posterior)' if s['loss'] == 'soft' else ''}, seed {s['seed']}."
-        + curriculum_sentence(s.get("curriculum") or ()),
+        + curriculum_sentence(s.get("curriculum") or ())
+        + (" The training step ran through torch.compile." if s.get("compile") else ""),
         f"Training took {record.get('wall_time_s', 0) / 60:.1f} minutes on {record.get('device', 'cpu')}{threads} "
         f"({versions}).", "",
         f"Held-out metrics at the end ({s['eval_size']:,} sequences): {metrics}.", "",

@@ -63,6 +63,12 @@ class TrainSettings:
     # settings changed until that step (e.g. small recall tables at a short length first). Evaluation and
     # checkpoints are always on the task itself. Empty: the task from the first step.
     curriculum: tuple = ()
+    # torch.compile the training step (forward and backward; evaluation stays eager). On the CPU this
+    # fuses the many small element-wise kernels of a small model: 1.45x faster steps for the HMM
+    # preset here, after about a minute of compiling. Needs a C++ compiler (gcc or clang). Compiled
+    # kernels round differently from eager ones, so a compiled run replays itself bit for bit, not
+    # the same run without it.
+    compile: bool = False
 
     def validate(self) -> "TrainSettings":
         if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
@@ -90,6 +96,8 @@ class TrainSettings:
             raise UserError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 32:
             raise UserError(f"seed must be an integer from 0 to 2^32 - 1, got {self.seed!r}")  # torch's seed range
+        if not isinstance(self.compile, bool):
+            raise UserError(f"compile must be true or false, got {self.compile!r}")
         if self.loss not in ("soft", "hard"):
             raise UserError(f"loss must be 'soft' or 'hard', got {self.loss!r}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
@@ -189,6 +197,24 @@ def lr_at(step: int, s: TrainSettings) -> float:
         return s.lr * (step + 1) / s.warmup
     progress = (step - s.warmup) / max(1, s.steps - s.warmup)
     return s.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def compiled(loss_of):
+    """``loss_of`` through torch.compile, with a failure to build its kernels (no C++ compiler, say)
+    turned into one line saying how to train without it."""
+    import torch._dynamo
+
+    fast = torch.compile(loss_of)
+
+    def run(batch):
+        try:
+            return fast(batch)
+        except torch._dynamo.exc.BackendCompilerFailed as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"torch.compile could not build the training step ({first[:200]}); install a C++ "
+                            f"compiler, or train without it: --no-compile") from None
+
+    return run
 
 
 def retain_freed_memory() -> None:
@@ -524,6 +550,8 @@ class Trainer:
         s = self.settings
         main = self.dist.is_main  # only rank 0 writes files and shows progress
         loss_of = self.dist.wrap(self.model, lambda model, batch: loss_fn(model, batch, s.loss))
+        if s.compile:
+            loss_of = compiled(loss_of)
         saves = set(checkpoint_steps(s.steps, s.checkpoint_every))
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.device.startswith("cuda") else nullcontext()
         if self.step == 0 and main:

@@ -127,3 +127,41 @@ def test_a_preset_curriculum_is_kept_where_it_fits_and_scaled_where_it_does_not(
     assert fitted_curriculum(stages, 14000, 1400) == [[200, dict(n=10)], [400, dict(n=20)]]
     assert fitted_curriculum(stages, 14000, 3) == [[1, dict(n=10)]]  # too short for both: the first stage only
     assert fitted_curriculum([], 14000, 3) == []
+
+
+@pytest.mark.slow
+def test_a_compiled_run_learns_replays_itself_and_says_so_in_its_card(tmp_path):
+    """torch.compile changes the speed of a step, not what it computes (to float rounding): a compiled
+    run learns like an eager one, two compiled runs with one seed end bit for bit equal, and run.json
+    and the model card's command record it."""
+    from interp.pretrained import ship
+
+    settings = dict(steps=60, batch_size=32, warmup=6, eval_every=60, eval_size=200)
+    eager = Trainer(tmp_path / "eager", TASK, "transformer", MODEL, TrainSettings(**settings), progress=False).run()
+    runs = [Trainer(tmp_path / name, TASK, "transformer", MODEL, TrainSettings(**settings, compile=True),
+                    progress=False) for name in ("compiled", "again")]
+    finals = [trainer.run() for trainer in runs]
+    assert finals[0]["entropy_mae_bits"] == pytest.approx(eager["entropy_mae_bits"], abs=2e-3)
+    ends = [load_file(tmp_path / name / "checkpoints" / checkpoint.checkpoint_name(60)) for name in ("compiled", "again")]
+    assert all(torch.equal(ends[0][key], ends[1][key]) for key in ends[0])
+    assert json.loads((tmp_path / "compiled" / "run.json").read_text())["train"]["compile"] is True
+    card = (ship(tmp_path / "compiled", "tiny", dest_root=tmp_path / "shipped") / "README.md").read_text()
+    assert "--compile" in card and "torch.compile" in card
+
+
+@pytest.mark.slow
+def test_a_compile_that_cannot_build_its_kernels_is_one_line_saying_how_to_go_on(tmp_path, monkeypatch):
+    import torch._inductor.config as inductor
+
+    monkeypatch.setattr(inductor, "force_disable_caches", True)  # a cached kernel would need no compiler
+    monkeypatch.setattr(inductor.cpp, "cxx", ("/nonexistent/c++",))
+    torch._dynamo.reset()
+    settings = TrainSettings(steps=5, batch_size=8, warmup=1, eval_every=5, eval_size=20, compile=True)
+    with pytest.raises(UserError, match="torch.compile could not build the training step .*--no-compile"):
+        Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False).run()
+    torch._dynamo.reset()
+
+
+def test_compile_must_be_a_boolean(tmp_path):
+    with pytest.raises(UserError, match="compile must be true or false"):
+        Trainer(tmp_path / "run", TASK, "transformer", MODEL, TrainSettings(steps=5, compile="yes"), progress=False)
