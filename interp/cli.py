@@ -110,12 +110,14 @@ def main():
               "...], e.g. '[[2000, {\"n\": 10}]]' (overrides the preset's; '[]' for none)")
 @click.option("--compile/--no-compile", "compile_step", default=None,
               help="torch.compile the training step (overrides the preset; needs a C++ compiler)")
+@click.option("--bf16", "bf16", is_flag=True, default=None,
+              help="bf16 autocast on the CPU too (CUDA always uses it); weights and evaluation stay float32")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="task setting, e.g. -T V=10 -T L=9")
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="model setting, e.g. -M d_model=128")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 @click.option("--resume", is_flag=True, help="continue an interrupted run in --out exactly where it stopped")
 def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, checkpoint_every, curriculum,
-          compile_step, task_options, model_options, device, resume):
+          compile_step, bf16, task_options, model_options, device, resume):
     """Train a model on a wind tunnel; writes run.json, metrics.jsonl and safetensors checkpoints."""
     import dataclasses
 
@@ -132,7 +134,8 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
                                           ("--seed", seed), ("--loss", loss), ("--warmup", warmup),
                                           ("--checkpoint-every", checkpoint_every),
                                           ("--curriculum", curriculum is not None),
-                                          ("--compile/--no-compile", compile_step is not None), ("-T", task_options),
+                                          ("--compile/--no-compile", compile_step is not None), ("--bf16", bf16),
+                                          ("-T", task_options),
                                           ("-M", model_options)) if value]
         if given:
             raise UserError(f"--resume continues with the settings in {out / 'run.json'}; drop {', '.join(given)}")
@@ -140,7 +143,8 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
     else:
         overrides = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
                                            warmup=warmup, checkpoint_every=checkpoint_every,
-                                           curriculum=parse_curriculum(curriculum), compile=compile_step).items()
+                                           curriculum=parse_curriculum(curriculum), compile=compile_step,
+                                           bf16=bf16).items()
                      if v is not None}
         task = tasks.for_preset(task_name, preset, **parse_assignments(task_options, "task option"))
         recipe = preset_settings(preset, task, arch)

@@ -35,7 +35,8 @@ def train_command(record: dict, preset: str) -> str:
                     + [f"-M {k}={v}" for k, v in record["model"].items() if recipe["model"].get(k) != v]
                     + [f"{flag} {ran[k]}" for k, flag in flags.items() if ran[k] != recipe["train"][k]]
                     + ([("--compile" if ran["compile"] else "--no-compile")]
-                       if ran["compile"] != recipe["train"]["compile"] else []))
+                       if ran["compile"] != recipe["train"]["compile"] else [])
+                    + (["--bf16"] if ran["bf16"] and not recipe["train"]["bf16"] else []))
 
 
 def _fmt(value: float) -> str:
@@ -79,7 +80,9 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
         f"steps, cosine to 0), weight decay {s['weight_decay']}, grad clip {s['grad_clip']}, {s['loss']} targets"
         f"{' (cross-entropy against the exact Bayes posterior)' if s['loss'] == 'soft' else ''}, seed {s['seed']}."
         + curriculum_sentence(s.get("curriculum") or ())
-        + (" The training step ran through torch.compile." if s.get("compile") else ""),
+        + (" The training step ran through torch.compile." if s.get("compile") else "")
+        + (" Its forward pass ran under bf16 autocast on the CPU." if s.get("bf16") and record.get("device") == "cpu"
+           else ""),
         f"Training took {record.get('wall_time_s', 0) / 60:.1f} minutes on {record.get('device', 'cpu')}{threads} "
         f"({versions}).", "",
         f"Held-out metrics at the end ({s['eval_size']:,} sequences): {metrics}.", "",

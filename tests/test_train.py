@@ -162,6 +162,23 @@ def test_a_compile_that_cannot_build_its_kernels_is_one_line_saying_how_to_go_on
     torch._dynamo.reset()
 
 
-def test_compile_must_be_a_boolean(tmp_path):
-    with pytest.raises(UserError, match="compile must be true or false"):
-        Trainer(tmp_path / "run", TASK, "transformer", MODEL, TrainSettings(steps=5, compile="yes"), progress=False)
+@pytest.mark.parametrize("name", ["compile", "bf16"])
+def test_compile_and_bf16_must_be_booleans(tmp_path, name):
+    with pytest.raises(UserError, match=f"{name} must be true or false"):
+        Trainer(tmp_path / "run", TASK, "transformer", MODEL, TrainSettings(steps=5, **{name: "yes"}), progress=False)
+
+
+def test_bf16_on_the_cpu_trains_in_float32_weights_and_is_recorded(tmp_path):
+    """--bf16 runs the forward pass under CPU autocast: the weights and the evaluation stay float32,
+    the run still learns, and run.json and the model card's command say it ran that way."""
+    from interp.pretrained import ship
+
+    settings = dict(steps=150, batch_size=32, lr=3e-3, warmup=15, eval_every=150, eval_size=200)
+    eager = Trainer(tmp_path / "eager", TASK, "transformer", MODEL, TrainSettings(**settings), progress=False).run()
+    trainer = Trainer(tmp_path / "run", TASK, "transformer", MODEL, TrainSettings(**settings, bf16=True), progress=False)
+    final = trainer.run()
+    assert abs(final["entropy_mae_bits"] - eager["entropy_mae_bits"]) < 0.03, (final, eager)
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["train"]["bf16"] is True
+    card = (ship(tmp_path / "run", "tiny", dest_root=tmp_path / "shipped") / "README.md").read_text()
+    assert "--bf16" in card and "bf16 autocast on the CPU" in card
