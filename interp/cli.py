@@ -110,8 +110,9 @@ def main():
               "...], e.g. '[[2000, {\"n\": 10}]]' (overrides the preset's; '[]' for none)")
 @click.option("--compile/--no-compile", "compile_step", default=None,
               help="torch.compile the training step (overrides the preset; needs a C++ compiler)")
-@click.option("--bf16", "bf16", is_flag=True, default=None,
-              help="bf16 autocast on the CPU too (CUDA always uses it); weights and evaluation stay float32")
+@click.option("--bf16/--no-bf16", "bf16", default=None,
+              help="bf16 autocast on the CPU too (overrides the preset; CUDA always uses it); weights and "
+              "evaluation stay float32. Fast only on CPUs with bf16 units (AMX, avx512_bf16)")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="task setting, e.g. -T V=10 -T L=9")
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="model setting, e.g. -M d_model=128")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
@@ -134,7 +135,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
                                           ("--seed", seed), ("--loss", loss), ("--warmup", warmup),
                                           ("--checkpoint-every", checkpoint_every),
                                           ("--curriculum", curriculum is not None),
-                                          ("--compile/--no-compile", compile_step is not None), ("--bf16", bf16),
+                                          ("--compile/--no-compile", compile_step is not None), ("--bf16/--no-bf16", bf16 is not None),
                                           ("-T", task_options),
                                           ("-M", model_options)) if value]
         if given:

@@ -36,7 +36,8 @@ def train_command(record: dict, preset: str) -> str:
                     + [f"{flag} {ran[k]}" for k, flag in flags.items() if ran[k] != recipe["train"][k]]
                     + ([("--compile" if ran["compile"] else "--no-compile")]
                        if ran["compile"] != recipe["train"]["compile"] else [])
-                    + (["--bf16"] if ran["bf16"] and not recipe["train"]["bf16"] else []))
+                    + ([("--bf16" if ran["bf16"] else "--no-bf16")]
+                       if ran["bf16"] != recipe["train"]["bf16"] else []))
 
 
 def _fmt(value: float) -> str:

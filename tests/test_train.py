@@ -182,3 +182,20 @@ def test_bf16_on_the_cpu_trains_in_float32_weights_and_is_recorded(tmp_path):
     assert json.loads((tmp_path / "run" / "run.json").read_text())["train"]["bf16"] is True
     card = (ship(tmp_path / "run", "tiny", dest_root=tmp_path / "shipped") / "README.md").read_text()
     assert "--bf16" in card and "bf16 autocast on the CPU" in card
+
+
+def test_no_bf16_and_no_compile_override_a_preset_that_turns_them_on(tmp_path, capsys):
+    """The HMM transformer's preset compiles and runs bf16; on a CPU without bf16 units (or without a
+    compiler) a user turns them off from the command line, and the card's command says so."""
+    from interp.pretrained import train_command
+    from tests.cli import run_cli
+
+    run = tmp_path / "run"
+    done = run_cli(capsys, "train", "--task", "hmm", "--out", run, "--steps", "3", "--no-bf16", "--no-compile",
+                   "-M", "d_model=16", "-M", "n_heads=2", "-M", "n_layers=1")
+    assert done.code == 0, done.err
+    record = json.loads((run / "run.json").read_text())
+    assert record["train"]["bf16"] is False and record["train"]["compile"] is False
+    assert train_command(record, "cpu").endswith("--steps 3 --no-compile --no-bf16")
+    again = run_cli(capsys, "train", "--task", "hmm", "--out", run, "--resume", "--no-bf16")
+    assert again.code != 0 and "drop --bf16/--no-bf16" in again.err
