@@ -135,7 +135,8 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
                                           ("--seed", seed), ("--loss", loss), ("--warmup", warmup),
                                           ("--checkpoint-every", checkpoint_every),
                                           ("--curriculum", curriculum is not None),
-                                          ("--compile/--no-compile", compile_step is not None), ("--bf16/--no-bf16", bf16 is not None),
+                                          ("--compile/--no-compile", compile_step is not None),
+                                          ("--bf16/--no-bf16", bf16 is not None),
                                           ("-T", task_options),
                                           ("-M", model_options)) if value]
         if given:

@@ -34,10 +34,8 @@ def train_command(record: dict, preset: str) -> str:
                     + [f"-T {k}={v}" for k, v in record["task"].items() if k != "name" and default_task.get(k) != v]
                     + [f"-M {k}={v}" for k, v in record["model"].items() if recipe["model"].get(k) != v]
                     + [f"{flag} {ran[k]}" for k, flag in flags.items() if ran[k] != recipe["train"][k]]
-                    + ([("--compile" if ran["compile"] else "--no-compile")]
-                       if ran["compile"] != recipe["train"]["compile"] else [])
-                    + ([("--bf16" if ran["bf16"] else "--no-bf16")]
-                       if ran["bf16"] != recipe["train"]["bf16"] else []))
+                    + [f"--{k}" if ran[k] else f"--no-{k}" for k in ("compile", "bf16")  # on/off switches
+                       if ran[k] != recipe["train"][k]])
 
 
 def _fmt(value: float) -> str:

@@ -65,14 +65,16 @@ class TrainSettings:
     curriculum: tuple = ()
     # torch.compile the training step (forward and backward; evaluation stays eager). On the CPU this
     # fuses the many small element-wise kernels of a small model: HMM steps 1.5x (4 layers of d=96)
-    # to 1.7x (8 layers of d=68) faster here, after about a minute of compiling. Needs a C++ compiler (gcc or clang). Compiled
+    # to 1.7x (8 layers of d=68) faster on a 2-core Intel CPU, after about a minute of compiling.
+    # Needs a C++ compiler (gcc or clang). Compiled
     # kernels round differently from eager ones, so a compiled run replays itself bit for bit, not
     # the same run without it.
     compile: bool = False
     # bf16 autocast on the CPU too (CUDA always trains under it); weights, optimizer and evaluation
-    # stay float32. Where the CPU has bf16 matrix units (AMX, avx512_bf16) the HMM preset's 4-layer
-    # step takes 116 ms compiled against 160 ms without it here; what it costs in precision is
-    # what a run measures.
+    # stay float32. Where the CPU has bf16 matrix instructions the HMM preset's compiled 4-layer step
+    # is faster: 116 ms against 160 ms on an Intel CPU with AMX, about 130 against 190 ms on an AMD
+    # EPYC with avx512_bf16; without them it may be slower (not measured). What it costs in precision is what a
+    # run measures.
     bf16: bool = False
 
     def validate(self) -> "TrainSettings":

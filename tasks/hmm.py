@@ -191,7 +191,7 @@ class HMM(Task):
     presets = {"cpu": Preset(model=dict(n_layers=4, n_heads=8), longest=50,
                              train=dict(steps=5_000, batch_size=64, lr=2e-3, warmup=300, eval_every=500),
                              # the transformer: 25k steps compiled under bf16 autocast (a step ~130 ms
-                             # on a 2-core CPU with bf16 units, ~105 ms with AMX): the error at the end of
+                             # on a 2-core AMD EPYC with avx512_bf16, 116 ms with AMX): the error at the end of
                              # the schedule falls roughly as steps^-1.2, so steps per minute are what
                              # buy precision (README "Where the HMM error sits" has the curves; 8 layers
                              # of d=68 were no better per step). Mamba 10k steps (5k gave 0.029).
