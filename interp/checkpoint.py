@@ -155,6 +155,12 @@ def check_weights(model, weights: dict[str, torch.Tensor], where) -> None:
                   f"{tuple(expected[mismatched[0]].shape)}" if mismatched else
                   f"missing {missing[0]}" if missing else f"unexpected {unexpected[0]}")
         raise UserError(f"{where}: weights do not match the config in its metadata ({detail})")
+    # A parameter stored as integers (or booleans) would be cast to float on load and scored as if it
+    # were a model: weights are floating point, or the file is not a model's.
+    integral = next((k for k, _ in model.named_parameters() if not weights[k].is_floating_point()), None)
+    if integral:
+        raise UserError(f"{where}: tensor {integral} is {str(weights[integral].dtype).removeprefix('torch.')}; "
+                        f"a model's weights are floating point, so these are not a trained model's")
     broken = next((k for k, _ in model.named_parameters() if not torch.isfinite(weights[k]).all()), None)
     if broken:
         raise UserError(f"{where}: tensor {broken} holds NaN or infinite values; the weights are broken (did training diverge?)")

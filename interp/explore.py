@@ -45,6 +45,7 @@ from tasks import ConfigError
 from .checkpoint import list_checkpoints, load, resolve
 from .errors import UserError
 from .ports import check_port
+from .requests import explorer_rules, guard
 
 
 def parse_tokens(task, text: str) -> list[int]:
@@ -641,6 +642,7 @@ def build_app(explorer: Explorer):
         except REFUSED as err:
             return _message_figure(str(err))
 
+    guard(app, explorer_rules(explorer, info))  # every request checked before a view runs (interp/requests.py)
     return app
 
 

@@ -1,23 +1,95 @@
-"""Atomic file output and safe reading of weight files.
+"""Atomic file output, files opened without following links, and safe reading of weight files.
 
 Every file the toolkit writes goes to a temporary file in the same folder, is fsynced, and is then
 renamed over the target, so a crash or a full disk never leaves a half-written file behind, and an
 existing file is only replaced by a complete new one.
+
+No file the toolkit writes, appends to or locks is opened through a symbolic link, and none is
+taken when something other than a regular file (a link, a pipe, a folder, a device) stands in its
+place: a link planted at ``RUN/.lock`` or ``RUN/metrics.jsonl`` would otherwise make the toolkit
+overwrite whatever file the link points to, and a pipe would block it forever. ``open_regular``
+opens with ``O_NOFOLLOW`` (and ``O_NONBLOCK``, so a pipe cannot block the open) and checks what it
+opened; ``refuse_special`` checks a path before it is replaced.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
 
 from .errors import UserError
 
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+
+
+def special(mode: int) -> str | None:
+    """What a file of this mode is, in words, when it is not a regular file; None for a regular file."""
+    return next((kind for test, kind in _KINDS if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
+
+
+def not_regular(path: Path, kind: str) -> UserError:
+    why = ("the toolkit never writes through a link (it would change the file the link points to)"
+           if kind == "a symbolic link" else "the toolkit only writes regular files there")
+    return UserError(f"{path} is {kind}, not a regular file; {why}: remove it, or choose another folder")
+
+
+def refuse_special(path: str | Path) -> None:
+    """A UserError when something other than a regular file stands at ``path`` (checked without
+    following a link); nothing there, or a regular file, passes."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # e.g. a name too long: the write itself says so
+    if (kind := special(mode)) is not None:
+        raise not_regular(Path(path), kind)
+
+
+def open_regular(path: str | Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` of a regular file that is never a link: ``O_NOFOLLOW`` refuses a link at the last
+    component, ``O_NONBLOCK`` keeps a named pipe from blocking the open, and what was opened is
+    checked to be a regular file. Anything else is a UserError; other OS errors are raised as they are."""
+    path = Path(path)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise not_regular(path, "a symbolic link") from None
+        if err.errno in (errno.EISDIR, errno.ENXIO):  # a folder opened for writing; a socket
+            refuse_special(path)
+        raise
+    kind = special(os.fstat(fd).st_mode)
+    if kind is not None:
+        os.close(fd)
+        raise not_regular(path, kind)
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_regular(path: str | Path) -> bytes:
+    """The bytes of a regular file, opened without following a link (see ``open_regular``)."""
+    fd = open_regular(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
+def append_regular(path: str | Path, data: bytes) -> None:
+    """Append ``data`` to a regular file (created if missing), never through a link."""
+    fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666 & ~_umask())
+    with os.fdopen(fd, "ab") as handle:
+        handle.write(data)
+
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
+    refuse_special(path)  # replacing a link would be harmless, but it was put there by someone: say so
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -124,7 +196,8 @@ class RunLock:
     """An exclusive lock on a run folder for the life of one training process.
 
     ``flock`` on ``FOLDER/.lock``: the kernel drops it when the process ends however it ends (a
-    SIGKILL too), so it never goes stale. The file holds the holder's pid, which a refused second
+    SIGKILL too), so it never goes stale. The lock file is opened without following a link and must
+    be a regular file (a link planted there is refused, never written through). The file holds the holder's pid, which a refused second
     process names. It is removed on release; a process that locked a file another one had just
     removed checks that its file is still the one at the path, and tries again if not. A folder the
     lock created is removed again if it is still empty when the lock is released.
@@ -143,7 +216,7 @@ class RunLock:
             self.made = next((p for p in (*reversed(self.folder.parents), self.folder) if not os.path.exists(p)), None)
             while True:
                 self.folder.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)  # never a planted link or pipe
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
@@ -162,6 +235,9 @@ class RunLock:
         except OSError as err:
             self._undo_folder()
             raise unwritable(self.folder, err) from None
+        except UserError:
+            self._undo_folder()
+            raise
         return self
 
     def release(self) -> None:

@@ -37,7 +37,8 @@ from analyses.base import held_out_batch
 from . import checkpoint, distributed
 from .checkpoint import pick_device
 from .errors import UserError
-from .files import RunLock, atomic_write_bytes, atomic_write_json, read_json, remove_stale_temps
+from .files import (RunLock, append_regular, atomic_write_bytes, atomic_write_json, read_json, read_regular,
+                    refuse_special, remove_stale_temps)
 
 MAX_STEPS = 10 ** 9  # step counts beyond these are typos, not plans (and overflow the batch seeds)
 MAX_BATCH = 2 ** 20
@@ -331,12 +332,14 @@ def check_optimizer(opt: torch.optim.Optimizer, moments: dict[str, torch.Tensor]
         raise UserError(f"{where}: optimizer tensor {broken} is not finite floating point; it cannot be resumed")
 
 
-def _step_of(line: str) -> float:
-    """The step of a metrics line; a line cut short by a crash counts as after any resume point."""
+def _step_of(line: bytes | str) -> float:
+    """The step of a metrics line; a line cut short by a crash (or not UTF-8, or not a record) counts as
+    after any resume point, so it is dropped."""
     try:
-        return json.loads(line)["step"]
-    except (json.JSONDecodeError, KeyError, TypeError):
+        step = json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError):  # UnicodeDecodeError is a ValueError
         return math.inf
+    return step if isinstance(step, (int, float)) and not isinstance(step, bool) else math.inf
 
 
 class Trainer:
@@ -348,9 +351,12 @@ class Trainer:
 
     def __init__(self, out: str | Path, task_config: dict | None = None, arch: str | None = None,
                  model_config: dict | None = None, settings: TrainSettings | None = None,
-                 device: str | None = None, resume: bool = False, progress: bool = True):
+                 device: str | None = None, resume: bool = False, progress: bool = True, on_eval=None):
         self.out = Path(out)
         self.progress = progress
+        # on_eval(step, metrics) after every held-out evaluation (and the step's saves): a tuner
+        # reports it to its pruner, and stops the run by raising (the run stays resumable)
+        self.on_eval = on_eval
         self.fresh, self.progress_saved = not resume, False
         self.notes: list[str] = []  # what a user resuming should know (the CLI prints them as warnings)
         retain_freed_memory()
@@ -381,8 +387,15 @@ class Trainer:
         if getattr(self, "lock", None) is not None:
             self.lock.release()
 
+    def own_files(self) -> list[Path]:
+        """Every file this run writes (besides the lock and temp files): none may be a link or a pipe."""
+        return [self.out / name for name in ("run.json", "metrics.jsonl", "resume.safetensors")] + sorted(
+            (self.out / "checkpoints").glob("step-*.safetensors"))
+
     def _build(self, task_config, arch, model_config, settings, resume) -> None:
         run_file = self.out / "run.json"
+        for path in self.own_files():  # before anything is read or written through them
+            refuse_special(path)
         if resume:
             if not run_file.exists():
                 raise UserError(f"nothing to resume: {run_file} does not exist (start the run without --resume)")
@@ -487,9 +500,14 @@ class Trainer:
             self.step, self.elapsed = meta["step"], float(meta.get("elapsed_s", 0.0))
         # Drop metric lines written after the resume point, so the log reads as one clean run.
         metrics = self.out / "metrics.jsonl"
-        if metrics.exists() and self.dist.is_main:
-            kept = [line for line in metrics.read_text().splitlines() if _step_of(line) <= self.step]
-            atomic_write_bytes(metrics, ("\n".join(kept) + "\n" if kept else "").encode())
+        if os.path.lexists(metrics) and self.dist.is_main:
+            try:
+                lines = read_regular(metrics).splitlines()
+            except OSError as err:
+                raise UserError(f"cannot read {metrics}: {err.strerror or err}; move it away to resume without "
+                                f"the log of the steps so far") from None
+            kept = [line for line in lines if _step_of(line) <= self.step]  # bytes: a non-UTF-8 line is dropped
+            atomic_write_bytes(metrics, b"".join(line + b"\n" for line in kept))
 
     def _same_run(self, meta: dict) -> bool:
         """Whether a checkpoint's metadata describes this run's task, architecture, model and seed."""
@@ -519,8 +537,7 @@ class Trainer:
 
     def _log(self, record: dict) -> None:
         try:
-            with open(self.out / "metrics.jsonl", "a") as handle:
-                handle.write(json.dumps(record) + "\n")
+            append_regular(self.out / "metrics.jsonl", (json.dumps(record) + "\n").encode())
         except OSError as err:  # e.g. a full disk: the last resume state is intact
             raise UserError(f"could not write {self.out / 'metrics.jsonl'}: {err.strerror or err}; free some "
                             f"space, then continue with --resume") from None
@@ -546,11 +563,20 @@ class Trainer:
             self.close()
 
     def _remove_own_files(self) -> None:
-        for name in ("metrics.jsonl", f"checkpoints/{checkpoint.checkpoint_name(0)}", "run.json"):
-            (self.out / name).unlink(missing_ok=True)
-        remove_stale_temps(self.out / "checkpoints")
-        if (self.out / "checkpoints").is_dir() and not any((self.out / "checkpoints").iterdir()):
-            (self.out / "checkpoints").rmdir()
+        """Undo a fresh run that failed before its first resume state, as far as the file system lets
+        it: each removal is tried on its own (a checkpoints folder that cannot be read or written must
+        not keep run.json, marked running, from going), and run.json goes first, so that whatever
+        cannot be removed is at worst a stray file, never a run that blocks the next one."""
+        for name in ("run.json", "metrics.jsonl", f"checkpoints/{checkpoint.checkpoint_name(0)}"):
+            try:
+                (self.out / name).unlink(missing_ok=True)
+            except OSError:
+                pass
+        try:
+            remove_stale_temps(self.out / "checkpoints")
+            (self.out / "checkpoints").rmdir()  # only when empty
+        except OSError:
+            pass
 
     def _run(self) -> dict:
         from tqdm.auto import tqdm
@@ -615,6 +641,8 @@ class Trainer:
                 if last_eval:
                     postfix["MAE"] = f"{last_eval['entropy_mae_bits']:.4f}b"
                 bar.set_postfix(postfix, refresh=False)
+                if self.on_eval is not None and any(k.startswith("eval_") for k in record):
+                    self.on_eval(self.step, last_eval)
         bar.close()
         final = self.evaluate()  # on every process (the weights are the same), so each returns it
         if main:
