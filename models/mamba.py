@@ -19,8 +19,8 @@ Hooks, per block l (``blocks.{l}.mixer.``): ``hook_in_proj`` (x and z, [B, T, 2E
 states, so patching them changes the output), ``hook_y`` (scan output with the
 D skip, before the gate) and ``hook_out_proj``.
 
-Scan. On CPU the recurrence runs in a small C++ kernel (``models/selective_scan.cpp``, built on
-first use by torch's extension loader and cached per machine): per batch row and block of 16
+Scan. On CPU the recurrence runs in a small C++ kernel (``models/mamba_kernels.cpp``, built on
+first use by torch's extension loader and kept per machine and version, see ``models/kernels.py``): per batch row and block of 16
 channels, the state stays in a cache-sized buffer, forward and (hand-written) backward, so no
 [B, T, E, N] tensor is allocated; backward recomputes the states instead of storing them. When
 ``hook_h`` is hooked, or the kernel cannot be built, the states are materialised and the recurrence
@@ -34,8 +34,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,38 +109,21 @@ _KERNELS = {}  # the compiled C++ module, or None when it cannot be built here
 
 
 def cpu_kernels():
-    """``models/mamba_kernels.cpp`` (the scan, the causal conv and the gate), compiled by torch's C++
-    extension loader on first use (about a minute, once per machine: the build is cached under
-    ~/.cache/torch_extensions), or None where it cannot be built (no C++ compiler or ninja) or when
-    INTERP_CPP_KERNELS=0; callers then fall back to eager torch (the scan to the materialised
-    recurrence), which gives the same numbers more slowly."""
+    """``models/mamba_kernels.cpp`` (the scan, the causal conv and the gate), compiled on first use
+    (about a minute, once per machine and version: ``models.kernels`` says where, and how a build is
+    shared, locked and published), or None where it cannot be built (no C++ compiler or ninja, a build
+    that failed or that another process has held too long) or when INTERP_CPP_KERNELS=0; callers then
+    fall back to eager torch (the scan to the materialised recurrence), which gives the same numbers
+    more slowly."""
     if "module" not in _KERNELS:
         module = None
         if os.environ.get("INTERP_CPP_KERNELS", "1") != "0":
-            try:
-                from torch.utils.cpp_extension import load
+            from .kernels import build
 
-                if not _kernel_cached():
-                    print("interp: compiling the Mamba CPU kernels (once per machine, about a minute)...",
-                          file=sys.stderr, flush=True)
-                flags = ["-O3", "-ffast-math", "-fopenmp", "-march=native"]
-                module = load(KERNELS_NAME, [str(KERNELS_SOURCE)], extra_cflags=flags,
-                              extra_ldflags=["-fopenmp"], verbose=False)
-            except Exception as err:  # noqa: BLE001 - no compiler, no ninja, a failed build
-                warnings.warn(f"could not build the Mamba CPU kernels ({type(err).__name__}: {err}); using "
-                              f"eager torch and the materialised recurrence instead, which are slower")
+            module = build(KERNELS_NAME, [KERNELS_SOURCE], ["-O3", "-ffast-math", "-fopenmp", "-march=native"],
+                           ["-fopenmp"], what="Mamba CPU kernels")
         _KERNELS["module"] = module
     return _KERNELS["module"]
-
-
-def _kernel_cached() -> bool:
-    """Whether a build is already on disk (only to decide whether to announce a build)."""
-    try:  # a private helper of torch's loader: if it moves, we merely announce a build needlessly
-        from torch.utils.cpp_extension import _get_build_directory
-
-        return any(Path(_get_build_directory(KERNELS_NAME, verbose=False)).glob("*.so"))
-    except Exception:  # noqa: BLE001
-        return False
 
 
 class CompiledScan(torch.autograd.Function):
