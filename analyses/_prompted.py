@@ -50,10 +50,16 @@ def equal_length_batches(lm, prompts: PromptSet, chunk: int = 64):
         by_length.setdefault(len(p.tokens), []).append(i)
     if lm.model.cfg.n_ctx < max(by_length):
         raise AnalysisError(f"the longest prompt has {max(by_length)} tokens; {lm.name} has n_ctx={lm.model.cfg.n_ctx}")
-    for length, idx in sorted(by_length.items()):
-        for start in range(0, len(idx), chunk):
-            rows = idx[start:start + chunk]
-            yield rows, torch.tensor([prompts.prompts[i].tokens for i in rows], device=device_of(lm))
+    from tqdm.auto import tqdm
+
+    # a bar on a terminal only (disable=None), where a real language model takes minutes
+    with tqdm(total=len(prompts.prompts), desc=f"{lm.name}: prompts", unit="prompt", leave=False,
+              disable=None) as bar:
+        for length, idx in sorted(by_length.items()):
+            for start in range(0, len(idx), chunk):
+                rows = idx[start:start + chunk]
+                yield rows, torch.tensor([prompts.prompts[i].tokens for i in rows], device=device_of(lm))
+                bar.update(len(rows))
 
 
 @torch.no_grad()

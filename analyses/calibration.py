@@ -12,6 +12,7 @@ import torch
 from tasks import entropy_bits
 from tasks.regression import gaussian_entropy_bits
 
+from . import _prompted
 from .base import Analysis, Result, answer_probs, eval_batch, n_option, seed_option
 
 DEFINITION = """\
@@ -192,6 +193,89 @@ def compute(model, n: int = 2000, seed: int = 1234) -> Result:
     return Result("calibration", DEFINITION, numbers, figures, descriptions={k: v for k, v in DESCRIPTIONS.items() if k in numbers})
 
 
+LANGUAGE_DEFINITION = " ".join("""
+ On a language model and a prompt task (two-label, coin), the model's answer at each prompt's end is its
+next-token distribution renormalised over the task's answer tokens; it is scored against the exact Bayes
+predictive of the next answer, in bits: entropy MAE (mean |H(model) - H(Bayes)|) and KL(Bayes || model),
+over all prompts and per number k of shown examples. Per k also: the mean probability the model and Bayes
+give the answer Bayes favours (model_on_bayes_top, bayes_top), the agreement (the fraction of prompts where the model's more likely answer is the
+Bayes one, over prompts where Bayes is not a tie), answer_mass (the mean probability the model puts on the
+answer tokens before renormalising: near 0 means the model expected another continuation) and
+uniform_kl_bits (the KL of a predictor that always says 50/50, a baseline that ignores the context).
+""".split())
+
+
+@torch.no_grad()
+def answer_distribution(lm, prompt_set) -> tuple[torch.Tensor, torch.Tensor]:
+    """The renormalised answer distribution [n, answers] (float64) and the unrenormalised mass on the answers."""
+    n = len(prompt_set.prompts)
+    probs, mass = torch.zeros(n, len(prompt_set.answers), dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+    for rows, tokens in _prompted.equal_length_batches(lm, prompt_set):
+        log_p = torch.log_softmax(lm.model(tokens)[:, -1].double(), -1)[:, list(prompt_set.answers)].cpu()
+        probs[rows], mass[rows] = torch.softmax(log_p, -1), log_p.exp().sum(-1)
+    return probs, mass
+
+
+def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int) -> Result:
+    """Answer-token calibration of a language model against the exact Bayes predictive, per number shown."""
+    prompt_set = _prompted.prompt_set(lm, prompts, words, per_shot, alpha, seed)
+    probs, mass = answer_distribution(lm, prompt_set)
+    numbers = _prompted.calibration(probs, prompt_set)
+    bayes, shots = prompt_set.bayes, prompt_set.shots
+    decided = (bayes[:, 0] - 0.5).abs() > 1e-9
+    agree = (probs.argmax(-1) == bayes.argmax(-1)).double()
+    on_top = probs.gather(1, bayes.argmax(-1, keepdim=True))[:, 0]
+    uniform_kl = (bayes * torch.log2(2 * bayes.clamp_min(1e-300))).sum(-1)
+    for k, row in numbers["by_shots"].items():
+        at = shots == k
+        row.update(model_on_bayes_top=on_top[at].mean().item(), bayes_top=bayes[at].max(-1).values.mean().item(),
+                   agreement=agree[at & decided].mean().item() if (at & decided).any() else None,
+                   answer_mass=mass[at].mean().item(), uniform_kl_bits=uniform_kl[at].mean().item(),
+                   model_entropy_bits=entropy_bits(probs[at]).mean().item(),
+                   bayes_entropy_bits=entropy_bits(bayes[at]).mean().item(), n_prompts=int(at.sum()))
+    numbers.update(answer_mass=mass.mean().item(), uniform_kl_bits=uniform_kl.mean().item(),
+                   agreement=agree[decided].mean().item() if decided.any() else None,
+                   n_prompts=len(prompt_set.prompts), prompts=prompt_set.description)
+    subject = prompt_set.description
+    return Result("calibration", LANGUAGE_DEFINITION, numbers, {
+        "by-shots": shots_figure(numbers["by_shots"], subject),
+        "answers": answers_figure(probs[:, 0], bayes[:, 0], shots, subject)})
+
+
+def shots_figure(by_shots: dict, subject: str) -> go.Figure:
+    ks = sorted(by_shots)
+    fig = go.Figure()
+    for key, name, colour, dash in (("bayes_entropy_bits", "H Bayes predictive", "black", "solid"),
+                                    ("model_entropy_bits", "H model (answer tokens)", "#d62728", "solid"),
+                                    ("kl_bits", "KL(Bayes || model)", "#1f77b4", "dash"),
+                                    ("uniform_kl_bits", "KL(Bayes || 50/50)", "#7f7f7f", "dot")):
+        fig.add_scatter(x=list(range(len(ks))), y=[by_shots[k][key] for k in ks], name=name, mode="lines+markers",
+                        line=dict(color=colour, dash=dash), customdata=ks,
+                        hovertemplate=f"k = %{{customdata}}<br>{name}: %{{y:.4f}} bits<extra></extra>")
+    fig.update_layout(title=f"{subject}: the model's answer against the Bayes predictive, by examples shown",
+                      xaxis=dict(title="examples shown k", tickmode="array", tickvals=list(range(len(ks))),
+                                 ticktext=[str(k) for k in ks]),
+                      yaxis_title="bits (means over prompts)", width=760, height=440)
+    return fig
+
+
+def answers_figure(model_first: torch.Tensor, bayes_first: torch.Tensor, shots: torch.Tensor, subject: str) -> go.Figure:
+    fig = go.Figure()
+    for k in shots.unique().tolist():
+        at = shots == k
+        fig.add_scatter(x=bayes_first[at].tolist(), y=model_first[at].tolist(), mode="markers", name=f"k = {k}",
+                        marker=dict(size=6, opacity=0.7),
+                        hovertemplate=f"k = {k}<br>Bayes %{{x:.3f}}<br>model %{{y:.3f}}<extra></extra>")
+    fig.add_scatter(x=[0, 0.5, 1], y=[0, 0.5, 1], mode="lines", name="model = Bayes", line=dict(color="gray", dash="dash"))
+    fig.update_layout(title=f"{subject}: probability of the first answer token, model against Bayes, per prompt",
+                      xaxis=dict(title="Bayes predictive", range=[-0.02, 1.02]),
+                      yaxis=dict(title="model (renormalised over the answers)", range=[-0.02, 1.02]),
+                      width=640, height=560)
+    return fig
+
+
 ANALYSIS = Analysis("calibration", "entropy MAE, KL and accuracy against the exact Bayes posterior", DEFINITION,
-                    compute, options=(n_option(2000), seed_option()), order=0)
+                    compute, options=(n_option(2000), seed_option()), order=0,
+                    on_language_model=on_language_model, language_options=_prompted.language_options(),
+                    language_definition=LANGUAGE_DEFINITION)
 run = ANALYSIS

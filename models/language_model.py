@@ -55,7 +55,12 @@ class LanguageModel:
 
 def open_language_model(spec: str, device: str = "cpu") -> LanguageModel:
     """``spec``: a folder holding a Hugging Face causal LM (``save_pretrained``'s files, a tokenizer beside
-    it if there is one), or a model name TransformerLens knows whose weights are in the local cache."""
+    it if there is one), a GGUF file or a packaged GGUF model (``smollm2-135m``: models/gguf_model.py), or a
+    model name TransformerLens knows whose weights are in the local cache."""
+    from .gguf_model import is_gguf_spec, open_gguf
+
+    if is_gguf_spec(str(spec)):
+        return open_gguf(str(spec), device=device)
     path = Path(spec).expanduser()
     if not path.is_dir():
         model = load_language_model(spec, device=device)
@@ -76,9 +81,10 @@ def open_language_model(spec: str, device: str = "cpu") -> LanguageModel:
     return LanguageModel(from_hugging_face(hf_model).to(device, print_details=False), path.resolve().name, tokenizer)
 
 
-def from_hugging_face(hf_model, dtype: torch.dtype = torch.float32):
+def from_hugging_face(hf_model, dtype: torch.dtype = torch.float32, n_ctx: int | None = None):
     """A HookedTransformer with ``hf_model``'s weights (no download: only its config is written, to a temporary
-    folder, for TransformerLens to read the architecture from)."""
+    folder, for TransformerLens to read the architecture from); ``n_ctx`` caps its context (TransformerLens
+    keeps an n_ctx x n_ctx mask per layer, 2 GB over 30 layers at 8192)."""
     import transformer_lens.loading_from_pretrained as loading
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
@@ -91,6 +97,8 @@ def from_hugging_face(hf_model, dtype: torch.dtype = torch.float32):
         except (NotImplementedError, ValueError, KeyError) as err:
             raise ConfigError(f"TransformerLens cannot convert a {config.architectures[0]}: {err}") from None
         settings.pop("tokenizer_name", None)  # a model built from a config has no tokenizer to load
+        if n_ctx is not None:
+            settings["n_ctx"] = min(settings["n_ctx"], n_ctx)
         cfg = HookedTransformerConfig(**settings, dtype=dtype)
         state = loading.get_pretrained_state_dict(folder, cfg, hf_model=hf_model, dtype=dtype)
     with quiet_deprecation():

