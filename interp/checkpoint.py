@@ -190,6 +190,12 @@ def load(path: str | Path, task: str | None = None, device: str | None = None):
     meta, tensors = read(file)
     if task is not None and meta["task"].get("name") != task:
         raise UserError(f"{file} is a {meta['task'].get('name')!r} checkpoint, but this needs a {task!r} one")
+    named = STEP_FILE.search(file.name)
+    if file.parent.name == "checkpoints" and named and int(named.group(1)) != meta["step"]:
+        # The name is what orders a run's series (frame-precision's x axis, the explorer's slider, the last
+        # checkpoint); the metadata is what the weights are. When they disagree neither can be trusted.
+        raise UserError(f"{file} is named step {int(named.group(1))}, but its metadata says step {meta['step']}; "
+                        f"rename it to {checkpoint_name(meta['step'])} or move it out of the run")
     weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
     model = build_from_meta(meta, file, weights)
     model.load_state_dict(weights)

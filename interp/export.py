@@ -117,9 +117,13 @@ def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: 
     files = {f"{result.name}.{fmt}": data for fmt, data in rendered.items()}
     if "png" in formats:
         files.update({f"{result.name}-{name}.png": figure_image(fig, "png") for name, fig in result.figures.items()})
+    # The JSON, the record of the result, is written last: a JSON on disk means every file of the
+    # result was written (a full disk half way leaves figures without their record, never a record
+    # without its figures, which a rerun that reuses results would take as complete).
     paths = []
-    for filename, data in files.items():
+    for filename in sorted(files, key=lambda name: name.endswith(".json")):
         path = out_dir / filename
+        data = files[filename]
         atomic_write_bytes(path, data if isinstance(data, bytes) else data.encode())
         paths.append(path)
     return paths

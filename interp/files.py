@@ -36,7 +36,7 @@ def special(mode: int) -> str | None:
 def not_regular(path: Path, kind: str) -> UserError:
     why = ("the toolkit never writes through a link (it would change the file the link points to)"
            if kind == "a symbolic link" else "the toolkit only writes regular files there")
-    return UserError(f"{path} is {kind}, not a regular file; {why}: remove it, or choose another folder")
+    return UserError(f"{path} is {kind}, not a regular file; {why}: remove it, or write elsewhere")
 
 
 def refuse_special(path: str | Path) -> None:

@@ -148,7 +148,7 @@ class Reproduction:
             except UserError:
                 saved = {}  # a cache: a corrupt one is computed again (and rewritten whole)
             if saved.get("checkpoint") == str(file) and saved.get("checkpoint_sha256") == digest \
-                    and isinstance(saved.get("metrics"), dict):
+                    and isinstance(saved.get("metrics"), dict) and self.complete(json_path.parent, name, saved):
                 return saved
         started = time.perf_counter()
         model = load(file, device=self.device)
@@ -158,8 +158,22 @@ class Reproduction:
                        task=model.task.config(), arch=model.arch, options=options,
                        figures=list(result.figures),
                        seconds=round(time.perf_counter() - started, 1))
-        write_result(result, self.out / run_dir.name, ("pdf", "png", "json"), context)
+        write_result(result, self.out / run_dir.name, self.FORMATS, context)
         return json.loads(json_path.read_text())
+
+    FORMATS = ("pdf", "png", "json")
+
+    @staticmethod
+    def complete(folder: Path, name: str, saved: dict) -> bool:
+        """Whether every file of a saved result is there: its JSON lists its figures, and the PDF and
+        each figure's PNG must exist as non-empty regular files (a rerun after a full disk recomputes
+        a result whose figures were never written, instead of linking to missing files)."""
+        figures = saved.get("figures")
+        if not isinstance(figures, list) or not all(isinstance(f, str) for f in figures):
+            return False
+        wanted = [f"{name}.pdf"] + [f"{name}-{figure}.png" for figure in figures]
+        return all((folder / file).is_file() and not (folder / file).is_symlink() and (folder / file).stat().st_size
+                   for file in wanted)
 
     def execute(self, progress: bool = True) -> dict:
         for step in self.steps:  # before hours of training: every run there to reuse must fit the preset

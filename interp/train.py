@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import platform
+import shlex
 import time
 import os
 from contextlib import contextmanager, nullcontext
@@ -208,9 +209,9 @@ def lr_at(step: int, s: TrainSettings) -> float:
     return s.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def compiled(loss_of):
+def compiled(loss_of, without: str = "--no-compile"):
     """``loss_of`` through torch.compile, with a failure to build its kernels (no C++ compiler, say)
-    turned into one line saying how to train without it."""
+    turned into one line saying how to train without it (``without``: the command or flag that does)."""
     import torch._dynamo
 
     fast = torch.compile(loss_of)
@@ -221,7 +222,7 @@ def compiled(loss_of):
         except torch._dynamo.exc.BackendCompilerFailed as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserError(f"torch.compile could not build the training step ({first[:200]}); install a C++ "
-                            f"compiler, or train without it: --no-compile") from None
+                            f"compiler, or train without it: {without}") from None
 
     return run
 
@@ -351,7 +352,8 @@ class Trainer:
 
     def __init__(self, out: str | Path, task_config: dict | None = None, arch: str | None = None,
                  model_config: dict | None = None, settings: TrainSettings | None = None,
-                 device: str | None = None, resume: bool = False, progress: bool = True, on_eval=None):
+                 device: str | None = None, resume: bool = False, progress: bool = True, on_eval=None,
+                 compile: bool | None = None):
         self.out = Path(out)
         self.progress = progress
         # on_eval(step, metrics) after every held-out evaluation (and the step's saves): a tuner
@@ -369,6 +371,8 @@ class Trainer:
                 if self.dist.is_main:
                     self.lock.acquire()
                 self._build(task_config, arch, model_config, settings, resume)
+                if resume and compile is not None:
+                    self._switch_compile(compile)
             with self.dist.together():
                 if resume:
                     self._restore()
@@ -453,6 +457,20 @@ class Trainer:
                               (f" (OMP_NUM_THREADS={was['threads']} gives that)" if now["threads"] != was["threads"] else ""))
         self.record.setdefault("resumes", [])  # each resume's machine, for whoever reads the record later
         self.record["resumes"].append(now)
+
+    def _switch_compile(self, compile: bool) -> None:
+        """``--resume --no-compile`` (or ``--compile``): torch.compile changes how the step's kernels round,
+        not what it computes, so a run may continue with it switched. run.json keeps the setting the run
+        was started with (its recipe) and records the switch among its resumes."""
+        if not isinstance(compile, bool):
+            raise UserError(f"compile must be true or false, got {compile!r}")
+        if compile == self.settings.compile:
+            return
+        self.settings.compile = compile
+        self.record["resumes"][-1]["compile"] = compile
+        self.notes.append(f"this run {'continues with' if compile else 'was started with'} torch.compile"
+                          f"{'' if compile else ' and continues without it'}: it resumes correctly, but its weights "
+                          f"will not be bit-identical to an uninterrupted run's")
 
     def _stage_task(self, settings: dict):
         """The task with a curriculum stage's settings changed; it must share the task's vocabulary and answers."""
@@ -584,8 +602,9 @@ class Trainer:
         s = self.settings
         main = self.dist.is_main  # only rank 0 writes files and shows progress
         loss_of = self.dist.wrap(self.model, lambda model, batch: loss_fn(model, batch, s.loss))
-        if s.compile:
-            loss_of = compiled(loss_of)
+        if s.compile:  # the advice must work: a resumed run can only drop compile with --resume --no-compile
+            loss_of = compiled(loss_of, f"interp train --resume --out {shlex.quote(str(self.out))} --no-compile"
+                               if not self.fresh else "--no-compile")
         saves = set(checkpoint_steps(s.steps, s.checkpoint_every))
         on_cuda = self.device.startswith("cuda")
         autocast = (torch.autocast("cuda" if on_cuda else "cpu", dtype=torch.bfloat16) if on_cuda or s.bf16
@@ -614,8 +633,10 @@ class Trainer:
                     bar.close()
                     kept = ("the last good checkpoint is kept" if self.progress_saved or not self.fresh else
                             "the run was removed")
+                    retry = ("Try a lower --lr" if self.fresh and not self.progress_saved else  # the run is gone
+                             "Try a lower --lr in a new run (--resume keeps a run's settings): another --out")
                     raise UserError(f"loss became {loss_value.item()} at step {self.step}; stopped without saving it "
-                                    f"({kept}). Try a lower --lr")
+                                    f"({kept}). {retry}")
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), s.grad_clip)

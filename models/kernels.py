@@ -44,6 +44,10 @@ DEFAULT_WAIT_S = 600.0
 TICK_S = 15.0  # how often progress is printed while building or waiting
 
 
+class NotALock(Exception):
+    """Something other than a regular file stands where a build lock goes (a planted link, a pipe)."""
+
+
 def say(text: str) -> None:
     print(f"interp: {text}", file=sys.stderr, flush=True)
 
@@ -126,11 +130,11 @@ class BuildLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         except OSError as err:
             if err.errno == errno.ELOOP:
-                raise OSError(errno.ELOOP, f"{self.path} is a symbolic link, not a lock file") from None
+                raise NotALock(f"{self.path} is a symbolic link, not a lock file") from None
             raise
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise OSError(errno.EINVAL, f"{self.path} is not a regular file, not a lock file")
+            raise NotALock(f"{self.path} is not a regular file, not a lock file")
         started, told = time.monotonic(), 0.0
         while True:
             try:
@@ -246,6 +250,6 @@ def build(name: str, sources: list[Path], cflags: list[str], ldflags: list[str],
             lock.release()
     except Exception as err:  # noqa: BLE001 - no compiler, no ninja, a failed build, an unwritable cache
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        say(f"warning: could not build the {what} ({type(err).__name__}: {first}); using eager torch instead "
-            f"(the same numbers, more slowly)")
+        why = first if isinstance(err, NotALock) else f"{type(err).__name__}: {first}"
+        say(f"warning: could not build the {what} ({why}); using eager torch instead (the same numbers, more slowly)")
         return None

@@ -42,6 +42,7 @@ class Case:
     message: str  # the exact line the user sees (CLI: stderr; Python: "ExceptionType: message"), see expected()
     code: int = 1  # CLI exit status
     fault: str | None = None  # injected: "full-disk", "read-only", "port-in-use", "locked" or "fifo" (see injected)
+    at: str = ""  # where the "link" fault (a symbolic link to victim.txt) or the "pipe" fault (a FIFO) is planted
 
 
 TRAIN = "interp train --out new-run"  # a fresh run folder; every bad input must leave it uncreated
@@ -239,7 +240,7 @@ CATALOGUE = [
     Case("pickle given to the explorer", f"interp explore --ckpt evil.pt --port {BUSY_PORT + 1}",
          'interp: error: evil.pt looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
     Case("disk full while writing figures", "interp run calibration --ckpt tiny --format json,html",
-         'interp: error: could not write figures/tiny/calibration.json: No space left on device; it was left as it was (free some space, or write elsewhere with --out)',
+         'interp: error: could not write figures/tiny/calibration.html: No space left on device; it was left as it was (free some space, or write elsewhere with --out)',
          fault="full-disk"),
     # -- concurrency -------------------------------------------------------------------------------
     Case("training a run another process is training", "interp train --resume --out paused", 'interp: error: paused is in use by another training process (pid 4242); wait for it to end, or stop it first', fault="locked"),
@@ -289,6 +290,28 @@ CATALOGUE = [
     Case("output folder name longer than the file system allows",
          f"interp run calibration --ckpt tiny --format json --out {'f' * 300}", 'interp: error: cannot write to ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff...fffffffffffffffffffffffffffffffffff/tiny: File name too long; choose another folder with --out'),
     Case("--only that names nothing", "interp reproduce --only , --runs old-runs --out repro", "interp: error: --only ',' names nothing; leave it out for all, or name some (comma-separated)"),
+    # -- planted links and pipes, caches, build locks, and what used to end in a traceback ----------
+    Case("a link planted at a run's lock (resume)", "interp train --resume --out paused", 'interp: error: paused/.lock is a symbolic link, not a regular file; the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere', fault='link', at='paused/.lock'),
+    Case("a link planted at a new run's lock", f"interp train --out empty-folder {TINY_RUN}", 'interp: error: empty-folder/.lock is a symbolic link, not a regular file; the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere', fault='link', at='empty-folder/.lock'),
+    Case("a pipe planted at a run's lock", "interp train --resume --out paused", 'interp: error: paused/.lock is a named pipe, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere', fault='pipe', at='paused/.lock'),
+    Case('a link planted at run.json (resume)', "interp train --resume --out paused", 'interp: error: paused/run.json is a symbolic link, not a regular file; the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere', fault='link', at='paused/run.json'),
+    Case("a link planted at a new run's run.json", f"interp train --out empty-folder {TINY_RUN}", 'interp: error: empty-folder/run.json is a symbolic link, not a regular file; the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere', fault='link', at='empty-folder/run.json'),
+    Case('a pipe planted at run.json', "interp train --resume --out paused", 'interp: error: paused/run.json is a named pipe, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere', fault='pipe', at='paused/run.json'),
+    Case('a link planted at metrics.jsonl (resume)', "interp train --resume --out paused", 'interp: error: paused/metrics.jsonl is a symbolic link, not a regular file; the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere', fault='link', at='paused/metrics.jsonl'),
+    Case("a link planted at a new run's metrics.jsonl", f"interp train --out empty-folder {TINY_RUN}", 'interp: error: empty-folder/metrics.jsonl is a symbolic link, not a regular file; the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere', fault='link', at='empty-folder/metrics.jsonl'),
+    Case('a pipe planted at metrics.jsonl', "interp train --resume --out paused", 'interp: error: paused/metrics.jsonl is a named pipe, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere', fault='pipe', at='paused/metrics.jsonl'),
+    Case('a link planted at a checkpoint', "interp train --resume --out paused", 'interp: error: paused/checkpoints/step-00000000.safetensors is a symbolic link, not a regular file; the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere', fault='link', at='paused/checkpoints/step-00000000.safetensors'),
+    Case('a pipe planted at a checkpoint', "interp train --resume --out paused", 'interp: error: paused/checkpoints/step-00000000.safetensors is a named pipe, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere', fault='pipe', at='paused/checkpoints/step-00000000.safetensors'),
+    Case('a link planted at the resume state', "interp train --resume --out paused", 'interp: error: paused/resume.safetensors is a symbolic link, not a regular file; the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere', fault='link', at='paused/resume.safetensors'),
+    Case('a pipe planted at the resume state', "interp train --resume --out paused", 'interp: error: paused/resume.safetensors is a named pipe, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere', fault='pipe', at='paused/resume.safetensors'),
+    Case('metrics.jsonl that is a folder (resume)', "interp train --resume --out metrics-folder", 'interp: error: metrics-folder/metrics.jsonl is a folder, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere'),
+    Case('a link planted at an analysis result', "interp run calibration --ckpt tiny --format json", 'interp: error: figures/tiny/calibration.json is a symbolic link, not a regular file; the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere', fault='link', at='figures/tiny/calibration.json'),
+    Case("a link planted at the Mamba kernels' build lock (Python; exit 0: eager torch)", "models.mamba.cpu_kernels()", 'interp: warning: could not build the Mamba CPU kernels ({KERNEL_LOCK} is a symbolic link, not a lock file); using eager torch instead (the same numbers, more slowly)', code=0, fault='kernel-lock-link'),
+    Case("a pipe planted at the Mamba kernels' build lock (Python; exit 0: eager torch)", "models.mamba.cpu_kernels()", 'interp: warning: could not build the Mamba CPU kernels ({KERNEL_LOCK} is not a regular file, not a lock file); using eager torch instead (the same numbers, more slowly)', code=0, fault='kernel-lock-pipe'),
+    Case('--curriculum nested 50,000 deep (Python)', "interp.cli.parse_curriculum('[' * 50000 + ']' * 50000)", 'UserError: --curriculum must be JSON such as \'[[2000, {"n": 10}]]\', got \'[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[...]]]]]]]]]]\' (nested too deeply)'),
+    Case('integer weights', "interp run calibration --ckpt int-weights.safetensors", "interp: error: int-weights.safetensors: tensor embed.W_E is int64; a model's weights are floating point, so these are not a trained model's"),
+    Case('a checkpoint whose name and metadata disagree on its step', "interp run frame-precision --ckpt misnamed", 'interp: error: misnamed/checkpoints/step-00000010.safetensors is named step 10, but its metadata says step 15; rename it to step-00000015.safetensors or move it out of the run'),
+    Case('a 48 MB word list (Python)', "tasks.prompts.read_words('big-words.txt')", 'ValueError: big-words.txt is 48.0 MB; a word list is at most 4 MB (100,000 words): prompts use a few hundred, pass a shorter list', fault='big-word-list'),
 ]
 
 
@@ -356,6 +379,26 @@ def build_workspace(root: Path) -> None:
     (root / "empty-folder").mkdir()
     (root / "read-only").mkdir()
     build_hardening_workspace(root, meta, tensors, record, with_meta)
+    build_round_three_workspace(root, tensors)
+
+
+def build_round_three_workspace(root: Path, tensors: dict) -> None:
+    """The file links are planted to, a metrics log that is a folder, integer weights, a misnamed checkpoint."""
+    import torch
+    from safetensors.torch import save as save_bytes
+
+    from interp import checkpoint, load
+
+    (root / "victim.txt").write_text("a file outside any run, which a planted link points to\n")
+    shutil.copytree(root / "paused", root / "metrics-folder")
+    (root / "metrics-folder" / "metrics.jsonl").mkdir()
+    (root / "metrics-folder" / "metrics.jsonl" / "keep").write_text("a folder is copied only with a file in it\n")
+    meta = checkpoint.read(root / "tiny" / "checkpoints" / checkpoint.checkpoint_name(20), tensors=False)[0]
+    integral = {k: v.to(torch.int64) if k == "embed.W_E" else v for k, v in tensors.items()}
+    (root / "int-weights.safetensors").write_bytes(save_bytes(integral, metadata={"interp": json.dumps(meta)}))
+    shutil.copytree(root / "tiny", root / "misnamed")
+    last = root / "misnamed" / "checkpoints" / checkpoint.checkpoint_name(20)
+    checkpoint.save(last.with_name(checkpoint.checkpoint_name(10)), load(last), 15, 0)  # named 10, says 15
 
 
 def build_hardening_workspace(root: Path, meta: dict, tensors: dict, record: dict, with_meta) -> None:
@@ -432,10 +475,36 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 @contextmanager
-def injected(fault: str | None, root: Path):
-    """Simulate a full disk, an unwritable folder or a taken port, without root, for one case."""
+def injected(fault: str | None, root: Path, at: str = ""):
+    """Simulate a full disk, an unwritable folder or a taken port, without root, for one case; or plant a
+    link or a pipe at ``at`` (a file already there is moved aside and put back afterwards)."""
     with pytest.MonkeyPatch.context() as patch, ExitStack() as undo:
-        if fault == "full-disk":
+        if fault in ("link", "pipe"):
+            target = root / at
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if os.path.lexists(target):
+                aside = target.with_name(target.name + ".aside")
+                os.rename(target, aside)
+                undo.callback(os.rename, aside, target)
+            if fault == "link":  # to a file of the workspace, so the snapshot sees it change
+                os.symlink(os.path.relpath(root / "victim.txt", target.parent), target)
+            else:
+                os.mkfifo(target)
+            undo.callback(os.unlink, target)
+        elif fault in ("kernel-lock-link", "kernel-lock-pipe"):  # planted where the next build locks
+            import models.mamba
+
+            patch.setenv("INTERP_BUILD_DIR", "builds")
+            patch.setattr(models.mamba, "_KERNELS", {})  # this process's build is forgotten for the case
+            lock = kernel_lock_path()
+            lock.parent.mkdir(parents=True)
+            os.symlink("../victim.txt", lock) if fault == "kernel-lock-link" else os.mkfifo(lock)
+            undo.callback(shutil.rmtree, root / "builds")
+        elif fault == "big-word-list":  # 48 MB, sparse: made here, not copied for every case
+            with open(root / "big-words.txt", "wb") as handle:
+                handle.truncate(48 << 20)
+            undo.callback((root / "big-words.txt").unlink)
+        elif fault == "full-disk":
             # The data reaches the temp file, then the disk reports it is full (as fsync does when
             # the file system defers allocation): the temp file must not survive.
             def full(fd):
@@ -475,10 +544,21 @@ def injected(fault: str | None, root: Path):
         yield
 
 
-def expected(case: Case) -> str:
+def kernel_lock_path() -> Path:
+    """The Mamba kernels' build lock with INTERP_BUILD_DIR=builds (the name hashes the sources and flags)."""
+    import models.mamba
+    from models.kernels import build_key, package_version
+
+    name = models.mamba.KERNELS_NAME
+    key = build_key([models.mamba.KERNELS_SOURCE], models.mamba.KERNELS_FLAGS[0])
+    return Path("builds") / f"{name}-{package_version()}-{key}.lock"
+
+
+def expected(case: Case, doc: bool = False) -> str:
     """The exact message, with {TASKS}, {ARCHS}, {ANALYSES}, {SHIPPED} and {TRANSFORMER} (its settings)
     filled in from the registries, so that adding a task, an analysis or a model setting only needs the
-    doc regenerated, not every row rewritten."""
+    doc regenerated, not every row rewritten. {KERNEL_LOCK}, a file name that hashes the sources, is
+    written with HASH in the doc (``doc``)."""
     from dataclasses import fields
 
     import analyses
@@ -491,6 +571,10 @@ def expected(case: Case) -> str:
     for key, names in (("TASKS", tasks.NAMES), ("ARCHS", models.ARCHS), ("ANALYSES", analyses.NAMES),
                        ("SHIPPED", shipped()), ("TRANSFORMER", settings)):
         message = message.replace("{" + key + "}", ", ".join(names))
+    if doc:
+        return message.replace("{KERNEL_LOCK}", "builds/interp_mamba_kernels-VERSION-HASH.lock")
+    if "{KERNEL_LOCK}" in message:
+        message = message.replace("{KERNEL_LOCK}", str(kernel_lock_path()))
     return message
 
 
@@ -506,11 +590,15 @@ def outcome(case: Case, capsys) -> tuple[int, str]:
     import models
     import tasks
 
+    import interp.cli
+    import models.mamba
+    import tasks.prompts
+
     try:
         eval(case.call, dict(interp=interp, tasks=tasks, models=models, analyses=analyses))
     except Exception as err:  # the message is the point; the type is shown next to it
         return 1, f"{type(err).__name__}: {err}"
-    return 0, ""
+    return 0, capsys.readouterr().err.strip()  # a call that goes on says why in a warning line
 
 
 @pytest.fixture(scope="module")
@@ -526,7 +614,7 @@ def test_bad_input(case, workspace_template, tmp_path, monkeypatch, capsys):
     shutil.copytree(workspace_template, root)
     monkeypatch.chdir(root)
     before = snapshot(root)
-    with injected(case.fault, root):
+    with injected(case.fault, root, case.at):
         code, shown = outcome(case, capsys)
     assert (code, shown) == (case.code, expected(case))
     assert "\n" not in shown and "Traceback" not in shown
@@ -551,13 +639,145 @@ def test_a_real_file_size_limit_leaves_no_half_written_file(workspace_template, 
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
 
+    def limit_json():  # room for the HTML this time
+        os.chdir(root)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+
     status = wait_for(fork_cli(log, "run", "calibration", "--ckpt", "tiny", "--format", "json,html", prepare=limit))
     assert os.WEXITSTATUS(status) == 1
     assert log.read_text() == ("interp: error: could not write figures/tiny/calibration.html: File too large; it was "
                                "left as it was (free some space, or write elsewhere with --out)\n")
+    # The JSON, the result's record, is written last: with the HTML cut off, no record claims a complete
+    # result, and no temp file of the HTML is left behind.
+    assert sorted(p.name for p in (root / "figures" / "tiny").iterdir()) == []
+    status = wait_for(fork_cli(log, "run", "calibration", "--ckpt", "tiny", "--format", "json,html", prepare=limit_json))
+    assert os.WEXITSTATUS(status) == 0, log.read_text()
     written = sorted(p.name for p in (root / "figures" / "tiny").iterdir())
-    assert written == ["calibration.json"]  # complete, and no temp file of the HTML left behind
-    assert json.loads((root / "figures" / "tiny" / "calibration.json").read_text())["analysis"] == "calibration"
+    assert written == [".interp-source", "calibration.html", "calibration.json"]
+
+
+# -- the explorer's requests ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Request:
+    """A request to ``interp explore``'s page endpoint (/_dash-update-component) that the page itself never
+    sends: the page's own request for ``view`` with ``values`` ("component.property": value) in place of
+    what the page would send, or the body ``raw`` as it is. ``answer`` is the answer's one line (a 4xx's
+    text), or for a 200 the view's own refusal, found in the views it returns."""
+
+    what: str
+    view: str  # the callback, named by its first output: sequence, posterior, code, download, attention, geometry
+    values: dict
+    status: int
+    answer: str
+    raw: str | None = None  # a Python expression for the body (bytes or str), shown in the doc as it is
+
+
+TOKENS = "sequence.data"
+REQUESTS = [
+    Request("tokens as a string", "posterior", {TOKENS: {"tokens": "k1 v2", "seed": None}}, 400,
+            'sequence.data: tokens must be a non-empty list, got "k1 v2"'),
+    Request("nested tokens", "posterior", {TOKENS: {"tokens": [[1, 2]], "seed": None}}, 400,
+            "sequence.data: tokens must be integers from 0 to 11, got [1, 2]"),
+    Request("null tokens", "posterior", {TOKENS: {"tokens": None, "seed": None}}, 400,
+            "sequence.data: tokens must be a non-empty list, got null"),
+    Request("a token of 2^70", "attention", {TOKENS: {"tokens": [2 ** 70], "seed": None}}, 400,
+            "sequence.data: tokens must be integers from 0 to 11, got 1180591620717411303424"),
+    Request("float tokens (never truncated)", "posterior", {TOKENS: {"tokens": [0.5, 6.5], "seed": None}}, 400,
+            "sequence.data: tokens must be integers from 0 to 11, got 0.5"),
+    Request("a token beyond the vocabulary", "code", {TOKENS: {"tokens": [0, 99], "seed": None}}, 400,
+            "sequence.data: tokens must be integers from 0 to 11, got 99"),
+    Request("true as a token", "code", {TOKENS: {"tokens": [True], "seed": None}}, 400,
+            "sequence.data: tokens must be integers from 0 to 11, got true"),
+    Request("more tokens than the model's context", "posterior", {TOKENS: {"tokens": [0, 6] * 40, "seed": None}}, 400,
+            "sequence.data: 80 tokens is longer than the model's context (9)"),
+    Request("a sequence null", "posterior", {TOKENS: None}, 400,
+            'sequence.data: expected {"tokens": [...], "seed": ...}, got null'),
+    Request("a sequence string", "download", {TOKENS: "k1 v2"}, 400,
+            'sequence.data: expected {"tokens": [...], "seed": ...}, got "k1 v2"'),
+    Request("a sequence without tokens", "attention", {TOKENS: {}}, 400,
+            'sequence.data: expected {"tokens": [...], "seed": ...}, got {}'),
+    Request("a sequence whose seed is a word", "posterior", {TOKENS: {"tokens": "SAMPLE0", "seed": "x"}}, 400,
+            'sequence.data: expected an integer from 0 to 4294967295, got "x"'),
+    Request("a sequence whose seed is 1.5", "code", {TOKENS: {"tokens": "SAMPLE0", "seed": 1.5}}, 400,
+            "sequence.data: expected an integer from 0 to 4294967295, got 1.5"),
+    Request("a sequence whose tokens are not its seed's", "posterior", {TOKENS: {"tokens": [0, 6], "seed": 0}}, 400,
+            "sequence.data: tokens are not the sequence of seed 0"),
+    Request("the seed box at 1.5 (the view refuses it)", "sequence", {"seed.value": 1.5}, 200,
+            "the seed must be a whole number from 0 to 2^32 - 1, got 1.5"),
+    Request("the seed box holding a word (the view refuses it)", "sequence", {"seed.value": "x"}, 200,
+            "the seed must be a whole number from 0 to 2^32 - 1, got 'x'"),
+    Request("a 5000-digit number in the seed box", "sequence", {}, 400,
+            "a number of 5000 digits; numbers in requests have at most 30", raw="BODY.replace('\"SEED\"', '9' * 5000)"),
+    Request("a list in place of the typed text", "sequence", {"tokens-text.value": ["k1"]}, 400,
+            "tokens-text.value: expected text, got list"),
+    Request("the step slider beyond the checkpoints", "posterior", {"step.value": 99}, 400,
+            "step.value: expected an integer from 0 to 1, got 99"),
+    Request("the step slider as a string", "attention", {"step.value": "1"}, 400,
+            'step.value: expected an integer from 0 to 1, got "1"'),
+    Request("an ablation the model does not have", "posterior", {"ablate-heads.value": ["H9.0"]}, 400,
+            'ablate-heads.value: expected a list of H0.0, H0.1, got ["H9.0"]'),
+    Request("a layer the model does not have", "attention", {"layer.value": 7}, 400,
+            "layer.value: expected an integer from 0 to 0, got 7"),
+    Request("an unknown output id", "code", {}, 400, 'unknown output "nope.children"; this explorer has no such view',
+            raw="BODY.replace('code.children', 'nope.children')"),
+    Request("a JSON list as the body", "code", {}, 400, "request body must be a JSON object, got list", raw="'[1, 2]'"),
+    Request("NaN in the body", "sequence", {}, 400, "NaN is not a number the explorer takes",
+            raw="BODY.replace('\"SEED\"', 'NaN')"),
+    Request("a body nested 100,000 deep", "code", {}, 400, "request body is not JSON (nested too deeply)",
+            raw="'[' * 100000 + ']' * 100000"),
+    Request("a body that is not UTF-8", "code", {}, 400,
+            "request body is not JSON ('utf-8' codec can't decode byte 0xe9 in position 4: invalid continuation byte)",
+            raw="b'\"caf\\xe9\"'"),
+    Request("a 30 MB body", "code", {}, 413, "request body over 1,048,576 bytes", raw="'[' + ' ' * (30 << 20) + ']'"),
+]
+
+
+def explorer_request(app, explorer, request: Request) -> bytes:
+    """The body of ``request``: the page's own request for its view, with its values changed."""
+    last = len(explorer.checkpoints) - 1
+    sample = explorer.sample(0)
+    page = {"sample.n_clicks": 1, "apply.n_clicks": 0, "download-button.n_clicks": 1, "seed.value": 0,
+            "tokens-text.value": " ".join(explorer.task.token_names(__import__("torch").tensor(sample))),
+            "step.value": last, TOKENS: {"tokens": sample, "seed": 0}, "ablate-heads.value": [],
+            "ablate-blocks.value": [], "ablate-mode.value": "zero", "layer.value": 0, "head.value": 0,
+            "stream.value": "residual", "colour.value": "entropy"}
+    values = {k: (dict(v, tokens=sample) if isinstance(v, dict) and v.get("tokens") == "SAMPLE0" else v)
+              for k, v in request.values.items()}
+    if request.raw is not None and "SEED" in request.raw:
+        values["seed.value"] = "SEED"
+    key = next(k for k, cb in app.callback_map.items()
+               if (cb["output"][0] if isinstance(cb["output"], list) else cb["output"]).component_id == request.view)
+    callback = app.callback_map[key]
+    outputs = callback["output"] if isinstance(callback["output"], list) else [callback["output"]]
+    item = lambda spec: dict(id=spec["id"], property=spec["property"],  # noqa: E731
+                             value=(page | values)[f"{spec['id']}.{spec['property']}"])
+    body = json.dumps(dict(output=key, outputs=[dict(id=o.component_id, property=o.component_property) for o in outputs],
+                           inputs=[item(i) for i in callback["inputs"]], state=[item(s) for s in callback["state"]],
+                           changedPropIds=[f"{callback['inputs'][0]['id']}.{callback['inputs'][0]['property']}"]))
+    if request.raw is not None:
+        body = eval(request.raw, dict(BODY=body))
+    return body if isinstance(body, bytes) else body.encode()
+
+
+@pytest.fixture(scope="module")
+def explorer_app(workspace_template):
+    from interp.explore import Explorer, build_app
+
+    explorer = Explorer(workspace_template / "tiny")
+    return explorer, build_app(explorer)
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=[f"{i + 1:02d}-{r.what}" for i, r in enumerate(REQUESTS)])
+def test_bad_request(request_, explorer_app):
+    explorer, app = explorer_app
+    answer = app.server.test_client().post("/_dash-update-component", data=explorer_request(app, explorer, request_),
+                                           content_type="application/json")
+    text = answer.get_data(as_text=True)
+    assert answer.status_code == request_.status, text[:300]
+    if request_.status == 200:  # the view's own refusal, in the message it shows
+        assert request_.answer in json.dumps(answer.get_json(), ensure_ascii=False).replace("\\'", "'"), text[:300]
+    else:
+        assert text == request_.answer + "\n"
 
 
 def render() -> str:
@@ -569,16 +789,23 @@ def render() -> str:
         "# Bad inputs and the message each one gets",
         "",
         "Every bad input below gets exactly one line on stderr (or one exception from the Python API),",
-        "a non-zero exit status, and no traceback; none of them creates, changes or deletes a file.",
+        "a non-zero exit status, and no traceback; none of them creates, changes or deletes a file. The few",
+        "rows with exit 0 are things in the way of a build, which is then done without them: the",
+        "one line is a warning, and the command does its work.",
         "The working folder holds a tiny trained run `tiny/` and the broken files the rows name",
         "(built by `build_workspace` in `tests/test_bad_inputs.py`); `new-run` does not exist beforehand.",
         "Faults in *italics* are injected: *full disk* makes the disk report ENOSPC when a file is flushed,",
         "*read-only* makes the folder refuse new files with EACCES (also for root), *port in use* holds the",
         "port open, *locked* holds the run folder's lock as a trainer with pid 4242 would, *fifo* puts a named",
-        "pipe where a checkpoint is expected. Concurrency for real (two trainers released together on one",
+        "pipe where a checkpoint is expected, *link planted at* P puts a symbolic link at P to `victim.txt`",
+        "(a file of the working folder, so a write through the link would show as a changed file), *pipe",
+        "planted at* P a named pipe; *kernel lock link* and *kernel lock pipe* put a link or a pipe where",
+        "the Mamba kernels' build locks (with INTERP_BUILD_DIR=builds), *big word list* a 48 MB file.",
+        "Concurrency for real (two trainers released together on one",
         "folder), the resume of a real resume state and generated inputs are tested in `tests/test_hardening.py`.",
         "A real full disk is tested too (`test_a_real_file_size_limit_leaves_no_half_written_file`:",
-        "a write cut off half way by RLIMIT_FSIZE leaves the earlier outputs whole and no temp file behind).",
+        "a write cut off half way by RLIMIT_FSIZE leaves no temp file behind, and no result record: a result's",
+        "JSON is written last, after its figures, so a JSON on disk always means a complete result).",
         "Lists of valid names in the messages (tasks, architectures, analyses, shipped models) come from the",
         "live registries, so adding one only needs this file regenerated. A failed write may leave the empty",
         "folder it made (a later run into it works as usual), never a file.",
@@ -590,10 +817,30 @@ def render() -> str:
         "| # | bad input | what is run | exit | message |",
         "|---|---|---|---|---|",
     ]
+    lines_requests = [
+        "",
+        "## Requests to the explorer",
+        "",
+        "`interp explore` answers every request its page could not have sent with a 4xx and one line of text, or,",
+        "where the request is well-formed and only its meaning is wrong, with the view's own refusal (status 200,",
+        "the message shown in the page); never with a 500. Each row is the page's own request for one view with",
+        "the values shown changed, or the body shown sent as it is (`BODY`: the page's request), posted to the",
+        "explorer of `tiny/` by `test_bad_request` in `tests/test_bad_inputs.py`. The checks are in",
+        "`interp/requests.py`.",
+        "",
+        "| # | bad request | view | what is sent | status | answer |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, request in enumerate(REQUESTS, 1):
+        sent = request.raw if request.raw is not None else ", ".join(
+            f"{k} = {json.dumps(v)}".replace('"SAMPLE0"', "(seed 0's tokens)") for k, v in request.values.items())
+        lines_requests.append(f"| {i} | {request.what} | {request.view} | {code_span(sent)} | {request.status} | "
+                              f"{code_span(request.answer)} |")
     for i, case in enumerate(CATALOGUE, 1):
-        what = case.what + (f" (*{case.fault.replace('-', ' ')}*)" if case.fault else "")
-        lines.append(f"| {i} | {what} | {code_span(case.call)} | {case.code} | {code_span(expected(case))} |")
-    return "\n".join(lines) + "\n"
+        fault = (case.fault or "").replace("-", " ") + (f" planted at {case.at}" if case.at else "")
+        what = case.what + (f" (*{fault}*)" if fault else "")
+        lines.append(f"| {i} | {what} | {code_span(case.call)} | {case.code} | {code_span(expected(case, doc=True))} |")
+    return "\n".join(lines + lines_requests) + "\n"
 
 
 def test_the_doc_is_current():
@@ -602,7 +849,8 @@ def test_the_doc_is_current():
 
 def test_the_catalogue_covers_the_issue():
     assert len(CATALOGUE) >= 25
-    assert len({c.call for c in CATALOGUE}) == len(CATALOGUE), "a row is listed twice"
+    assert len({(c.call, c.fault, c.at) for c in CATALOGUE}) == len(CATALOGUE), "a row is listed twice"
+    assert len({(r.what, json.dumps(r.values), r.raw) for r in REQUESTS}) == len(REQUESTS), "a request is listed twice"
 
 
 if __name__ == "__main__":
