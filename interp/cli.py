@@ -31,6 +31,8 @@ def parse_assignments(pairs: tuple[str, ...], what: str) -> dict:
             out[key.strip()] = json.loads(raw)
         except json.JSONDecodeError:
             out[key.strip()] = raw
+        except RecursionError:
+            raise UserError(f"{what} {key.strip()!r} is nested too deeply") from None
     return out
 
 
@@ -40,8 +42,10 @@ def parse_curriculum(text: str | None) -> list | None:
         return None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise UserError(f"--curriculum must be JSON such as '[[2000, {{\"n\": 10}}]]', got {text!r} ({err.msg})") from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        reason = getattr(err, "msg", "nested too deeply")
+        shown = text if len(text) <= 60 else f"{text[:40]}...{text[-10:]}"
+        raise UserError(f"--curriculum must be JSON such as '[[2000, {{\"n\": 10}}]]', got {shown!r} ({reason})") from None
 
 
 def analysis_options(analysis, extra: list[str], language: bool = False) -> dict:
@@ -109,7 +113,8 @@ def main():
 @click.option("--curriculum", metavar="JSON", help="stages before the task itself, as JSON [[until_step, {task settings}], "
               "...], e.g. '[[2000, {\"n\": 10}]]' (overrides the preset's; '[]' for none)")
 @click.option("--compile/--no-compile", "compile_step", default=None,
-              help="torch.compile the training step (overrides the preset; needs a C++ compiler)")
+              help="torch.compile the training step (overrides the preset; needs a C++ compiler); with --resume, "
+              "continues a run with it switched on or off")
 @click.option("--bf16/--no-bf16", "bf16", default=None,
               help="bf16 autocast on the CPU too (overrides the preset; CUDA always uses it); weights and "
               "evaluation stay float32. Fast only on CPUs with bf16 units (AMX, avx512_bf16)")
@@ -135,13 +140,12 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
                                           ("--seed", seed), ("--loss", loss), ("--warmup", warmup),
                                           ("--checkpoint-every", checkpoint_every),
                                           ("--curriculum", curriculum is not None),
-                                          ("--compile/--no-compile", compile_step is not None),
                                           ("--bf16/--no-bf16", bf16 is not None),
                                           ("-T", task_options),
                                           ("-M", model_options)) if value]
         if given:
             raise UserError(f"--resume continues with the settings in {out / 'run.json'}; drop {', '.join(given)}")
-        trainer = Trainer(out, resume=True, device=device)
+        trainer = Trainer(out, resume=True, device=device, compile=compile_step)  # compile may change: rounding only
     else:
         overrides = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
                                            warmup=warmup, checkpoint_every=checkpoint_every,

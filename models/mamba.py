@@ -105,6 +105,7 @@ class LinearRecurrence(torch.autograd.Function):
 
 KERNELS_SOURCE = Path(__file__).with_name("mamba_kernels.cpp")
 KERNELS_NAME = "interp_mamba_kernels"
+KERNELS_FLAGS = (["-O3", "-ffast-math", "-fopenmp", "-march=native"], ["-fopenmp"])  # compile, link
 _KERNELS = {}  # the compiled C++ module, or None when it cannot be built here
 
 
@@ -120,8 +121,7 @@ def cpu_kernels():
         if os.environ.get("INTERP_CPP_KERNELS", "1") != "0":
             from .kernels import build
 
-            module = build(KERNELS_NAME, [KERNELS_SOURCE], ["-O3", "-ffast-math", "-fopenmp", "-march=native"],
-                           ["-fopenmp"], what="Mamba CPU kernels")
+            module = build(KERNELS_NAME, [KERNELS_SOURCE], *KERNELS_FLAGS, what="Mamba CPU kernels")
         _KERNELS["module"] = module
     return _KERNELS["module"]
 

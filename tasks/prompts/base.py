@@ -74,16 +74,34 @@ def one_token(encode: Callable[[str], list[int]], word: str) -> int:
     return ids[0]
 
 
+# A prompt set draws a few hundred input words; a longer list changes nothing but the wait, since every
+# word is tokenised one at a time to check it is one token (a 48 MB list took minutes, silently). So a
+# list is refused beyond these, at once and in one line, rather than tokenised behind a progress bar.
+MAX_WORDS = 100_000
+MAX_WORDS_BYTES = 4 << 20
+
+
 def read_words(spec: str) -> list[str]:
-    """A shipped domain's words (``math``, ``mixed``) or a file's, one word per line (``#`` starts a comment)."""
+    """A shipped domain's words (``math``, ``mixed``) or a file's, one word per line (``#`` starts a comment),
+    at most MAX_WORDS words in at most MAX_WORDS_BYTES bytes of UTF-8."""
     path = WORDS / f"{spec}.txt" if (WORDS / f"{spec}.txt").is_file() else Path(spec)
     if not path.is_file():
         shipped = ", ".join(sorted(p.stem for p in WORDS.glob("*.txt")))
         raise ValueError(f"no word list {spec!r}: name a shipped domain ({shipped}) or a file with one word per line")
-    words = [w.split("#")[0].strip() for w in path.read_text().splitlines()]
+    if path.stat().st_size > MAX_WORDS_BYTES:
+        raise ValueError(f"{path} is {path.stat().st_size / 2 ** 20:.1f} MB; a word list is at most "
+                         f"{MAX_WORDS_BYTES >> 20} MB ({MAX_WORDS:,} words): prompts use a few hundred, pass a shorter list")
+    try:
+        text = path.read_bytes().decode()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read the word list {path} ({getattr(err, 'strerror', None) or err})") from None
+    words = [w.split("#")[0].strip() for w in text.splitlines()]
     words = [w for w in words if w]
     if len(words) < 2:
         raise ValueError(f"{path} holds {len(words)} word(s); a prompt set needs at least 2")
+    if len(words) > MAX_WORDS:
+        raise ValueError(f"{path} holds {len(words):,} words; a word list has at most {MAX_WORDS:,}: prompts use "
+                         f"a few hundred, pass a shorter list")
     return words
 
 
