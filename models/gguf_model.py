@@ -134,51 +134,51 @@ def convert(path: Path, folder: Path, progress: bool = True) -> None:
     from safetensors.torch import save_file
     from tqdm.auto import tqdm
 
-    steps = tqdm(total=4, desc=f"converting {path.name} (once; cached in {folder.parent})", unit="step",
-                 disable=not progress)
-    start = time.time()
-    steps.set_postfix_str("dequantising the GGUF")
-    hf_model, tokenizer = read_gguf(path)
-    steps.update()
-    steps.set_postfix_str("converting to a HookedTransformer")
-    model = from_hugging_face(hf_model, n_ctx=N_CTX)
-    steps.update()
-    steps.set_postfix_str("measuring parity")
-    reference, worst = [], 0.0
-    for ids in parity_tokens(tokenizer):
-        expected = hf_model(ids).logits[0]
-        worst = max(worst, (model(ids)[0] - expected).abs().max().item())
-        reference.append(expected[-1])
-    if worst > PARITY_TOLERANCE:
-        raise ConfigError(f"{path.name}: the converted model's logits differ from transformers' by {worst:.2g} "
-                          f"(tolerance {PARITY_TOLERANCE:g}); TransformerLens does not convert this architecture "
-                          f"faithfully")
-    steps.update()
-    steps.set_postfix_str("writing the cache")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        params = dict(model.named_parameters())
-        save_file({k: v.detach().contiguous() for k, v in params.items()}, staging / "model.safetensors")
-        save_file({f"prompt{i}": r.contiguous() for i, r in enumerate(reference)}, staging / "reference.safetensors")
-        (staging / "config.json").write_text(json.dumps(config_dict(model.cfg), indent=1))
-        tokenizer.save_pretrained(staging / "tokenizer")
-        import transformers
-
-        record = dict(format=FORMAT, gguf=path.name, gguf_sha256=file_digest(path), prompts=list(PARITY_PROMPTS),
-                      max_abs_logit_diff=worst, tolerance=PARITY_TOLERANCE, n_ctx=N_CTX,
-                      architecture=type(hf_model).__name__, conversion_s=round(time.time() - start, 1),
-                      versions=dict(transformers=transformers.__version__, torch=torch.__version__))
-        (staging / "parity.json").write_text(json.dumps(record, indent=1))  # last: it marks the folder complete
-        shutil.rmtree(folder, ignore_errors=True)  # an incomplete or older layout
+    with tqdm(total=4, desc=f"converting {path.name} (once; cached in {folder.parent})", unit="step",
+              disable=not progress) as steps:  # closed (its line ended) before any error is printed
+        start = time.time()
+        steps.set_postfix_str("dequantising the GGUF")
+        hf_model, tokenizer = read_gguf(path)
+        steps.update()
+        steps.set_postfix_str("converting to a HookedTransformer")
+        model = from_hugging_face(hf_model, n_ctx=N_CTX)
+        steps.update()
+        steps.set_postfix_str("measuring parity")
+        reference, worst = [], 0.0
+        for ids in parity_tokens(tokenizer):
+            expected = hf_model(ids).logits[0]
+            worst = max(worst, (model(ids)[0] - expected).abs().max().item())
+            reference.append(expected[-1])
+        if worst > PARITY_TOLERANCE:
+            raise ConfigError(f"{path.name}: the converted model's logits differ from transformers' by {worst:.2g} "
+                              f"(tolerance {PARITY_TOLERANCE:g}); TransformerLens does not convert this architecture "
+                              f"faithfully")
+        steps.update()
+        steps.set_postfix_str("writing the cache")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
-            staging.rename(folder)
-        except OSError:  # another process finished first: keep its copy
-            pass
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    steps.update()
-    steps.close()
+            params = dict(model.named_parameters())
+            save_file({k: v.detach().contiguous() for k, v in params.items()}, staging / "model.safetensors")
+            save_file({f"prompt{i}": r.contiguous() for i, r in enumerate(reference)}, staging / "reference.safetensors")
+            (staging / "config.json").write_text(json.dumps(config_dict(model.cfg), indent=1))
+            tokenizer.save_pretrained(staging / "tokenizer")
+            import transformers
+
+            record = dict(format=FORMAT, gguf=path.name, gguf_sha256=file_digest(path), prompts=list(PARITY_PROMPTS),
+                          max_abs_logit_diff=worst, tolerance=PARITY_TOLERANCE, n_ctx=N_CTX,
+                          architecture=type(hf_model).__name__, conversion_s=round(time.time() - start, 1),
+                          versions=dict(transformers=transformers.__version__, torch=torch.__version__))
+            (staging / "parity.json").write_text(json.dumps(record, indent=1))  # last: it marks the folder complete
+            if not _complete(folder):  # else another process finished first: keep its copy
+                shutil.rmtree(folder, ignore_errors=True)  # an incomplete or older layout
+                try:
+                    staging.rename(folder)
+                except OSError:  # another process renamed its copy in between
+                    pass
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        steps.update()
 
 
 def config_dict(cfg) -> dict:
