@@ -197,14 +197,27 @@ def run(ctx, name, ckpt, model_spec, out, formats, device, show_help):
     Options of the analysis itself follow as --option value (e.g. --layer 0 --head 2);
     `interp run NAME --help` shows them.
     """
-    import analyses
+    from . import manifest
 
     if name is None:
         if not show_help:
             raise UserError("name an analysis: interp run NAME --ckpt CKPT; `interp run --help` lists them")
+        listed = manifest.current()["analyses"]
         click.echo(ctx.get_help() + "\n\nAnalyses:\n" + "\n".join(
-            f"  {n:<22} {a.summary}" for n, a in analyses.REGISTRY.items()))
+            f"  {n:<22} {a['summary']}" for n, a in listed.items()))
         return
+    if show_help or (len(ckpt) == 1 and model_spec is None):  # answered without importing torch where it can be
+        known = manifest.current(build_if_missing=False)
+        if known is not None and name in known["analyses"]:
+            if show_help:
+                click.echo(known["analyses"][name]["help"])
+                return
+            why = None if Path(ckpt[0]).exists() else manifest.refusal(known, name, ckpt[0])
+            if why:
+                raise UserError(why)
+
+    import analyses
+
     analysis = analyses.get(name)
     if show_help:
         click.echo(analysis_help(analysis))
@@ -348,78 +361,18 @@ def run_label(source: Path, file: Path) -> str:
 
 @main.command(name="list")
 def list_command():
-    """List tasks, architectures (with parameter counts), analyses and shipped models."""
-    from .files import atomic_write_text
+    """List tasks, architectures (with parameter counts), analyses (what each measures, the shipped
+    models it applies to) and shipped models."""
+    from . import manifest
 
-    # The listing is a function of the plugin files and the shipped runs, and building it imports
-    # TransformerLens and counts 400 models (about 25 s); so it is kept per state of those files.
-    cache = listing_cache()
-    if cache is not None and cache.exists():
-        click.echo(cache.read_text(), nl=False)
-        return
-    text = "".join(line + "\n" for line in listing())
-    click.echo(text, nl=False)
-    if cache is not None:
-        try:
-            atomic_write_text(cache, text)
-        except OSError:  # a read-only home is no reason to fail a listing
-            pass
+    click.echo(manifest.current()["list"], nl=False)
 
 
-def listing_cache() -> Path | None:
-    """Where the listing of the current files is kept ($XDG_CACHE_HOME/interp, or ~/.cache/interp): one file
-    per fingerprint of every source file of the four packages and every shipped run (paths, sizes, mtimes)."""
-    import hashlib
-    import os
+def listing_cache() -> Path:
+    """Where the listing of the current files is kept when they differ from the shipped manifest's."""
+    from . import manifest
 
-    import interp
-
-    root = Path(interp.__file__).resolve().parent.parent
-    state = hashlib.sha256(sys.version.encode())
-    for package in ("tasks", "models", "analyses", "interp"):
-        for path in sorted((root / package).rglob("*")):
-            if path.suffix in (".py", ".json", ".safetensors") and path.is_file():
-                stat = path.stat()
-                state.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    base = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache")
-    return Path(base) / "interp" / f"list-{state.hexdigest()[:20]}.txt"
-
-
-def listing() -> list[str]:
-    import analyses
-    import models
-    import tasks
-
-    from .catalog import shipped, summary
-    from .train import PRESETS
-
-    lines = ["tasks (defaults):"]
-    lines += [f"  {name:<22} {tasks.make(name)!r}" for name in tasks.NAMES]
-    lines.append(f"architectures (parameters of each preset on each task's defaults; presets: {', '.join(PRESETS)}):")
-    for arch in models.ARCHS:
-        for name in tasks.NAMES:
-            task = tasks.make(name)
-            counts = ", ".join(f"{p}={models.count_params(arch, task, models.model_config(arch, p, task)):,}"
-                               for p in models.presets(arch))
-            lines.append(f"  {arch:<12} {name:<11} {counts}")
-    lines.append("analyses (options and defaults; `interp run NAME --help` explains them):")
-    for name, analysis in analyses.REGISTRY.items():
-        opts = " ".join(f"{o.flag} {o.default if o.default != '' else 'auto'}" for o in analysis.options)
-        where = {(True, False): "", (True, True): "  [also language models]", (False, True): "[language models]"}
-        lines.append(f"  {name:<22} {opts}{where[analysis.run is not None, analysis.on_language_model is not None]}")
-    lines.append("shipped models:")
-    for name, path in shipped().items():
-        info = summary(path)
-        mae = f"{info['entropy_mae_bits']:.4f} bits" if info["entropy_mae_bits"] is not None else "n/a"
-        primitive = getattr(tasks.REGISTRY.get(info["task"]), "primitive", None)
-        judged_by_accuracy = primitive is not None and primitive.metric == "accuracy" and info["accuracy"] is not None
-        accuracy = f", accuracy {info['accuracy']:.1%}" if judged_by_accuracy else ""
-        series = f", {info['n_checkpoints']} checkpoints" if info["n_checkpoints"] > 1 else ""
-        lines.append(f"  {name:<30} {info['task'] + '/' + info['arch']:<22} {info['n_params']:>8,} params, "
-                     f"MAE {mae}{accuracy}; {info['steps']:,} steps in {info['minutes']:.0f} min{series}")
-    if not shipped():
-        lines.append("  (none)")
-    return lines
+    return manifest.user_cache(manifest.fingerprint())
 
 
 @main.command()
@@ -507,18 +460,71 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, task_
 
 
 @main.command()
-@click.option("--ckpt", required=True, help="run folder (a step slider replays its checkpoints), .safetensors "
-                                             "checkpoint, or shipped model name")
+@click.option("--task", "task_name", help="wind tunnel (see `interp list`) [default: the first one listed]")
+@click.option("--arch", help="architecture (see `interp list`) [default: the capacity reference, listed first]")
+@click.option("--space", "space", multiple=True, metavar="KEY=V1,V2,...",
+              help="the search: training or model settings and curriculum=on,off, e.g. --space lr=1e-3,3.2e-3,1e-2 "
+                   "curriculum=on,off shift=0,3 (every combination is one trial)")
+@click.argument("more_space", nargs=-1, metavar="[KEY=V1,V2,...]...")
+@click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
+@click.option("--steps", type=int, help="training steps of every trial [default: the capacity reference's preset]")
+@click.option("--batch-size", type=int, help="sequences per step of every trial [default: the preset's]")
+@click.option("--eval-size", type=click.IntRange(1), default=512, show_default=True,
+              help="held-out sequences of every evaluation (the score and what the pruner sees)")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of every init and training batch")
+@click.option("--pruner", type=click.Choice(["median", "halving", "none"]), default="median", show_default=True,
+              help="stop trials behind the others: Optuna's median or successive-halving pruner")
+@click.option("--prune-after", type=click.IntRange(0), help="no trial is stopped before this step [default: half the steps]")
+@click.option("--storage", help="the study's storage [default: sqlite in OUT]: an SQLAlchemy URL (postgresql://..., "
+              "mysql://...) or journal:FILE, for workers on several machines")
+@click.option("--study", help="study name in the storage [default: TASK-ARCH-PRESET]")
+@click.option("--max-trials", type=click.IntRange(1), help="this worker stops after this many trials")
+@click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="a fixed task setting")
+@click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="a fixed model setting")
+@click.option("--out", type=click.Path(path_type=Path), help="search folder [tunes/TASK-ARCH-PRESET]")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
+def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_size, seed, pruner, prune_after, storage,
+         study, max_trials, task_options, model_options, out, device):
+    """Search training recipes with Optuna: every combination of --space is one `interp train` run with the same
+    budget, stopped early by the pruner when it falls behind. Rerun the same command to resume; start it in
+    several processes (or machines, with --storage) to share the trials. Prints the trial table at the end."""
+    import models
+    import tasks
+
+    from .tune import Tune, table
+
+    task_name = task_name or tasks.NAMES[0]
+    arch = arch or models.REFERENCE or models.ARCHS[0]
+    out = out or Path("tunes") / f"{task_name}-{arch}-{preset}"
+    job = Tune(task_name, arch, tuple(space) + tuple(more_space), out, preset, steps, batch_size, eval_size, seed,
+               storage, study, pruner, prune_after, parse_assignments(task_options, "task option"),
+               parse_assignments(model_options, "model option"), device)
+    summary = job.execute(max_trials)
+    click.echo(table(summary))
+    click.echo(f"wrote {out / 'tune.json'} and {out / 'trials.csv'}")
+
+
+@main.command()
+@click.option("--ckpt", help="run folder (a step slider replays its checkpoints), .safetensors "
+                             "checkpoint, or shipped model name")
+@click.option("--model", "model_spec", help="a language model instead (what `interp run --model` takes, e.g. "
+                                             "smollm2-135m): typed prompts, attention per head, logit lens")
 @click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every interface)")
-def explore(ckpt, port, host):
+def explore(ckpt, model_spec, port, host):
     """Open a local web app to look inside a model: posteriors, attention, geometry, ablations."""
     from .ports import check_port
 
+    if (ckpt is None) == (model_spec is None):
+        raise UserError("pass --ckpt (a wind-tunnel model) or --model (a language model), one of them")
     check_port(host, port)  # at once, not after the ~10 s of imports below
     if not is_loopback(host):
         click.echo(f"interp: warning: listening on {host} lets anyone who can reach this machine use the explorer "
                    f"(it has no login); use --host 127.0.0.1 to keep it local", err=True)
+    if model_spec is not None:
+        from .explore_lm import serve as serve_language_model
+
+        return serve_language_model(model_spec, host=host, port=port)
     from .catalog import locate
     from .explore import serve
 

@@ -112,28 +112,6 @@ def test_list_shows_everything(capsys):
         assert word in outcome.out
 
 
-def test_the_listing_is_kept_until_a_source_file_changes(tmp_path, monkeypatch, capsys):
-    import os
-
-    import tasks
-    from interp import cli
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    built = []
-    real = cli.listing
-    monkeypatch.setattr(cli, "listing", lambda: built.append(1) or real())
-    first, again = run_cli(capsys, "list"), run_cli(capsys, "list")
-    assert first.code == again.code == 0 and first.out == again.out and len(built) == 1
-    source = Path(tasks.__file__).parent / "base.py"
-    before = source.stat()
-    try:
-        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 10 ** 9))
-        changed = run_cli(capsys, "list")
-    finally:
-        os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert changed.out == first.out and len(built) == 2  # rebuilt, not served from the old entry
-
-
 def test_a_warm_up_as_long_as_the_run_is_pointed_out(tmp_path, capsys):
     short = run_cli(capsys, "train", "--out", tmp_path / "short", "--steps", "5", *TINY, "--warmup", "300")
     assert short.code == 0 and "warning: the 300-step warm-up is as long as the 5-step run" in short.err
