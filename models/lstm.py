@@ -9,8 +9,10 @@ Hooks, per block l (``blocks.{l}.mixer.``): ``hook_gates`` (the four gate pre-ac
 [B, T, 4H]), ``hook_hidden`` (h_t, [B, T, H]), ``hook_cell`` (c_t, [B, T, H]) and ``hook_out`` (the
 projected output added to the residual stream). The recurrence is PyTorch's own ``nn.LSTM``
 (``blocks.{l}.mixer.lstm``), fast on CPU and GPU; it returns only the last cell state, so when
-``hook_gates`` or ``hook_cell`` is hooked the gates and cells of every position are recomputed from
-the hidden states (for reading: patching them does not change the output; patch ``hook_hidden``).
+``hook_gates``, ``hook_hidden`` or ``hook_cell`` is hooked the gates and cells of every position are
+recomputed from the hidden states. A hidden or cell state a hook changes is carried on: the recurrence
+continues from the changed (h_t, c_t), so patching one step's state is an intervention on the recurrence
+(``LSTMMixer.carried``). ``hook_gates`` is for reading: editing it does not change the output.
 """
 from __future__ import annotations
 
@@ -51,25 +53,51 @@ class LSTMMixer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         hidden, _ = self.lstm(x)  # PyTorch's fused recurrence (cuDNN on GPU)
-        if self.hook_gates.fwd_hooks or self.hook_cell.fwd_hooks:
-            gates, cell = self.gates_and_cells(x, hidden)
-            self.hook_gates(gates)
-            self.hook_cell(cell)
-        return self.hook_out(self.out_proj(self.hook_hidden(hidden)))
+        if self.hook_hidden.fwd_hooks or self.hook_cell.fwd_hooks:
+            hidden = self.carried(x, hidden)
+        elif self.hook_gates.fwd_hooks:
+            self.hook_gates(self.gates_and_cells(x, hidden)[0])
+        else:
+            hidden = self.hook_hidden(hidden)
+        return self.hook_out(self.out_proj(hidden))
 
-    def gates_and_cells(self, x: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every position's gate pre-activations and cell state, recovered from the hidden states.
+    def carried(self, x: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        """The hidden states after ``hook_hidden``'s and ``hook_cell``'s hooks, with what they return carried on:
+        where a hook changes (h_t, c_t), the recurrence continues from the changed pair and the hooks see the
+        new later states, so patching one step's state is an intervention on the recurrence. The hooks are
+        called once more per changed step (each call can change only steps after the last one committed)."""
+        gates, cell = self.gates_and_cells(x, hidden)
+        done, T = 0, x.shape[1]
+        while True:
+            new_h, new_c = self.hook_hidden(hidden), self.hook_cell(cell)
+            moved = ((new_h[:, done:] != hidden[:, done:]).any(-1) | (new_c[:, done:] != cell[:, done:]).any(-1))
+            moved = moved.any(0).nonzero()
+            if not len(moved) or done + int(moved[0]) == T - 1:
+                break
+            t = done + int(moved[0])
+            start = (new_h[:, t][None].contiguous(), new_c[:, t][None].contiguous())
+            tail, _ = self.lstm(x[:, t + 1:], start)
+            tail_gates, tail_cell = self.gates_and_cells(x[:, t + 1:], tail, *(s[0] for s in start))
+            hidden, done = torch.cat([new_h[:, :t + 1], tail], 1), t + 1
+            cell, gates = torch.cat([new_c[:, :t + 1], tail_cell], 1), torch.cat([gates[:, :t + 1], tail_gates], 1)
+        self.hook_gates(gates)
+        return new_h
+
+    def gates_and_cells(self, x: torch.Tensor, hidden: torch.Tensor, h0: torch.Tensor | None = None,
+                        c0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every position's gate pre-activations and cell state, recovered from the hidden states (and the
+        state (h0, c0) before the first position, zero by default).
 
         With h_{t-1} known from the output, all gates come from one matrix product; only the cell
-        update c_t = f_t c_{t-1} + i_t g_t remains sequential. For hooks to read (``nn.LSTM``
-        returns the last cell state only); editing them does not change the output.
+        update c_t = f_t c_{t-1} + i_t g_t remains sequential (``nn.LSTM`` returns the last cell state only).
         """
         lstm = self.lstm
-        previous = torch.cat([hidden.new_zeros(hidden[:, :1].shape), hidden[:, :-1]], dim=1)
+        first = hidden.new_zeros(hidden[:, :1].shape) if h0 is None else h0[:, None]
+        previous = torch.cat([first, hidden[:, :-1]], dim=1)
         gates = x @ lstm.weight_ih_l0.T + previous @ lstm.weight_hh_l0.T + lstm.bias_ih_l0 + lstm.bias_hh_l0
         i, f, g, _ = gates.chunk(4, dim=-1)
         write, keep = torch.sigmoid(i) * torch.tanh(g), torch.sigmoid(f)
-        cells, c = [], torch.zeros_like(write[:, 0])
+        cells, c = [], torch.zeros_like(write[:, 0]) if c0 is None else c0
         for t in range(x.shape[1]):
             c = keep[:, t] * c + write[:, t]
             cells.append(c)

@@ -16,7 +16,8 @@ dt_proj, A_log, D, out_proj), so weights move between the two.
 Hooks, per block l (``blocks.{l}.mixer.``): ``hook_in_proj`` (x and z, [B, T, 2E]), ``hook_conv``
 (the conv output before SiLU, [B, T, E]), ``hook_delta`` (after softplus), ``hook_B``, ``hook_C``
 ([B, T, N]), ``hook_h`` (the state at every position, [B, T, E, N]; y is read from the hooked
-states, so patching them changes the output), ``hook_y`` (scan output with the
+states, and a state a hook changes is carried on by the recurrence to every later position, so
+patching one step's state is an intervention on the recurrence), ``hook_y`` (scan output with the
 D skip, before the gate) and ``hook_out_proj``.
 
 Scan. On CPU the recurrence runs in a small C++ kernel (``models/mamba_kernels.cpp``, built on
@@ -187,13 +188,31 @@ def selective_scan(x, delta, A, B, C, D, hook_h=None):
     """
     if (hook_h is None or not hook_h.fwd_hooks) and _use_kernels(x, delta, B, C):
         return CompiledScan.apply(x, delta, A.to(x.dtype), B, C, D.to(x.dtype)), None
-    decay = torch.exp(delta.unsqueeze(-1) * A).transpose(0, 1)  # [T, B, E, N]: positions first, so
-    drive = ((delta * x).unsqueeze(-1) * B.unsqueeze(-2)).transpose(0, 1)  # each step is one slice
-    h = LinearRecurrence.apply(decay.contiguous(), drive.contiguous()).transpose(0, 1)  # [B, T, E, N]
+    decay = torch.exp(delta.unsqueeze(-1) * A).transpose(0, 1).contiguous()  # [T, B, E, N]: positions first,
+    drive = ((delta * x).unsqueeze(-1) * B.unsqueeze(-2)).transpose(0, 1).contiguous()  # so each step is one slice
+    h = LinearRecurrence.apply(decay, drive).transpose(0, 1)  # [B, T, E, N]
     if hook_h is not None:
-        h = hook_h(h)
+        h = carried(h, hook_h, decay, drive)
     y = (h @ C.unsqueeze(-1)).squeeze(-1) + D * x
     return y, h
+
+
+def carried(h: torch.Tensor, hook_h, decay: torch.Tensor, drive: torch.Tensor) -> torch.Tensor:
+    """The states [B, T, E, N] after ``hook_h``'s hooks, with what they return carried on: where a hook changes
+    the state at step t, the recurrence continues from the changed state (h_{t+1} = a_{t+1} h'_t + b_{t+1}),
+    and the hooks see the new later states. So patching one step's state is an intervention on the
+    recurrence, not only on that step's read-out. The hooks are called once more per changed step; each
+    call can change only steps after the last one committed, so this ends within T + 1 calls."""
+    done, T = 0, h.shape[1]
+    while True:
+        new = hook_h(h)
+        moved = (new[:, done:] != h[:, done:]).flatten(2).any(-1).any(0).nonzero()
+        if not len(moved) or done + int(moved[0]) == T - 1:
+            return new
+        t = done + int(moved[0])
+        start = drive[t + 1:t + 2] + decay[t + 1:t + 2] * new[:, t][None]  # the step after t, from the new h_t
+        tail = LinearRecurrence.apply(decay[t + 1:], torch.cat([start, drive[t + 2:]]))
+        h, done = torch.cat([new[:, :t + 1], tail.transpose(0, 1)], 1), t + 1
 
 
 def gate(y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

@@ -103,6 +103,23 @@ class Preset:
     task: dict = field(default_factory=dict)
 
 
+@dataclass
+class Corruption:
+    """A clean/corrupted pair of batches for causal interventions (``Task.corrupt``).
+
+    Both batches have the same shape and the same tokens except at ``changed``; each carries its own
+    exact posterior, so a patched model's answer at ``query`` can be placed between the clean and the
+    corrupted Bayes answers. ``clean`` may differ from the batch it was made from (recall points its
+    last query at the changed binding).
+    """
+
+    clean: Batch
+    corrupted: Batch
+    query: int  # the query position whose answer is compared (the same in every row)
+    changed: tuple[int, ...]  # the positions whose tokens differ (the same in every row)
+    what: str  # one line: which part of the hypothesis was changed
+
+
 @dataclass(frozen=True)
 class PaperRow:
     """One line of the paper's table that ``interp reproduce`` measures on this task's models.
@@ -169,6 +186,9 @@ class Task:
     # y [B, n], query i predicting y_i from pairs before it (calibration's least-squares curve).
     linear_in_context: bool = False
     primitive: Primitive | None = None  # the inference primitive it tests, if any
+    # The corruptions ``corrupt`` makes, by name (the first is the default), each with one line saying
+    # which known part of the hypothesis it changes; empty when the task declares none.
+    corruptions: dict[str, str] = {}
     presets: dict[str, Preset] = {}  # preset name -> this task's variant of it
     paper_rows: tuple[PaperRow, ...] = ()
 
@@ -182,6 +202,23 @@ class Task:
         independent route to ``sample``'s closed form: [Q, C] (float64), or (mean, var) [Q] each for
         continuous tasks. Only for small configurations."""
         raise NotImplementedError(f"{type(self).__name__} declares no brute-force oracle")
+
+    def corrupt(self, batch: Batch, generator: torch.Generator | None = None, kind: str = "",
+                index: int | None = None) -> Corruption:
+        """``batch`` and a copy with one known part of the hypothesis changed (``kind``, one of
+        ``corruptions``, "" for the first; ``index``: which pair, observation, binding or output, None for
+        the task's default), each with its exact posterior. ConfigError when it cannot be made."""
+        raise ConfigError(f"task {self.name!r} declares no corruption for causal interventions")
+
+    def corruption_kind(self, kind: str) -> str:
+        """``kind`` checked against ``corruptions`` ("" is the first); a one-line ConfigError otherwise."""
+        if not self.corruptions:
+            raise ConfigError(f"task {self.name!r} declares no corruption for causal interventions")
+        if kind == "":
+            return next(iter(self.corruptions))
+        if kind not in self.corruptions:
+            raise ConfigError(f"{self.name}: unknown corruption {kind!r}; valid: {', '.join(self.corruptions)}")
+        return kind
 
     def frame_tokens(self) -> tuple[str, torch.Tensor]:
         """(name, token ids) of the hypothesis frame; ConfigError when the task declares none."""

@@ -20,7 +20,7 @@ import random
 
 import torch
 
-from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, whole, batch_at_queries
+from .base import Batch, ConfigError, Corruption, PaperRow, Preset, Primitive, Task, checked_batch_size, whole, batch_at_queries
 
 
 def enumerated_posterior(V: int, keys: list[int], values: list[int], i: int) -> torch.Tensor:
@@ -69,6 +69,9 @@ class Bijection(Task):
                  "min_block_ratio", 10.0, ">10x", claim="over"),
     )
 
+    corruptions = {"value": "one revealed pair shows a value that was not revealed (index: which pair, default 0); "
+                            "the last key's posterior trades that value for the one it replaced"}
+
     def __init__(self, V: int = 20, L: int | None = None, replacement: bool = False,
                  paired: bool = False):
         whole("bijection", "V", V, 2)  # V first: L defaults to V - 1
@@ -114,6 +117,26 @@ class Bijection(Task):
 
         return batch_at_queries(tokens, key_pos, key_posterior, values,
                                 hypothesis=dict(permutation=perm, keys=keys, values=values))
+
+    def corrupt(self, batch: Batch, generator: torch.Generator | None = None, kind: str = "",
+                index: int | None = None) -> Corruption:
+        """Pair ``index``'s value replaced by one of the values not revealed before the last key (uniform)."""
+        self.corruption_kind(kind)
+        if self.replacement or self.paired:
+            raise ConfigError("bijection: corruptions are defined for keys drawn without replacement, unpaired")
+        pairs = self.L - 1
+        index = 0 if index is None else index
+        if not 0 <= index < pairs:
+            raise ConfigError(f"bijection: the pair to corrupt must be from 0 to {pairs - 1} (L={self.L} keys, "
+                              f"{pairs} revealed pairs), got {index}")
+        tokens = batch.tokens.clone()
+        shown = tokens[:, 1:2 * pairs:2] - self.V  # [B, pairs]
+        unrevealed = torch.ones(len(tokens), self.V, dtype=torch.bool)
+        unrevealed[torch.arange(len(tokens))[:, None], shown] = False
+        noise = torch.rand(len(tokens), self.V, generator=generator).masked_fill(~unrevealed, -1.0)
+        tokens[:, 2 * index + 1] = noise.argmax(1) + self.V  # a uniform draw among the unrevealed values
+        return Corruption(batch, self.batch_from_tokens(tokens), query=self.seq_len - 1, changed=(2 * index + 1,),
+                          what=f"pair {index} shows a value never revealed")
 
     def latent_tables(self, batch: Batch, row: int) -> dict:
         perm = batch.hypothesis.get("permutation")

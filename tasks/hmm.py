@@ -52,7 +52,7 @@ import random
 
 import torch
 
-from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, whole, batch_at_queries
+from .base import Batch, ConfigError, Corruption, PaperRow, Preset, Primitive, Task, checked_batch_size, whole, batch_at_queries
 
 TRANS, EMIT, SEP = 101, 102, 103
 OBS0 = 104
@@ -232,6 +232,23 @@ class HMM(Task):
 
     def config(self) -> dict:
         return dict(name=self.name, S=self.S, O=self.O, K=self.K, concentration=self.concentration)
+
+    corruptions = {"observation": "one observation replaced by another symbol (index: which observation, default "
+                                  "the third from last); the last observation's filtering posterior moves"}
+
+    def corrupt(self, batch: Batch, generator: torch.Generator | None = None, kind: str = "",
+                index: int | None = None) -> Corruption:
+        """Observation ``index`` replaced by a different symbol (uniform over the other O - 1)."""
+        self.corruption_kind(kind)
+        index = max(self.K - 3, 0) if index is None else index
+        if not 0 <= index < self.K:
+            raise ConfigError(f"hmm: the observation to corrupt must be from 0 to {self.K - 1}, got {index}")
+        tokens = batch.tokens.clone()
+        position = self.obs_offset + index
+        shift = torch.randint(1, self.O, (len(tokens),), generator=generator)
+        tokens[:, position] = (tokens[:, position] - OBS0 + shift) % self.O + OBS0
+        return Corruption(batch, self.batch_from_tokens(tokens), query=self.seq_len - 1, changed=(position,),
+                          what=f"observation {index} replaced by another symbol")
 
     def sample(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
         S, O, K, B = self.S, self.O, self.K, checked_batch_size(batch_size)

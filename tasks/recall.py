@@ -60,7 +60,7 @@ import random
 
 import torch
 
-from .base import Batch, ConfigError, PaperRow, Preset, Primitive, Task, checked_batch_size, whole, batch_at_queries
+from .base import Batch, ConfigError, Corruption, PaperRow, Preset, Primitive, Task, checked_batch_size, whole, batch_at_queries
 
 LAYOUTS = ("paper", "compact")
 MARKERS = ("SEP", "STORE", "QUERY", "PAD", "FILL")  # paper layout: token ids n_keys + n_values + i
@@ -219,6 +219,42 @@ class Recall(Task):
             config["slots"] = n
         config.pop("name")
         return Recall(**config)
+
+    corruptions = {"value": "the binding the last query asks about shows another value, one bound nowhere (index: "
+                            "which table slot, default 0); the answer moves from one value to the other",
+                   "key": "the binding the last query asks about shows another key, one bound nowhere (index: which "
+                          "table slot, default 0); the query is then unbound and its answer uniform"}
+
+    def corrupt(self, batch: Batch, generator: torch.Generator | None = None, kind: str = "",
+                index: int | None = None) -> Corruption:
+        """The last query pointed at table slot ``index`` (the clean batch); then that slot's value (or key)
+        replaced by one bound nowhere in the row, uniform over those (the corrupted batch)."""
+        kind = self.corruption_kind(kind)
+        slot = 0 if index is None else index
+        paper = self.layout == "paper"
+        if not paper:  # its shown answers would contradict a changed binding
+            raise ConfigError("recall: corruptions are defined for the paper layout")
+        filled = int(batch.hypothesis["n_pairs"].min())
+        if not 0 <= slot < filled:
+            raise ConfigError(f"recall: the slot to corrupt must be bound in every sequence: from 0 to {filled - 1} "
+                              f"here (this task binds {self.N_min}..{self.N} pairs), got {slot}")
+        pool, size = (self.n_values, self.n_keys) if kind == "value" else (self.n_keys, 0)
+        bound = batch.hypothesis["values" if kind == "value" else "keys"]
+        if pool <= self.N:
+            raise ConfigError(f"recall: a {kind} bound nowhere needs more than N={self.N} {kind}s in the pool")
+        query = int(self.query_positions()[-1])
+        key_pos, value_pos = (4 * slot + 1, 4 * slot + 3) if paper else (2 * slot, 2 * slot + 1)
+        tokens = batch.tokens.clone()
+        tokens[:, query] = tokens[:, key_pos]  # the clean sequence asks about the slot
+        clean = self.batch_from_tokens(tokens)
+        taken = torch.nn.functional.one_hot(bound + 1, pool + 1)[..., 1:].any(1)  # an empty slot's -1 drops out
+        free = ~taken
+        noise = torch.rand(len(tokens), pool, generator=generator).masked_fill(~free, -1.0)
+        position = value_pos if kind == "value" else key_pos
+        tokens = tokens.clone()
+        tokens[:, position] = noise.argmax(1) + size
+        return Corruption(clean, self.batch_from_tokens(tokens), query=query, changed=(position,),
+                          what=f"the {kind} of table slot {slot} (asked by the last query) replaced by one bound nowhere")
 
     def query_positions(self, queries: int | None = None) -> torch.Tensor:
         """Positions of the query keys, where beliefs are asked for."""

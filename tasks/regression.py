@@ -24,7 +24,7 @@ import random
 
 import torch
 
-from .base import Batch, ConfigError, PaperRow, Preset, Task, checked_batch_size, whole
+from .base import Batch, ConfigError, Corruption, PaperRow, Preset, Task, checked_batch_size, whole
 
 
 def conditioned_predictive(x: torch.Tensor, y: torch.Tensor, weight_std: float, noise_std: float):
@@ -92,6 +92,11 @@ class Regression(Task):
         w = torch.randn(B, d, generator=generator, dtype=torch.float64) * self.weight_std
         x = torch.randn(B, n, d, generator=generator, dtype=torch.float64)
         y = (x @ w[:, :, None])[..., 0] + self.noise_std * torch.randn(B, n, generator=generator, dtype=torch.float64)
+        return self.batch_of(x, y, w)
+
+    def batch_of(self, x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> Batch:
+        """The Batch of inputs x [B, n, d] and outputs y [B, n] (float64) drawn with weights w [B, d]."""
+        B, d = x.shape[0], self.d
         mean, var = self.predictive(x, y)
 
         T = self.seq_len
@@ -110,6 +115,24 @@ class Regression(Task):
                      bayes_entropy=gaussian_entropy_bits(posterior_var).float(),
                      posterior_mean=posterior_mean.float(), posterior_var=posterior_var.float(),
                      hypothesis=dict(w=w.float(), x=x.float(), y=y.float()))
+
+    corruptions = {"y": "one shown output moved by two prior standard deviations of y (index: which pair, default "
+                        "the last shown); the last query's predictive mean moves"}
+
+    def corrupt(self, batch: Batch, generator: torch.Generator | None = None, kind: str = "",
+                index: int | None = None, size: float = 2.0) -> Corruption:
+        """Output y_index moved by ``size`` prior standard deviations of y, sqrt(d weight_std^2 + noise_std^2)."""
+        self.corruption_kind(kind)
+        index = self.n - 2 if index is None else index
+        if not 0 <= index < self.n - 1:
+            raise ConfigError(f"regression: the output to move must be from 0 to {self.n - 2} (the last shown), "
+                              f"got {index}")
+        h = batch.hypothesis
+        x, y, w = h["x"].double(), h["y"].double(), h["w"]
+        moved = y.clone()
+        moved[:, index] += size * math.sqrt(self.d * self.weight_std ** 2 + self.noise_std ** 2)
+        return Corruption(self.batch_of(x, y, w), self.batch_of(x, moved, w), query=self.seq_len - 1,
+                          changed=(2 * index + 1,), what=f"output y_{index} moved by {size:g} prior sd")
 
     def predictive(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Posterior predictive mean and variance of y_i given pairs 1..i-1, for every i: [B, n] each."""

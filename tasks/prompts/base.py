@@ -61,6 +61,12 @@ class PromptTask:
         a wind-tunnel transformer was trained on (None for a language model)."""
         raise NotImplementedError
 
+    def predictive(self, shown: Sequence[int], alpha: float) -> torch.Tensor | None:
+        """The Bayes predictive over the answer tokens after the observations ``shown`` (each 0 or 1: which
+        answer token was shown), for a prompt whose shown observations were edited (causal interventions flip
+        one); None when the answer does not follow from the shown observations alone."""
+        return None
+
 
 def binary_entropy_bits(p: torch.Tensor) -> torch.Tensor:
     return -(p * torch.log2(p.clamp_min(1e-300))).sum(-1)

@@ -41,6 +41,9 @@ class Coin(PromptTask):
     summary = "k in {0,1,2,4,8,16} flips of a coin whose bias is uniform; predict the next flip"
     order = 10
 
+    def predictive(self, shown: Sequence[int], alpha: float) -> torch.Tensor:
+        return predictive(shown)
+
     def build(self, lm, words: Sequence[str], per_shot: int, alpha: float, seed: int) -> PromptSet:
         encode = lm.encode
         faces = (0, 1) if encode is None else tuple(one_token(encode, face) for face in FACES)

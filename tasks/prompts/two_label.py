@@ -81,6 +81,9 @@ class TwoLabel(PromptTask):
     order = 0
     uses_words = True
 
+    def predictive(self, shown: Sequence[int], alpha: float) -> torch.Tensor:
+        return predictive(shown, alpha)
+
     def build(self, lm, words: Sequence[str], per_shot: int, alpha: float, seed: int) -> PromptSet:
         check_alpha(alpha)
         encode, vocab_size = lm.encode, lm.model.cfg.d_vocab

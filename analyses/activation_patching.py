@@ -1,0 +1,103 @@
+"""Activation patching: which activation, at which position, carries what a corruption changed?
+
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+from tqdm import tqdm
+
+from . import _patching as P
+from .base import Analysis, AnalysisError, Option, Result
+
+DEFINITION = " ".join("""
+ A clean and a corrupted input differ in one known part of the hypothesis (the task's corruption: a
+bijection pair shows another value, one HMM observation is another symbol, a recall binding shows
+another value or key, one regression output moves; on a language model one shown observation of the
+prompt task is flipped); the exact Bayes answer of each at the compared query position is known. The
+model runs on the corrupted input with one site's activation at one position (or at every position,
+column "all") replaced by its value on the clean input; every later computation runs on. A site is the
+residual stream before a block or after the last (blocks.l.hook_resid_pre / hook_resid_post), one
+attention head's output z (blocks.l.attn.hook_z), the attention or MLP output (hook_attn_out,
+hook_mlp_out), the mixer output of a non-transformer (hook_mixer_out), the recurrent state (Mamba
+blocks.l.mixer.hook_h; the LSTM's hidden and cell states together), which the recurrence carries on
+from the patched step (not patched at every position at once: column "all" is left empty there), or one
+tap of a token shift (its term W_shift[j-1] x_{t-j}). The model's answer
+a at the query (its distribution over the answer classes; on a Gaussian task its predictive mean) is
+scored with Delta = Bayes(clean) - Bayes(corrupted) as sum <a - ref, Delta> / sum <target - ref, Delta>
+over the batch: on the Bayes scale ref, target are the corrupted and clean Bayes answers (1 = the
+clean input's Bayes answer restored), on the model scale the model's own corrupted and clean answers
+(1 = its clean answer restored exactly). restores_clean_exactly: the residual stream before the first
+block patched at every position gives the model scale 1 up to float error, as it must.
+""".split())
+
+
+def compute(model, corrupt: str = "", index: int = -1, n: int = 100, seed: int = 1234,
+            positions: str = "auto") -> Result:
+    return patch(model, dict(corrupt=corrupt, index=index, n=n, seed=seed), positions)
+
+
+def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int, index: int,
+                      positions: str) -> Result:
+    return patch(lm, dict(prompts=prompts, words=words, per_shot=per_shot, alpha=alpha, seed=seed, index=index),
+                 positions)
+
+
+def patch(model, options: dict, positions: str) -> Result:
+    if positions not in ("auto", P.ALL):
+        raise AnalysisError(f"--positions must be auto or all, got {positions!r}")
+    pair = P.make_pair(model, options)
+    scorer = P.Scorer(pair)
+    hooked = pair.model
+    chosen = P.sites(hooked)
+    where = pair.positions(positions)
+    names = P.cache_names(hooked, chosen)
+    clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
+
+    grid = {"bayes": [], "model": []}
+    for site in tqdm(chosen, desc="activation patching", unit="site", leave=False, disable=None):
+        cols = [*where] if site.kind == "state" else [*where, None]  # a whole state sequence: see DEFINITION
+        scores = [scorer.both(a) for a in P.patched_answers(pair, site, cols, clean, corrupted)] + [{}] * (
+            len(where) + 1 - len(cols))
+        for scale in grid:
+            grid[scale].append([s.get(scale) for s in scores])
+
+    first = chosen[[s.kind for s in chosen].index("resid")]
+    whole = scorer.both(P.patched_answers(pair, first, [None], clean, corrupted)[0])
+    metrics = dict(
+        subject=pair.subject, corruption=pair.what, query=pair.query, changed=list(pair.changed),
+        answer=pair.kind, n_sequences=len(pair.clean), sites=[s.label for s in chosen], positions=where,
+        position_labels=[pair.labels[p] for p in where], **scorer.baselines(),
+        bayes_scale=grid["bayes"], model_scale=grid["model"],
+        whole_residual=whole, restores_clean_exactly=whole["model"] is not None and abs(whole["model"] - 1) < 1e-4,
+        strongest=strongest(chosen, where, grid["bayes"]))
+    cols = [pair.labels[p] for p in where] + ["all positions"]
+    hover = [[f"model scale {P.short(m)}" for m in row] for row in grid["model"]]
+    fig = P.grid_figure(grid["bayes"], [s.label for s in chosen], cols,
+                        f"{pair.subject}: activation patching, clean into corrupted ({pair.what})<br><sup>answer at "
+                        f"position {pair.query} on the Bayes scale (1: the clean input's Bayes answer, 0: the "
+                        f"corrupted one's); unpatched, the model's clean answer scores "
+                        f"{P.short(metrics['clean_on_bayes_scale'])} and its corrupted one "
+                        f"{P.short(metrics['corrupted_on_bayes_scale'])}</sup>", "Bayes scale", hover)
+    return Result("activation-patching", DEFINITION, metrics, {"activation-patching": fig}, descriptions={
+        "clean_on_bayes_scale": "the model's own clean answer on the Bayes scale (1 = Bayes's clean answer)",
+        "corrupted_on_bayes_scale": "the model's own corrupted answer on the Bayes scale (0 = Bayes's corrupted answer)"})
+
+
+def strongest(chosen, where, values) -> list[dict]:
+    """Per site kind and layer, the position whose patch restores most (Bayes scale)."""
+    out = []
+    for site, row in zip(chosen, values):
+        scored = [(v, p) for v, p in zip(row, where) if v is not None]
+        if scored:
+            v, p = max(scored)
+            out.append(dict(site=site.label, position=p, bayes_scale=v))
+    return out
+
+
+POSITIONS = Option("positions", "auto", "auto (around the change and the query) or all")
+ANALYSIS = Analysis("activation-patching", "each site x position patched from a clean into a corrupted input, scored "
+                    "between the two Bayes answers", DEFINITION, compute,
+                    options=(*P.wind_tunnel_options(), POSITIONS), order=20,
+                    on_language_model=on_language_model, language_options=(*P.language_options(), POSITIONS),
+                    language_definition=DEFINITION)
+run = ANALYSIS

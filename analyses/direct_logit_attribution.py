@@ -1,0 +1,170 @@
+"""Direct logit attribution: how much of the answer's logit difference does each component write directly?
+
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import torch
+
+from . import _patching as P
+from .base import Analysis, Result
+
+DEFINITION = " ".join("""
+ On the clean and on the corrupted input of the task's corruption (see activation-patching), at the
+compared query position, the final residual stream is the sum of what each component wrote: the
+embeddings (the residual stream before the first block, token shift included), each attention head
+(its z times its W_O), the attention output biases b_O, each MLP (transformers), or each block's mixer
+output (other architectures). The answer direction of a row is d = Delta / (|Delta|_1 / 2) over the
+answer classes, Delta = Bayes(clean) - Bayes(corrupted) (a two-class swap: the logit of the clean answer
+minus that of the corrupted one); on a Gaussian task the sign of Delta on the predictive mean. The
+logit difference is <logits, d>. With the final norm's scale frozen at its value in that run, the
+norm is linear, so the logit difference is exactly the sum over components of <norm(component) W_U, d>
+plus a constant (the norm's and the unembedding's biases): a component's direct logit attribution.
+Reported as means over the batch, clean and corrupted, and share = sum over rows of (clean - corrupted)
+over the same sum for the whole logit difference: the fraction of the change the component writes
+directly (the shares add up to 1). sum_check: the largest |sum of attributions + bias - logit
+difference| over rows, float error only.
+""".split())
+
+
+def compute(model, corrupt: str = "", index: int = -1, n: int = 100, seed: int = 1234) -> Result:
+    return attribute(model, dict(corrupt=corrupt, index=index, n=n, seed=seed))
+
+
+def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int, index: int) -> Result:
+    return attribute(lm, dict(prompts=prompts, words=words, per_shot=per_shot, alpha=alpha, seed=seed, index=index))
+
+
+def final_read(model):
+    """(norm, W_U [d, out], b_U [out]) of the model's final norm and unembedding."""
+    unembed = model.unembed
+    if isinstance(unembed, torch.nn.Linear):
+        return model.ln_final, unembed.weight.T, unembed.bias
+    return model.ln_final, model.W_U, model.b_U
+
+
+def linear_norm(norm, x: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The final norm applied to the component ``x`` with the scale frozen at ``reference``'s (the whole residual),
+    without its bias; and the bias (added once). LayerNorm centres and divides; RMSNorm only divides."""
+    weight = getattr(norm, "weight", None)
+    weight = getattr(norm, "w", None) if weight is None else weight
+    bias = getattr(norm, "bias", None)
+    bias = getattr(norm, "b", None) if bias is None else bias
+    eps = getattr(norm, "eps", None)
+    eps = torch.finfo(reference.dtype).eps if eps is None else eps
+    centred = type(norm).__name__ in ("LayerNorm", "LayerNormPre")
+    ref = reference - reference.mean(-1, keepdim=True) if centred else reference
+    scale = (ref.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    out = (x - x.mean(-1, keepdim=True) if centred else x) / scale
+    if weight is not None:
+        out = out * weight
+    return out, (torch.zeros_like(reference[..., :1]) if bias is None else bias.expand_as(reference))
+
+
+def components(pair: P.Pair, cache: dict) -> list[tuple[str, torch.Tensor]]:
+    """(label, what it wrote into the final residual at the query [B, d]) for every component."""
+    model, q, L = pair.model, pair.query, P.n_layers(pair.model)
+    out = [("embeddings", cache["blocks.0.hook_resid_pre"][:, q])]
+    for l in range(L):
+        b = f"blocks.{l}."
+        if P.has(model, b + "attn.hook_z"):
+            z, attn = cache[b + "attn.hook_z"][:, q], model.blocks[l].attn
+            W_O = attn.W_O  # [heads, d_head, d]
+            out += [(f"L{l}H{h}", z[:, h] @ W_O[h]) for h in range(z.shape[1])]
+            out.append((f"L{l} attention bias", attn.b_O.expand(len(z), -1)))
+            if P.has(model, b + "hook_mlp_out"):
+                out.append((f"L{l} MLP", cache[b + "hook_mlp_out"][:, q]))
+        else:
+            out.append((f"L{l} mixer", cache[b + "hook_mixer_out"][:, q]))
+    return out
+
+
+def needed(model) -> list[str]:
+    L = P.n_layers(model)
+    names = ["blocks.0.hook_resid_pre", f"blocks.{L - 1}.hook_resid_post"]
+    for l in range(L):
+        b = f"blocks.{l}."
+        names += [b + n for n in (("attn.hook_z", "hook_mlp_out") if P.has(model, b + "attn.hook_z") else
+                                  ("hook_mixer_out",)) if P.has(model, b + n)]
+    return names
+
+
+def direction(pair: P.Pair) -> torch.Tensor:
+    """Per row, the answer direction over the answer vector's entries [B, K]."""
+    delta = pair.delta
+    if pair.kind == "mean":
+        return delta.sign()
+    return delta / (delta.abs().sum(-1, keepdim=True) / 2).clamp_min(1e-30)
+
+
+def output_direction(pair: P.Pair, W_U: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """[B, d_model]: the residual-space direction whose dot with a normalised residual is the logit difference."""
+    cols = torch.arange(W_U.shape[1], device=W_U.device)
+    picked = cols[:1] if pair.kind == "mean" else pair.answer_index(cols)
+    return d.to(W_U.dtype) @ W_U[:, picked].T
+
+
+def decompose(pair: P.Pair, tokens: torch.Tensor) -> dict:
+    """Attributions [B] per component, the bias term [B] and the logit difference [B] on ``tokens``."""
+    model = pair.model
+    norm, W_U, b_U = final_read(model)
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(tokens, names_filter=needed(model))
+        L = P.n_layers(model)
+        final = cache[f"blocks.{L - 1}.hook_resid_post"][:, pair.query]
+        d = direction(pair)
+        u = output_direction(pair, W_U, d)
+        parts = {label: (linear_norm(norm, x, final)[0] * u).sum(-1).double() for label, x in components(pair, cache)}
+        _, norm_bias = linear_norm(norm, final, final)
+        out = logits[:, pair.query]
+        picked = out[:, :1] if pair.kind == "mean" else pair.answer_index(out)
+        b_pick = b_U[:1] if pair.kind == "mean" else pair.answer_index(b_U)
+        bias = ((norm_bias * u).sum(-1) + (b_pick * d).sum(-1)).double()
+        total = (picked.double() * d).sum(-1)
+    return dict(parts=parts, bias=bias, total=total, sum_check=(sum(parts.values()) + bias - total).abs().max().item())
+
+
+def attribute(model, options: dict) -> Result:
+    pair = P.make_pair(model, options)
+    clean, corrupted = decompose(pair, pair.clean), decompose(pair, pair.corrupted)
+    change = (clean["total"] - corrupted["total"]).sum().item()
+    rows = []
+    for label in clean["parts"]:
+        a, b = clean["parts"][label], corrupted["parts"][label]
+        rows.append(dict(component=label, clean=a.mean().item(), corrupted=b.mean().item(),
+                         share=(a - b).sum().item() / change if abs(change) > 1e-12 else None))
+    metrics = dict(subject=pair.subject, corruption=pair.what, query=pair.query, answer=pair.kind, n_sequences=len(pair.clean),
+                   logit_difference_clean=clean["total"].mean().item(),
+                   logit_difference_corrupted=corrupted["total"].mean().item(),
+                   bias_term=clean["bias"].mean().item(), components=rows,
+                   largest_share=max((r for r in rows if r["share"] is not None), key=lambda r: r["share"],
+                                     default=None),
+                   sum_check=max(clean["sum_check"], corrupted["sum_check"]))
+    return Result("direct-logit-attribution", DEFINITION, metrics, {"direct-logit-attribution": figure(metrics)},
+                  descriptions={"sum_check": "largest |sum of attributions + bias - logit difference| (float error)"})
+
+
+def figure(metrics: dict) -> go.Figure:
+    rows = metrics["components"]
+    labels = [r["component"] for r in rows]
+    fig = go.Figure()
+    for key, name in (("clean", "clean input"), ("corrupted", "corrupted input")):
+        fig.add_bar(x=labels, y=[r[key] for r in rows], name=name,
+                    customdata=[r["share"] if r["share"] is not None else float("nan") for r in rows],
+                    hovertemplate="%{x}<br>%{y:.3f}<br>share of the change %{customdata:.3f}<extra>" + name + "</extra>")
+    what = "predictive mean, signed toward the clean Bayes answer" if metrics.get("answer") == "mean" else \
+        "logit difference along the Bayes change"
+    fig.update_layout(title=f"{metrics['subject']}: direct logit attribution at position {metrics['query']}<br><sup>"
+                            f"{what}; total {metrics['logit_difference_clean']:.3g} clean, "
+                            f"{metrics['logit_difference_corrupted']:.3g} corrupted ({metrics['corruption']})</sup>",
+                      barmode="group", xaxis_title="component", yaxis_title="direct contribution",
+                      width=max(700, 40 * len(labels) + 250), height=480)
+    return fig
+
+
+ANALYSIS = Analysis("direct-logit-attribution", "each head's or block's direct write to the answer's logit difference, "
+                    "clean and corrupted", DEFINITION, compute, options=P.wind_tunnel_options(), order=21,
+                    on_language_model=on_language_model, language_options=P.language_options(),
+                    language_definition=DEFINITION)
+run = ANALYSIS
