@@ -147,10 +147,11 @@ def check_request(body: dict, callback_map: dict, rules: dict[tuple[str, str], R
     callback = callback_map[output]
     declared = _pairs(callback.get("output", []))
     outputs = body.get("outputs")
-    given = outputs if isinstance(outputs, list) else [outputs]
+    multi = isinstance(callback.get("output"), (list, tuple))  # the page sends a list only for several outputs
+    given = outputs if isinstance(outputs, list) and multi else [outputs] if not multi else None
     if callback.get("no_output"):
         pass
-    elif len(given) != len(declared) or not all(
+    elif given is None or len(given) != len(declared) or not all(
             isinstance(o, dict) and isinstance(o.get("id"), str) and isinstance(o.get("property"), str)
             and (o["id"], o["property"].split("@")[0]) == d for o, d in zip(given, declared)):
         raise Refused(f"outputs do not match the view {output!r}")

@@ -616,7 +616,8 @@ class Trainer:
         last_eval = {}
         self.model.train()
         started = time.perf_counter() - self.elapsed
-        with deterministic(self.device):  # same seed and thread count, same weights
+        # the bar is closed however the loop ends, so an error's line starts a line of its own
+        with deterministic(self.device), bar:  # same seed and thread count, same weights
             while self.step < s.steps:
                 lr = lr_at(self.step, s)
                 for group in self.opt.param_groups:
