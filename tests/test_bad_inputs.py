@@ -703,9 +703,9 @@ REQUESTS = [
     Request("a sequence whose tokens are not its seed's", "posterior", {TOKENS: {"tokens": [0, 6], "seed": 0}}, 400,
             "sequence.data: tokens are not the sequence of seed 0"),
     Request("the seed box at 1.5 (the view refuses it)", "sequence", {"seed.value": 1.5}, 200,
-            "the seed must be a whole number from 0 to 2^32 - 1, got 1.5"),
+            "the seed must be an integer from 0 to 2^32 - 1, got 1.5"),
     Request("the seed box holding a word (the view refuses it)", "sequence", {"seed.value": "x"}, 200,
-            "the seed must be a whole number from 0 to 2^32 - 1, got 'x'"),
+            "the seed must be an integer from 0 to 2^32 - 1, got 'x'"),
     Request("a 5000-digit number in the seed box", "sequence", {}, 400,
             "a number of 5000 digits; numbers in requests have at most 30", raw="BODY.replace('\"SEED\"', '9' * 5000)"),
     Request("a list in place of the typed text", "sequence", {"tokens-text.value": ["k1"]}, 400,
@@ -751,7 +751,8 @@ def explorer_request(app, explorer, request: Request) -> bytes:
     outputs = callback["output"] if isinstance(callback["output"], list) else [callback["output"]]
     item = lambda spec: dict(id=spec["id"], property=spec["property"],  # noqa: E731
                              value=(page | values)[f"{spec['id']}.{spec['property']}"])
-    body = json.dumps(dict(output=key, outputs=[dict(id=o.component_id, property=o.component_property) for o in outputs],
+    declared = [dict(id=o.component_id, property=o.component_property) for o in outputs]
+    body = json.dumps(dict(output=key, outputs=declared if isinstance(callback["output"], list) else declared[0],
                            inputs=[item(i) for i in callback["inputs"]], state=[item(s) for s in callback["state"]],
                            changedPropIds=[f"{callback['inputs'][0]['id']}.{callback['inputs'][0]['property']}"]))
     if request.raw is not None:

@@ -1,0 +1,416 @@
+"""What a fault leaves, and what waits on whom: build locks, resumes after odd logs, advice that works.
+
+The one-line messages themselves are rows of tests/test_bad_inputs.py (docs/bad-inputs.md); here are
+the behaviours that a row cannot show: a lock left by a killed Mamba kernel build never hangs a later
+process, a lock held too long ends in eager torch with one warning, a fresh run that fails on an
+unwritable folder leaves nothing behind, a resumed log with a non-UTF-8 line resumes, the advice of
+an error is a command that works, a reproduction rerun after a full disk makes the figures it links.
+The explorer's requests are fuzzed against the real Dash endpoints on 127.0.0.1 (slow: a server).
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.cli import fork_cli, run_cli, wait_for
+from tests.test_bad_inputs import TINY_RUN, workspace_template  # noqa: F401 (a fixture)
+
+TINY = TINY_RUN.split()
+MAMBA = ["--arch", "mamba", "-T", "V=6", "-T", "L=5", "-M", "d_model=16", "-M", "n_layers=1", "--steps", "3",
+         "--batch-size", "4", "--warmup", "1"]
+
+
+# -- the Mamba kernels' build lock -----------------------------------------------------------------
+def kernel_build(**kwargs):
+    """``models.kernels.build`` of the Mamba kernels as ``cpu_kernels`` calls it."""
+    import models.mamba
+    from models.kernels import build
+
+    return build(models.mamba.KERNELS_NAME, [models.mamba.KERNELS_SOURCE], *models.mamba.KERNELS_FLAGS,
+                 what="Mamba CPU kernels", **kwargs)
+
+
+def lock_path() -> Path:
+    import models.mamba
+    from models.kernels import folder_for
+
+    folder = folder_for(models.mamba.KERNELS_NAME, [models.mamba.KERNELS_SOURCE], models.mamba.KERNELS_FLAGS[0])
+    return folder.with_name(folder.name + ".lock")
+
+
+def hold_lock(then) -> int:
+    """Fork a process that takes the build lock (as a build does) and then calls ``then()``; its pid."""
+    from models.kernels import BuildLock
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            assert BuildLock(lock_path(), 0, "test").acquire() == "held"
+            then()
+        finally:
+            os._exit(0)
+    deadline = time.time() + 30
+    while time.time() < deadline and not (lock_path().exists() and lock_path().read_text().startswith(str(pid))):
+        time.sleep(0.02)
+    return pid
+
+
+@pytest.fixture
+def fresh_builds(tmp_path, monkeypatch):
+    """An empty build folder, and a compiler that fails at once (a real failing build, in a second)."""
+    monkeypatch.setenv("INTERP_BUILD_DIR", str(tmp_path / "builds"))
+    monkeypatch.setenv("CXX", "/bin/false")
+    return tmp_path / "builds"
+
+
+def warnings_in(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "warning" in line]
+
+
+def test_a_lock_left_by_a_killed_build_never_hangs_training(fresh_builds, tmp_path):
+    """The issue's hang: a build killed half way left its lock; the next `interp train --arch mamba`
+    waited forever after its header. Now the lock (an flock) died with its holder: training goes on at
+    once (here the build itself fails, as without a compiler: eager torch, one warning line)."""
+    killed = hold_lock(lambda: os.kill(os.getpid(), signal.SIGKILL))
+    wait_for(killed)
+    assert lock_path().read_text().startswith(str(killed))  # the lock file is left behind, naming the dead pid
+
+    def fresh_kernels():
+        import models.mamba
+        models.mamba._KERNELS.clear()
+
+    log = tmp_path / "train.log"
+    started = time.time()
+    status = wait_for(fork_cli(log, "train", "--out", tmp_path / "run", *MAMBA, prepare=fresh_kernels), timeout=120)
+    output = log.read_text()
+    assert os.WEXITSTATUS(status) == 0, output
+    assert time.time() - started < 60, "it waited on the dead build's lock"
+    assert "waiting" not in output
+    assert warnings_in(output) == [line for line in output.splitlines() if "could not build the Mamba CPU kernels" in line]
+    assert len(warnings_in(output)) == 1 and "using eager torch instead" in warnings_in(output)[0]
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
+
+
+def test_a_lock_held_too_long_ends_in_eager_torch_with_one_warning(fresh_builds, capfd):
+    holder = hold_lock(lambda: time.sleep(60))
+    try:
+        started = time.monotonic()
+        assert kernel_build(wait_s=1.5) is None
+        took = time.monotonic() - started
+    finally:
+        os.kill(holder, signal.SIGKILL)
+        wait_for(holder)
+    err = capfd.readouterr().err
+    assert 1.4 < took < 10
+    assert f"waiting for pid {holder} to finish building the Mamba CPU kernels" in err  # progress while waiting
+    assert warnings_in(err) == ["interp: warning: the Mamba CPU kernels are still being built by another process "
+                                "after 2 s; using eager torch instead (the same numbers, more slowly); a later run "
+                                "will use the kernels"]
+
+
+def test_a_lock_whose_named_holder_is_dead_is_stale(fresh_builds, capfd):
+    """The lock is held (a process the builder forked kept it open) but the pid it names has ended: no
+    build is going on, so the waiter builds without it (publishing is atomic, so that is safe)."""
+    grandchild = []
+
+    def fork_and_die():
+        child = os.fork()
+        if child == 0:
+            time.sleep(60)
+            os._exit(0)
+        Path(str(lock_path()) + ".child").write_text(str(child))
+
+    builder = hold_lock(fork_and_die)
+    wait_for(builder)
+    grandchild.append(int(Path(str(lock_path()) + ".child").read_text()))
+    try:
+        started = time.monotonic()
+        assert kernel_build(wait_s=60) is None  # the build itself fails here (CXX=/bin/false)
+        assert time.monotonic() - started < 30
+    finally:
+        os.kill(grandchild[0], signal.SIGKILL)
+    err = capfd.readouterr().err
+    assert f"names pid {builder}, which has ended; building without it" in err
+    assert len(warnings_in(err)) == 1 and "could not build the Mamba CPU kernels" in warnings_in(err)[0]
+
+
+def test_an_incomplete_build_folder_is_never_loaded(fresh_builds, capfd):
+    """A folder without its build.json (the record written last) is not a build: it is rebuilt (here the
+    rebuild fails: one warning, None), never imported."""
+    from models.kernels import published
+
+    folder = lock_path().with_name(lock_path().name.removesuffix(".lock"))
+    folder.mkdir(parents=True)
+    (folder / "interp_mamba_kernels.so").write_bytes(b"half a library")
+    assert published(folder, "interp_mamba_kernels") is None
+    assert kernel_build(wait_s=5) is None
+    assert len(warnings_in(capfd.readouterr().err)) == 1
+    assert not folder.exists()  # removed under the lock before the rebuild
+
+
+@pytest.mark.slow
+def test_a_killed_first_build_then_a_real_build_and_a_reuse(tmp_path, monkeypatch):
+    """For real (about a minute on 2 cores): a lock left by a killed build, then `interp train --arch
+    mamba` builds the kernels (with progress lines), publishes them, and a second process loads them
+    without building."""
+    monkeypatch.setenv("INTERP_BUILD_DIR", str(tmp_path / "builds"))
+    killed = hold_lock(lambda: os.kill(os.getpid(), signal.SIGKILL))
+    wait_for(killed)
+
+    def fresh_kernels():
+        import models.mamba
+        models.mamba._KERNELS.clear()
+
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    for i, log in enumerate(logs):
+        status = wait_for(fork_cli(log, "train", "--out", tmp_path / f"run{i}", *MAMBA, prepare=fresh_kernels),
+                          timeout=600)
+        assert os.WEXITSTATUS(status) == 0, log.read_text()
+    first, second = (log.read_text() for log in logs)
+    assert "compiling the Mamba CPU kernels" in first and "done in" in first and "warning" not in first
+    assert "compiling" not in second and "warning" not in second
+    built = [p for p in (tmp_path / "builds").iterdir() if p.is_dir()]
+    assert len(built) == 1 and (built[0] / "build.json").exists()  # published; no temporary folder left
+
+
+# -- files a fault leaves --------------------------------------------------------------------------
+def test_a_fresh_run_on_an_unwritable_checkpoints_folder_leaves_nothing(tmp_path, capsys):
+    """The issue: a read-only RUN/checkpoints ended in an OSError and left run.json marked running, so
+    the next `--out RUN` was refused. Run for real as an unprivileged user (root ignores permissions)."""
+    # the same training once here first, so every module it imports is loaded before the fork: the
+    # unprivileged child may not be allowed to read the interpreter's files
+    assert run_cli(capsys, "train", "--out", tmp_path / "warm", *TINY, "--steps", "3").code == 0
+    root = Path(tempfile.mkdtemp(prefix="interp-ro-", dir="/tmp"))
+    try:
+        os.chmod(root, 0o777)
+        run = root / "RUN"
+        (run / "checkpoints").mkdir(parents=True)
+        os.chmod(run, 0o777)
+        os.chmod(run / "checkpoints", 0o500)
+
+        def unprivileged():
+            os.chdir(root)
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+
+        log = tmp_path / "train.log"
+        status = wait_for(fork_cli(log, "train", "--out", "RUN", *TINY, "--steps", "3", prepare=unprivileged))
+        output = log.read_text()
+        assert os.WEXITSTATUS(status) == 1
+        assert output.strip().splitlines()[-1] == ("interp: error: cannot write to RUN/checkpoints: Permission denied; "
+                                                   "choose another folder with --out")
+        assert "Traceback" not in output and "OSError" not in output
+        assert sorted(p.name for p in run.iterdir()) in ([], ["checkpoints"])  # no run.json, metrics or lock
+        if (run / "checkpoints").exists():
+            os.chmod(run / "checkpoints", 0o755)
+        again = wait_for(fork_cli(log, "train", "--out", "RUN", *TINY, "--steps", "3", prepare=lambda: os.chdir(root)))
+        assert os.WEXITSTATUS(again) == 0, log.read_text()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_resume_over_a_log_with_a_line_that_is_not_utf8(workspace_template, tmp_path, monkeypatch, capsys):  # noqa: F811
+    shutil.copytree(workspace_template / "paused", tmp_path / "paused")
+    log = tmp_path / "paused" / "metrics.jsonl"
+    log.write_bytes(b'{"step": 1, "loss": 2.0}\n\xff\xfe not text \xe9\n{"step": "one"}\n')
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(capsys, "train", "--resume", "--out", "paused")
+    assert result.code == 0, result.err
+    lines = log.read_bytes().splitlines()
+    assert lines[0] == b'{"step": 1, "loss": 2.0}' and all(json.loads(line)["step"] > 1 for line in lines[1:])
+
+
+def test_a_curriculum_nested_50000_deep_is_one_line(tmp_path, capsys):
+    deep = "[" * 50_000 + "]" * 50_000
+    result = run_cli(capsys, "train", "--out", tmp_path / "run", *TINY, "--curriculum", deep)
+    assert result.code == 1 and result.err.count("\n") == 1 and "(nested too deeply)" in result.err
+    result = run_cli(capsys, "train", "--out", tmp_path / "run", *TINY, "-T", f"V={deep}")
+    assert result.code == 1 and result.err.strip() == "interp: error: task option 'V' is nested too deeply"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_write_through_a_planted_link_never_happens(tmp_path, monkeypatch):
+    """What the issue did: `ln -s ~/victim.txt RUN/.lock; interp train --resume --out RUN`. The victim is
+    untouched, for the lock, the log appended to, and the files replaced whole."""
+    from interp.errors import UserError
+    from interp.files import RunLock, append_regular, atomic_write_text
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    run = tmp_path / "RUN"
+    run.mkdir()
+    for name, act in ((".lock", lambda p: RunLock(run).acquire()), ("metrics.jsonl", lambda p: append_regular(p, b"x\n")),
+                      ("run.json", lambda p: atomic_write_text(p, "{}"))):
+        (run / name).symlink_to(victim)
+        with pytest.raises(UserError, match="is a symbolic link, not a regular file"):
+            act(run / name)
+        assert victim.read_text() == "precious\n" and (run / name).is_symlink()
+        (run / name).unlink()
+        os.mkfifo(run / name)
+        with pytest.raises(UserError, match="is a named pipe, not a regular file"):
+            act(run / name)  # and never blocks on the pipe
+        (run / name).unlink()
+
+
+@pytest.mark.slow
+def test_a_reproduction_rerun_after_a_full_disk_makes_its_figures(tmp_path, monkeypatch, capsys):
+    """The issue: after ENOSPC, calibration.json was on disk without its PNGs, the rerun took the JSON as
+    the cached result, and reproduction.md linked PNGs that never came. Now the JSON is written last, and
+    a result is reused only when every figure it lists is there."""
+    from interp.reproduce import Reproduction
+    from interp.train import Trainer, TrainSettings
+
+    job = Reproduction("cpu", tmp_path / "runs", tmp_path / "repro", ("bijection",), ("mlp",))
+    Trainer(job.run_dir("bijection", "mlp"), dict(name="bijection", V=6, L=5), "mlp", dict(d_model=16),
+            TrainSettings(steps=5, batch_size=8, warmup=1, eval_every=5, eval_size=20), progress=False).run()
+    folder = tmp_path / "repro" / "bijection-mlp-cpu"
+    real_fsync = os.fsync
+
+    def full_on_png(fd):  # the disk fills while the PNGs are written
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".png.tmp") or ".png." in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fsync", full_on_png)
+        with pytest.raises(Exception, match="No space left on device"):
+            job.analyse("bijection", "mlp", "calibration")
+    assert not (folder / "calibration.json").exists() and not list(folder.glob("*.png"))
+    saved = job.analyse("bijection", "mlp", "calibration")
+    pngs = [folder / f"calibration-{name}.png" for name in saved["figures"]]
+    assert pngs and all(p.stat().st_size for p in pngs)
+    pngs[0].unlink()  # a result written before results wrote their JSON last: its figure missing
+    again = job.analyse("bijection", "mlp", "calibration")
+    assert pngs[0].exists() and again["figures"] == saved["figures"]
+
+
+# -- advice that works -----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_the_advice_of_a_compile_that_cannot_build_is_a_command_that_works(tmp_path, monkeypatch, capsys):
+    """Resuming a --compile run where no C++ compiler works said to pass --no-compile, which --resume
+    refused. Now the advice is the whole command, and the test runs it."""
+    import torch
+    import torch._inductor.config as inductor
+
+    from interp.train import Trainer, TrainSettings
+
+    Trainer(tmp_path / "run", dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
+            TrainSettings(steps=5, batch_size=8, warmup=1, eval_every=5, eval_size=20, compile=True),
+            progress=False).close()  # a compile run interrupted before its first step
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(inductor, "force_disable_caches", True)  # a cached kernel would need no compiler
+    monkeypatch.setattr(inductor.cpp, "cxx", ("/nonexistent/c++",))
+    torch._dynamo.reset()
+    try:
+        failed = run_cli(capsys, "train", "--resume", "--out", "run")
+    finally:
+        torch._dynamo.reset()
+    errors = [line for line in failed.err.splitlines() if line.startswith("interp: error:")]  # on a line of its own
+    assert failed.code == 1 and len(errors) == 1 and "Traceback" not in failed.err, failed.err
+    advice = errors[0].split("or train without it: ")[1]
+    assert advice == "interp train --resume --out run --no-compile"
+    done = run_cli(capsys, *shlex.split(advice)[1:])
+    assert done.code == 0, done.err
+    assert "continues without it" in done.err
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["status"] == "finished" and record["train"]["compile"] is True  # the recipe as it was started
+    assert record["resumes"][-1]["compile"] is False
+
+
+# -- the explorer's requests, fuzzed against the real server ----------------------------------------
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def live_explorer(workspace_template):  # noqa: F811
+    """``interp explore`` of the tiny run, served by werkzeug on 127.0.0.1 in a thread."""
+    from werkzeug.serving import make_server
+
+    from interp.explore import Explorer, build_app
+
+    explorer = Explorer(workspace_template / "tiny")
+    app = build_app(explorer)
+    server = make_server("127.0.0.1", free_port(), app.server, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield explorer, app, f"http://127.0.0.1:{server.server_port}/_dash-update-component"
+    server.shutdown()
+
+
+def post(url: str, body: bytes) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return answer.status, answer.read().decode(errors="replace")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
+
+
+def odd_values():
+    from hypothesis import strategies as st
+
+    leaves = st.one_of(st.none(), st.booleans(), st.integers(-2 ** 80, 2 ** 80), st.integers(-3, 30),
+                       st.floats(allow_nan=False), st.text(max_size=8), st.sampled_from(["H0.0", "B0", "k1 v2", "zero"]))
+    return st.recursive(leaves, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(st.sampled_from(["tokens", "seed", "x"]), inner,
+                                                                        max_size=3)), max_leaves=8)
+
+
+@pytest.mark.slow
+def test_fuzzed_requests_never_get_a_500(live_explorer):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests.test_bad_inputs import REQUESTS, Request, explorer_request
+
+    explorer, app, url = live_explorer
+    views = sorted({r.view for r in REQUESTS})
+    properties = sorted({f"{i['id']}.{i['property']}" for cb in app.callback_map.values()
+                         for i in [*cb["inputs"], *cb["state"]]})
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(view=st.sampled_from(views), changes=st.dictionaries(st.sampled_from(properties), odd_values(), max_size=3),
+           mangle=st.sampled_from([None, "outputs", "inputs", "output", "changed", "truncate"]))
+    def fuzz(view, changes, mangle):
+        body = json.loads(explorer_request(app, explorer, Request("fuzz", view, changes, 0, "")))
+        if mangle == "outputs":
+            body["outputs"] = changes or None
+        elif mangle == "inputs":
+            body["inputs"] = body["inputs"][:-1] + [changes]
+        elif mangle == "output":
+            body["output"] = list(changes) or 7
+        elif mangle == "changed":
+            body["changedPropIds"] = changes
+        raw = json.dumps(body).encode()
+        if mangle == "truncate":
+            raw = raw[: len(raw) // 2]
+        status, text = post(url, raw)
+        assert status in (200, 204, 400, 413), (status, text[:500], raw[:500])
+
+    fuzz()
+    # and the server still answers a well-formed request afterwards
+    status, _ = post(url, explorer_request(app, explorer, Request("fine", "code", {}, 200, "")))
+    assert status == 200
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
