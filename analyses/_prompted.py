@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import torch
 
 from tasks import prompts as prompt_tasks
-from tasks.base import entropy_bits
+from tasks.base import SEED_LIMIT, entropy_bits
 from tasks.prompts import PromptSet, read_words
 
 from .base import AnalysisError, Option
@@ -23,7 +23,7 @@ PROMPT_OPTIONS = (
     Option("words", "mixed", "input words: a shipped domain (math, mixed) or a file with one word per line"),
     Option("per_shot", 50, "prompts per number of shown examples", low=1, high=100_000),
     Option("alpha", 0.9, "two-label: chance a shown label is the latent one", low=0.5, high=1.0),
-    Option("seed", 0, "seed of the prompts", low=0, high=2 ** 32 - 1),
+    Option("seed", 0, "seed of the prompts", low=0, high=SEED_LIMIT - 1),
 )
 
 

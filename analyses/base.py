@@ -15,7 +15,8 @@ import torch
 
 import models
 from tasks import Task
-from tasks.base import HELD_OUT_SEED_BASE
+import tasks.base as tasks_base
+from tasks.base import SEED_LIMIT, ConfigError
 
 from . import style
 
@@ -88,7 +89,7 @@ def n_option(default: int) -> Option:
 
 
 def seed_option() -> Option:
-    return Option("seed", 1234, "seed of the held-out batch", low=0, high=2 ** 32 - 1)
+    return Option("seed", 1234, "seed of the held-out batch", low=0, high=SEED_LIMIT - 1)
 
 
 # What an analysis may require of a model: name -> (test, why it is needed, what to do instead).
@@ -218,12 +219,11 @@ def is_language_model(model) -> bool:
 
 
 def held_out_batch(task, n: int, seed: int):
-    """A held-out batch of ``task``: same (n, seed), same batch, never one seen in training."""
-    if n < 1:
-        raise AnalysisError(f"need at least one sequence, got n={n}")
-    if not 0 <= seed < 2 ** 32:  # seeds are offset and scaled into torch's 64-bit seed range
-        raise AnalysisError(f"seed must be an integer from 0 to 2^32 - 1, got {seed}")
-    return task.sample(n, generator=torch.Generator().manual_seed(HELD_OUT_SEED_BASE + seed))
+    """tasks.base.held_out_batch, its refusals as an AnalysisError."""
+    try:
+        return tasks_base.held_out_batch(task, n, seed)
+    except ConfigError as err:
+        raise AnalysisError(str(err)) from None
 
 
 def unmeasurable(trained, variant, n_ctx: int | None, model: str = "the model") -> str | None:

@@ -22,6 +22,7 @@ from safetensors.torch import save as save_bytes
 import models
 import tasks
 from tasks import ConfigError
+from tasks.base import SEED_RANGE, is_seed
 
 from .catalog import shipped
 from .errors import UserError
@@ -132,8 +133,7 @@ def validate_meta(meta, where) -> dict:
                "arch is not a name" if not isinstance(meta["arch"], str) else
                "model is not a config object" if not isinstance(meta["model"], dict) else
                f"step must be a non-negative integer, got {meta['step']!r}" if not counts(meta["step"], 2 ** 63) else
-               f"seed must be an integer from 0 to 2^32 - 1, got {meta.get('seed')!r}"
-               if not counts(meta.get("seed", 0), 2 ** 32) else
+               f"seed must be {SEED_RANGE}, got {meta.get('seed')!r}" if not is_seed(meta.get("seed", 0)) else
                f"elapsed_s must be a non-negative number, got {meta.get('elapsed_s')!r}"
                if not (isinstance(meta.get("elapsed_s", 0.0), (int, float)) and 0 <= meta.get("elapsed_s", 0.0) < math.inf)
                else None)

@@ -41,6 +41,7 @@ from analyses.head_ablation import ablation_hook, mean_z, z_hook_name
 from analyses.layer_ablation import needed_hooks, part_hooks
 from analyses.qk_alignment import hypothesis_group
 from tasks import ConfigError
+from tasks.base import SEED_RANGE, is_seed
 
 from .checkpoint import list_checkpoints, load, resolve
 from .errors import UserError
@@ -579,8 +580,8 @@ def build_app(explorer: Explorer):
         try:
             if ctx.triggered_id == "sample":
                 seed = seed or 0
-                if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
-                    raise UserError(f"the seed must be a whole number from 0 to 2^32 - 1, got {seed!r}")
+                if not is_seed(seed):
+                    raise UserError(f"the seed must be {SEED_RANGE}, got {seed!r}")
                 tokens = explorer.sample(seed)
                 return (dict(tokens=tokens, seed=seed),
                         " ".join(explorer.task.token_names(torch.tensor(tokens))), "")

@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 from analyses import _prompted, style
 from analyses.base import AnalysisError
 from tasks import ConfigError
+from tasks.base import SEED_LIMIT, SEED_RANGE, is_seed
 from tasks import prompts as prompt_tasks
 
 from .errors import UserError
@@ -75,8 +76,8 @@ class LanguageExplorer:
     def sample(self, task: str, seed: int) -> dict:
         """A prompt of prompt task ``task`` (one per number of shown examples, the seed picks one), with the
         exact Bayes predictive over its answer tokens."""
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
-            raise UserError(f"the seed must be a whole number from 0 to 2^32 - 1, got {seed!r}")
+        if not is_seed(seed):
+            raise UserError(f"the seed must be {SEED_RANGE}, got {seed!r}")
         prompt_set = _prompted.prompt_set(self.lm, task, "mixed", 1, 0.9, seed)
         prompt = prompt_set.prompts[seed % len(prompt_set.prompts)]
         return dict(text=self.lm.tokenizer.decode(prompt.tokens), answers=list(prompt_set.answers),
@@ -237,7 +238,7 @@ def rules(explorer: LanguageExplorer) -> dict:
         text()(value["text"])
         if value["task"] is not None:
             one_of(*prompt_tasks.NAMES)(value["task"])
-            integer(0, 2 ** 32)(value["seed"])
+            integer(0, SEED_LIMIT)(value["seed"])
         elif value["seed"] is not None:
             raise Refused("a seed without a prompt task")
 

@@ -24,6 +24,8 @@ import json
 import math
 from typing import Callable
 
+from tasks.base import SEED_LIMIT
+
 MAX_BODY = 1 << 20  # bytes: the largest legitimate body (a long typed sequence and its store) is far smaller
 MAX_DIGITS = 30  # an integer in a request never needs more (seeds are below 2^32)
 MAX_TEXT = 20_000  # characters of typed tokens
@@ -235,7 +237,7 @@ def sequence_rule(explorer) -> Rule:
         if not isinstance(tokens, list) or not tokens or len(tokens) > 100_000:
             raise Refused(f"tokens must be a non-empty list, got {_short(tokens)}")
         if seed is not None:
-            integer(0, 2 ** 32)(seed)
+            integer(0, SEED_LIMIT)(seed)
             if json.dumps(tokens) != json.dumps(explorer.sample(seed)):  # exactly: true is not 1
                 raise Refused(f"tokens are not the sequence of seed {seed}")
             return

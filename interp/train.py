@@ -33,6 +33,7 @@ import torch
 import models
 from models.base import training_loss as loss_fn  # the objective lives with the models (analyses use it)
 import tasks
+from tasks.base import SEED_RANGE, is_seed
 from analyses.base import held_out_batch
 
 from . import checkpoint, distributed
@@ -103,8 +104,8 @@ class TrainSettings:
         if len(betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
                                       for b in betas):
             raise UserError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2 ** 32:
-            raise UserError(f"seed must be an integer from 0 to 2^32 - 1, got {self.seed!r}")  # torch's seed range
+        if not is_seed(self.seed):
+            raise UserError(f"seed must be {SEED_RANGE}, got {self.seed!r}")
         for name in ("compile", "bf16"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -17,8 +17,26 @@ class ConfigError(ValueError):
     """A task (or model) was asked for with settings that cannot work. The message says how to fix it."""
 
 
-# Training batches are seeded by seed * 1_000_003 + step; held-out batches live far above that.
+# The seed policy, in one place. A seed is an integer in [0, 2^32): the range every torch backend
+# accepts, which the training and held-out formulas offset into torch's 64-bit seed range. Training
+# batches are seeded by seed * 1_000_003 + step; held-out batches live far above that.
+SEED_LIMIT = 2 ** 32
+SEED_RANGE = "an integer from 0 to 2^32 - 1"
 HELD_OUT_SEED_BASE = 1 << 40
+
+
+def is_seed(value) -> bool:
+    """Whether ``value`` is a seed (an int, not a bool, in [0, SEED_LIMIT))."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < SEED_LIMIT
+
+
+def held_out_batch(task, n: int, seed: int) -> "Batch":
+    """A held-out batch of ``task``: same (n, seed), same batch, never one seen in training."""
+    if not isinstance(n, int) or n < 1:
+        raise ConfigError(f"need at least one sequence, got n={n}")
+    if not is_seed(seed):
+        raise ConfigError(f"seed must be {SEED_RANGE}, got {seed!r}")
+    return task.sample(n, generator=torch.Generator().manual_seed(HELD_OUT_SEED_BASE + seed))
 
 
 @dataclass
@@ -83,6 +101,23 @@ def batch_at_queries(tokens: torch.Tensor, positions: torch.Tensor, posterior: t
                  bayes_entropy=bayes_entropy, hypothesis=hypothesis)
 
 
+@dataclass
+class Corruption:
+    """A clean/corrupted pair of batches for causal interventions (``Task.corrupt``).
+
+    Both batches have the same shape and the same tokens except at ``changed``; each carries its own
+    exact posterior, so a patched model's answer at ``query`` can be placed between the clean and the
+    corrupted Bayes answers. ``clean`` may differ from the batch it was made from (recall points its
+    last query at the changed binding).
+    """
+
+    clean: Batch
+    corrupted: Batch
+    query: int  # the query position whose answer is compared (the same in every row)
+    changed: tuple[int, ...]  # the positions whose tokens differ (the same in every row)
+    what: str  # one line: which part of the hypothesis was changed
+
+
 @dataclass(frozen=True)
 class Preset:
     """A task's own variant of a named preset (``cpu``, ``paper``): what differs from the generic one.
@@ -101,23 +136,6 @@ class Preset:
     longest: int | None = None
     by_arch: dict[str, "Preset"] = field(default_factory=dict)
     task: dict = field(default_factory=dict)
-
-
-@dataclass
-class Corruption:
-    """A clean/corrupted pair of batches for causal interventions (``Task.corrupt``).
-
-    Both batches have the same shape and the same tokens except at ``changed``; each carries its own
-    exact posterior, so a patched model's answer at ``query`` can be placed between the clean and the
-    corrupted Bayes answers. ``clean`` may differ from the batch it was made from (recall points its
-    last query at the changed binding).
-    """
-
-    clean: Batch
-    corrupted: Batch
-    query: int  # the query position whose answer is compared (the same in every row)
-    changed: tuple[int, ...]  # the positions whose tokens differ (the same in every row)
-    what: str  # one line: which part of the hypothesis was changed
 
 
 @dataclass(frozen=True)

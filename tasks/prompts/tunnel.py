@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import torch
 
-from ..base import HELD_OUT_SEED_BASE
+from ..base import held_out_batch
 from .base import Prompt, PromptSet, PromptTask
 
 
@@ -27,7 +26,7 @@ class WindTunnel(PromptTask):
                              "folder); a language model takes two-label or coin")
         if task.continuous:
             raise ValueError(f"wind-tunnel prompts need a discrete task; {task.name!r} has a Gaussian answer head")
-        batch = task.sample(per_shot, generator=torch.Generator().manual_seed(HELD_OUT_SEED_BASE + seed))
+        batch = held_out_batch(task, per_shot, seed)
         answers = tuple(range(task.answer_token_offset, task.answer_token_offset + task.n_classes))
         prompts = []
         for row in range(len(batch.tokens)):
