@@ -33,7 +33,7 @@ import torch
 from tasks import ConfigError
 
 from ._prompted import PROMPT_OPTIONS, device_of, prompt_set
-from .base import AnalysisError, Option, eval_batch, held_out_batch, is_language_model, n_option, seed_option
+from .base import AnalysisError, Option, held_out_batch, is_language_model, n_option, seed_option
 
 ALL = "all"  # the column of a site patched at every position at once
 
@@ -118,13 +118,18 @@ class Scorer:
 
 
 def wind_tunnel_pair(model, corrupt: str, index: int, n: int, seed: int) -> Pair:
-    task = model.task
-    device = next(model.parameters()).device
-    batch = held_out_batch(task, n, seed)
+    batch = held_out_batch(model.task, n, seed)
     try:
-        c = task.corrupt(batch, torch.Generator().manual_seed(seed), corrupt, None if index < 0 else index)
+        c = model.task.corrupt(batch, torch.Generator().manual_seed(seed), corrupt, None if index < 0 else index)
     except ConfigError as err:
         raise AnalysisError(str(err)) from None
+    return pair_of(model, c)
+
+
+def pair_of(model, c) -> Pair:
+    """The Pair of a wind-tunnel model and one of its task's corruptions (``tasks.base.Corruption``)."""
+    task = model.task
+    device = next(model.parameters()).device
     q = c.query
     if task.continuous:
         bayes = [b.posterior_mean[:, q, None].double() for b in (c.clean, c.corrupted)]

@@ -1,0 +1,122 @@
+"""Attribution patching: activation patching's first-order estimate, from one forward and one backward pass.
+
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _patching as P
+from .activation_patching import POSITIONS
+from .base import Analysis, Option, Result
+
+DEFINITION = " ".join("""
+ The clean/corrupted pair, the sites and the two scales are those of activation-patching. One forward
+pass on the corrupted input and one backward pass give, for every site activation x, the gradient g of
+the metric sum_rows <a, Delta> (a the model's answer at the query, Delta = Bayes(clean) -
+Bayes(corrupted)). Patching x at one position from the clean run changes the metric by about
+<x_clean - x_corrupted, g> (summed over the batch and the activation's features; a token-shift tap's x is
+its term W_shift[j-1] x_{t-j}); divided by the scale's denominator and added to the corrupted answer's
+score, that is the estimate of the activation-patching cell. The metric is linear in a, so the estimate
+is exact to first order in the activation change; its error is second order. Recurrent states are
+left out: the recurrence does not read the hooked state tensor back, so its gradient misses the path
+through later steps. With exact=true the activation-patching cells are measured too, and gap is the
+estimate minus the measured value (model scale): mean_abs_gap and max_abs_gap over the cells.
+""".split())
+
+
+def compute(model, corrupt: str = "", index: int = -1, n: int = 100, seed: int = 1234, positions: str = "auto",
+            exact: bool = True) -> Result:
+    return attribute(model, dict(corrupt=corrupt, index=index, n=n, seed=seed), positions, exact)
+
+
+def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int, index: int,
+                      positions: str, exact: bool) -> Result:
+    return attribute(lm, dict(prompts=prompts, words=words, per_shot=per_shot, alpha=alpha, seed=seed, index=index),
+                     positions, exact)
+
+
+def gradients(pair: P.Pair, names: list[str]) -> tuple[dict, dict]:
+    """(activations, gradients of sum <a, Delta>) of every hook in ``names`` on the corrupted input."""
+    saved = {}
+
+    def keep(act, hook):
+        if not act.requires_grad:  # frozen weights: the first hooked activation becomes a leaf
+            act = act.detach().requires_grad_()
+        act.retain_grad()
+        saved[hook.name] = act
+        return act
+
+    with torch.enable_grad(), pair.model.hooks(fwd_hooks=[(name, keep) for name in names]):
+        answer = pair.read(pair.model(pair.corrupted))
+        (answer * pair.delta).sum().backward()
+    grads = {name: (act.grad if act.grad is not None else torch.zeros_like(act)).detach()
+             for name, act in saved.items()}
+    return {name: act.detach() for name, act in saved.items()}, grads
+
+
+def estimates(pair: P.Pair, chosen: list, where: list[int], scorer: P.Scorer) -> dict:
+    """Per scale, [site][position..., all] estimates of the activation-patching cells."""
+    names = P.cache_names(pair.model, chosen)
+    clean = P.run_cache(pair, pair.clean, names)
+    corrupted, grads = gradients(pair, names)
+    pair.model.zero_grad(set_to_none=True)
+    base = {"bayes": scorer.bayes(scorer.corrupted), "model": scorer.model(scorer.corrupted)}
+    dens = {"bayes": ((pair.bayes_clean - pair.bayes_corrupted) * pair.delta).sum().item(),
+            "model": ((scorer.clean - scorer.corrupted) * pair.delta).sum().item()}
+    out = {"bayes": [], "model": []}
+    for site in chosen:
+        name = site.hooks[0]
+        if site.kind == "tap":
+            diff = P.tap_term(pair.model, clean, site.head) - P.tap_term(pair.model, corrupted, site.head)
+        else:
+            diff = clean[name] - corrupted[name]
+            if site.head is not None:
+                diff = torch.zeros_like(diff).index_copy_(2, torch.tensor([site.head], device=diff.device),
+                                                          diff[:, :, site.head:site.head + 1])
+        per_position = (diff.double() * grads[name].double()).flatten(2).sum(-1).sum(0)  # [T]
+        cells = [per_position[p].item() for p in where] + [per_position.sum().item()]
+        for scale in out:
+            ok = base[scale] is not None and abs(dens[scale]) > 0
+            out[scale].append([base[scale] + c / dens[scale] if ok else None for c in cells])
+    return out
+
+
+def attribute(model, options: dict, positions: str, exact: bool) -> Result:
+    pair = P.make_pair(model, options)
+    scorer = P.Scorer(pair)
+    chosen = P.sites(pair.model, states=False)
+    where = pair.positions(positions)
+    est = estimates(pair, chosen, where, scorer)
+    metrics = dict(subject=pair.subject, corruption=pair.what, query=pair.query, changed=list(pair.changed),
+                   n_sequences=len(pair.clean), sites=[s.label for s in chosen], positions=where,
+                   position_labels=[pair.labels[p] for p in where], **scorer.baselines(),
+                   bayes_scale=est["bayes"], model_scale=est["model"])
+    hover = None
+    if exact:
+        names = P.cache_names(pair.model, chosen)
+        clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
+        measured = [[scorer.model(a) for a in P.patched_answers(pair, site, [*where, None], clean, corrupted)]
+                    for site in chosen]
+        gaps = [[None if e is None or m is None else e - m for e, m in zip(er, mr)]
+                for er, mr in zip(est["model"], measured)]
+        flat = [abs(g) for row in gaps for g in row if g is not None]
+        metrics |= dict(measured_model_scale=measured, gap=gaps,
+                        mean_abs_gap=sum(flat) / len(flat) if flat else None, max_abs_gap=max(flat, default=None))
+        hover = [[f"measured {P.short(m)}, gap {P.short(g)}" for m, g in zip(mr, gr)] for mr, gr in zip(measured, gaps)]
+    cols = [pair.labels[p] for p in where] + ["all positions"]
+    fig = P.grid_figure(est["bayes"], metrics["sites"], cols,
+                        f"{pair.subject}: attribution patching, the first-order estimate of activation patching "
+                        f"({pair.what})<br><sup>estimated answer at position {pair.query} on the Bayes scale"
+                        + (f"; mean |estimate - measured| {P.short(metrics['mean_abs_gap'])} on the model scale"
+                           if exact else "") + "</sup>", "Bayes scale", hover)
+    return Result("attribution-patching", DEFINITION, metrics, {"attribution-patching": fig})
+
+
+EXACT = Option("exact", True, "also measure activation patching at the same cells and report the gap")
+ANALYSIS = Analysis("attribution-patching", "activation patching estimated to first order from one forward and one "
+                    "backward pass, with its gap to the measured value", DEFINITION, compute,
+                    options=(*P.wind_tunnel_options(), POSITIONS, EXACT), order=22,
+                    on_language_model=on_language_model, language_options=(*P.language_options(), POSITIONS, EXACT),
+                    language_definition=DEFINITION)
+run = ANALYSIS

@@ -1,0 +1,145 @@
+"""Path patching: how much of a corruption's effect travels from one component directly into another?
+
+The definition of every number is ``DEFINITION`` below (also written into each result's JSON).
+"""
+from __future__ import annotations
+
+import torch
+from tqdm import tqdm
+
+from . import _patching as P
+from .base import Analysis, Result
+
+DEFINITION = " ".join("""
+ The clean/corrupted pair and the two scales are those of activation-patching. A sender is a component
+that writes into the residual stream: the embeddings (the residual stream before the first block), a
+token shift's tap j (its term W_shift[j-1] x_{t-j}), an attention head (its z times W_O), an MLP, or a
+non-transformer's mixer. A receiver reads the residual stream: an attention head or a mixer (its block's
+input, blocks.l.hook_resid_pre), an MLP (blocks.l.hook_resid_mid; in a parallel block, hook_resid_pre), or the final read-out ("logits").
+Path patching sender -> receiver, in two runs on the corrupted input: (1) the receiver's input gets the
+sender's write on the clean input minus its write on the corrupted input added, at every position,
+and the receiver's output (a head's z, the MLP or mixer output) is recorded; nothing else sees the
+change; (2) the receiver's output is replaced by that record at every position, and every later
+computation runs on. The answer at the query is scored on both scales. So a cell is the part of the
+corruption's effect that travels from the sender directly (through the residual stream alone) into the
+receiver and from the receiver on by every route; for the read-out receiver it is the sender's direct
+effect on the answer. Only senders upstream of the receiver are paired with it.
+""".split())
+
+
+def compute(model, corrupt: str = "", index: int = -1, n: int = 100, seed: int = 1234) -> Result:
+    return paths(model, dict(corrupt=corrupt, index=index, n=n, seed=seed))
+
+
+def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int, index: int) -> Result:
+    return paths(lm, dict(prompts=prompts, words=words, per_shot=per_shot, alpha=alpha, seed=seed, index=index))
+
+
+def senders(model) -> list[P.Site]:
+    return [s for s in P.sites(model, states=False) if s.kind in ("tap", "head", "mlp", "mixer")
+            or (s.kind == "resid" and s.layer < 0)]
+
+
+def receivers(model) -> list[tuple[P.Site, str | None]]:
+    """(receiver, the hook its input is read from; None for the read-out)."""
+    out = []
+    for s in P.sites(model, states=False):
+        b = f"blocks.{s.layer}."
+        if s.kind in ("head", "mixer"):
+            out.append((s, b + "hook_resid_pre"))
+        elif s.kind == "mlp":  # a parallel block (GPT-NeoX, GPT-J) has no resid_mid: its MLP reads resid_pre
+            out.append((s, b + "hook_resid_mid" if P.has(model, b + "hook_resid_mid") else b + "hook_resid_pre"))
+    L = P.n_layers(model)
+    out.append((P.Site("logits", (f"blocks.{L - 1}.hook_resid_post",), "logits", L), f"blocks.{L - 1}.hook_resid_post"))
+    return out
+
+
+def write(pair: P.Pair, site: P.Site, cache: dict) -> torch.Tensor:
+    """What ``site`` wrote into the residual stream at every position [B, T, d]."""
+    if site.kind == "tap":
+        return P.tap_term(pair.model, cache, site.head)
+    if site.kind == "head":
+        W_O = pair.model.blocks[site.layer].attn.W_O[site.head]
+        return cache[site.hooks[0]][:, :, site.head] @ W_O
+    return cache[site.hooks[0]]
+
+
+def upstream(sender: P.Site, receiver: P.Site, entry: str) -> bool:
+    """Whether ``sender`` writes into what ``receiver`` reads (an MLP reading resid_pre: a parallel block)."""
+    if receiver.kind == "mlp" and entry.endswith("hook_resid_pre"):
+        return sender.stage < receiver.stage - 1
+    return receiver.kind == "logits" or sender.stage < receiver.stage
+
+
+def path_answers(pair: P.Pair, receiver: P.Site, entry: str, deltas: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The answer for each sender's difference in ``deltas`` added at the receiver's input (stacked copies)."""
+    B, k = len(pair.clean), len(deltas)
+    stacked = torch.cat(deltas)
+    tokens = pair.corrupted.repeat(k, *[1] * (pair.corrupted.dim() - 1))
+
+    def add(resid, hook):
+        return resid + stacked.to(resid.dtype)
+
+    if receiver.kind == "logits":
+        return list(pair.answer(tokens, [(entry, add)]).split(B))
+    name = receiver.hooks[0]
+    record = {}
+
+    def keep(act, hook):
+        record["out"] = act if receiver.head is None else act[:, :, receiver.head]
+    with torch.no_grad(), pair.model.hooks(fwd_hooks=[(entry, add), (name, keep)]):
+        pair.model(tokens)
+
+    def put(act, hook):
+        act = act.clone()
+        if receiver.head is None:
+            return record["out"].to(act.dtype)
+        act[:, :, receiver.head] = record["out"].to(act.dtype)
+        return act
+    return list(pair.answer(tokens, [(name, put)]).split(B))
+
+
+def paths(model, options: dict) -> Result:
+    pair = P.make_pair(model, options)
+    scorer = P.Scorer(pair)
+    send, receive = senders(pair.model), receivers(pair.model)
+    names = sorted(set(P.cache_names(pair.model, send)) | {"blocks.0.hook_resid_pre"})
+    clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
+    deltas = [write(pair, s, clean) - write(pair, s, corrupted) for s in send]
+    grid = {"bayes": [[None] * len(receive) for _ in send], "model": [[None] * len(receive) for _ in send]}
+    for j, (receiver, entry) in enumerate(tqdm(receive, desc="path patching", unit="receiver", leave=False,
+                                                disable=None)):
+        rows = [i for i, s in enumerate(send) if upstream(s, receiver, entry)]
+        for start in range(0, len(rows), 16):  # 16 senders per stacked pass
+            chunk = rows[start:start + 16]
+            for i, answer in zip(chunk, path_answers(pair, receiver, entry, [deltas[i] for i in chunk])):
+                scored = scorer.both(answer)
+                grid["bayes"][i][j], grid["model"][i][j] = scored["bayes"], scored["model"]
+    metrics = dict(subject=pair.subject, corruption=pair.what, query=pair.query, changed=list(pair.changed),
+                   n_sequences=len(pair.clean), senders=[s.label for s in send],
+                   receivers=[r.label for r, _ in receive], **scorer.baselines(),
+                   bayes_scale=grid["bayes"], model_scale=grid["model"], strongest=strongest(send, receive, grid))
+    hover = [[f"model scale {P.short(m)}" for m in row] for row in grid["model"]]
+    fig = P.grid_figure(grid["bayes"], metrics["senders"], metrics["receivers"],
+                        f"{pair.subject}: path patching, sender -> receiver ({pair.what})<br><sup>the answer at "
+                        f"position {pair.query} on the Bayes scale when only the path from the sender into the "
+                        f"receiver carries the clean input</sup>", "Bayes scale", hover)
+    fig.update_layout(xaxis_title="receiver", yaxis_title="sender")
+    return Result("path-patching", DEFINITION, metrics, {"path-patching": fig})
+
+
+def strongest(send, receive, grid) -> dict | None:
+    """The sender -> receiver path (not into the read-out) that restores most, on the Bayes scale."""
+    cells = [(v, s.label, r.label) for s, row in zip(send, grid["bayes"]) for (r, _), v in zip(receive, row)
+             if v is not None and r.kind != "logits"]
+    if not cells:
+        return None
+    v, s, r = max(cells)
+    return dict(sender=s, receiver=r, bayes_scale=v)
+
+
+ANALYSIS = Analysis("path-patching", "the corruption's effect carried from each component directly into each later "
+                    "one, scored between the two Bayes answers", DEFINITION, compute,
+                    options=P.wind_tunnel_options(), order=23, on_language_model=on_language_model,
+                    language_options=P.language_options(), language_definition=DEFINITION)
+run = ANALYSIS
