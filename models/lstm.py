@@ -32,6 +32,7 @@ class LSTMConfig(ModelConfig):
     d_model: int | None = None  # None: the width that matches the transformer preset on the task
     n_layers: int = 2
     d_hidden: int | None = None  # default d_model
+    shift: int | None = None  # a causal token shift of this width on the embeddings (models.base.TokenShift)
 
     ARCH = "lstm"
 

@@ -73,6 +73,7 @@ class MambaConfig(ModelConfig):
     d_conv: int = 4
     expand: int = 2
     dt_rank: int | None = None  # default ceil(d_model / 16)
+    shift: int | None = None  # a causal token shift of this width on the embeddings (models.base.TokenShift)
 
     ARCH = "mamba"
 

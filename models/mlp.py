@@ -28,6 +28,7 @@ class MLPConfig(ModelConfig):
     n_layers: int = 2
     d_mlp: int | None = None  # default 4 * d_model
     n_ctx: int | None = None  # default: the task's sequence length
+    shift: int | None = None  # a causal token shift of this width on the embeddings (models.base.TokenShift)
 
     ARCH = "mlp"
 

@@ -19,14 +19,13 @@ import warnings
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.hook_points import HookPoint
 
 from tasks import ConfigError, Task
 
-from .base import AnswerHead, InputProjection, ModelConfig, Provenance, output_sizes
+from .base import AnswerHead, InputProjection, ModelConfig, Provenance, TokenShift, output_sizes
 
 
 # Activation functions HookedTransformer implements.
@@ -61,29 +60,6 @@ class TransformerConfig(ModelConfig):
     def check(self) -> None:
         if self.d_model % self.n_heads:
             raise ConfigError(f"transformer: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
-
-
-class TokenShift(nn.Module):
-    """A causal depthwise convolution on the embeddings: ``x_t + sum_{j=1..width} W_shift[j-1] * x_{t-j}``.
-
-    The short convolution that Mamba and H3 put before their mixer, and the Canon layers of Allen-Zhu
-    (2025, "Physics of Language Models 4.1") put before attention. On recall (``STORE k SEP v``) it
-    puts the key k into the residual of its value v two positions later, so the first attention layer
-    can match a query against bound keys by content. A plain transformer must first grow a head that
-    attends exactly two positions back to do this, and on a CPU budget it never did. It carries no
-    absolute position: a model with it can still only address the table by content.
-    """
-
-    def __init__(self, width: int, d_model: int, seed: int):
-        super().__init__()
-        generator = torch.Generator().manual_seed(seed)
-        self.W_shift = nn.Parameter(0.5 * torch.randn(width, d_model, generator=generator))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [batch, pos, d_model]
-        out, T = x, x.shape[1]
-        for j, weight in enumerate(self.W_shift, start=1):  # x shifted j positions later, zeros in front
-            out = out + weight * F.pad(x, (0, 0, j, 0))[:, :T]
-        return out
 
 
 class TiedUnembed(nn.Module):

@@ -1,0 +1,120 @@
+"""interp tune: an Optuna search of real (tiny) training runs, that resumes after a kill and shares its
+study between worker processes."""
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from interp.tune import Tune, parse_space
+from interp.errors import UserError
+from tests.cli import fork_cli, run_cli, wait_for
+
+TINY = ["--task", "bijection", "-T", "V=3", "-T", "L=2", "--arch", "transformer", "-M", "d_model=8", "-M", "n_heads=2",
+        "--batch-size", "4", "--eval-size", "8"]
+
+
+def study(out):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.load_study(study_name="bijection-transformer-cpu", storage=f"sqlite:///{out / 'study.db'}")
+
+
+def test_a_tiny_search_trains_every_trial_with_one_budget_and_resumes(tmp_path, capsys):
+    out = tmp_path / "tune"
+    result = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", out, "--pruner", "none",
+                     "--space", "lr=1e-3,1e-2", "warmup=0,2")
+    assert result.code == 0, result.err
+    assert "budget per trial: 6 steps x 4 sequences; 4 of 4 trials done" in result.out
+    summary = json.loads((out / "tune.json").read_text())
+    assert summary["complete"] and summary["best"] is not None and summary["direction"] == "minimize"
+    rows = summary["trials"]
+    assert sorted(r["name"] for r in rows) == ["lr=1e-2_warmup=0", "lr=1e-2_warmup=2", "lr=1e-3_warmup=0",
+                                                "lr=1e-3_warmup=2"]
+    for row in rows:  # every trial is an interp train run with the search's budget and its own settings
+        run = json.loads((out / "trials" / row["name"] / "run.json").read_text())
+        assert run["status"] == "finished" and run["train"]["steps"] == 6 and run["train"]["batch_size"] == 4
+        assert run["train"]["lr"] == float(row["params"]["lr"]) and run["train"]["warmup"] == int(row["params"]["warmup"])
+        assert run["model"]["d_model"] == 8 and row["score"] == run["final"]["entropy_mae_bits"]
+        assert row["state"] == "complete" and row["steps_trained"] == 6
+    assert len((out / "trials.csv").read_text().splitlines()) == 5
+    # the same command again trains nothing
+    mtime = (out / "trials" / "lr=1e-3_warmup=0" / "run.json").stat().st_mtime
+    again = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", out, "--pruner", "none",
+                    "--space", "lr=1e-3,1e-2", "warmup=0,2")
+    assert again.code == 0 and (out / "trials" / "lr=1e-3_warmup=0" / "run.json").stat().st_mtime == mtime
+    assert len(study(out).trials) == 4
+    # another budget in the same folder is refused, in one line
+    other = run_cli(capsys, "tune", *TINY, "--steps", "7", "--out", out, "--pruner", "none",
+                    "--space", "lr=1e-3,1e-2", "warmup=0,2")
+    assert other.code == 1 and "made for another search" in other.err and "Traceback" not in other.err
+
+
+@pytest.mark.slow
+def test_the_median_pruner_stops_a_trial_that_is_behind(tmp_path, capsys):
+    out = tmp_path / "tune"
+    result = run_cli(capsys, "tune", *TINY, "--steps", "200", "--out", out, "--prune-after", "0",
+                     "--space", "lr=1e-2,3e-2,1e-6")
+    assert result.code == 0, result.err
+    rows = {r["name"]: r for r in json.loads((out / "tune.json").read_text())["trials"]}
+    assert rows["lr=1e-6"]["state"] == "pruned" and rows["lr=1e-6"]["steps_trained"] == 100
+    assert rows["lr=1e-2"]["state"] == rows["lr=3e-2"]["state"] == "complete"
+    kept = json.loads((out / "trials" / "lr=1e-6" / "run.json").read_text())  # its run folder stays, resumable
+    assert kept["status"] == "running" and (out / "trials" / "lr=1e-6" / "resume.safetensors").exists()
+    assert json.loads((out / "tune.json").read_text())["best"]["name"] in ("lr=1e-2", "lr=3e-2")
+
+
+@pytest.mark.slow
+def test_a_killed_worker_resumes_its_trial_from_the_run_folder(tmp_path):
+    out = tmp_path / "tune"
+    args = ["tune", *TINY, "--steps", "400", "--out", out, "--space", "lr=1e-3"]
+    pid = fork_cli(tmp_path / "first.log", *args)
+    resume_state = out / "trials" / "lr=1e-3" / "resume.safetensors"
+    deadline = time.time() + 120
+    while not resume_state.exists() and time.time() < deadline:  # written at step 100
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(pid)
+    assert wait_for(fork_cli(tmp_path / "second.log", *args)) == 0, (tmp_path / "second.log").read_text()
+    run = json.loads((out / "trials" / "lr=1e-3" / "run.json").read_text())
+    assert run["status"] == "finished" and run.get("resumes")  # continued, not started over
+    trials = study(out).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"]  # the same trial, continued by the next worker
+    assert trials[0].user_attrs["note"] == "its worker was killed; resumed" and trials[0].params == {"lr": "1e-3"}
+    assert max(trials[0].intermediate_values) == 400
+
+
+def test_two_workers_share_one_study(tmp_path):
+    out = tmp_path / "tune"
+    args = ["tune", *TINY, "--steps", "20", "--out", out, "--space", "lr=1e-3,2e-3,5e-3,1e-2", "--max-trials", "2"]
+    first = fork_cli(tmp_path / "a.log", *args)
+    second = fork_cli(tmp_path / "b.log", *args)
+    assert wait_for(first) == 0, (tmp_path / "a.log").read_text()
+    assert wait_for(second) == 0, (tmp_path / "b.log").read_text()
+    done = [t for t in study(out).trials if t.state.name == "COMPLETE"]
+    assert sorted(t.params["lr"] for t in done) == ["1e-2", "1e-3", "2e-3", "5e-3"]  # each trial once
+    assert {t.user_attrs["pid"] for t in done} == {first, second}  # two processes, two trials each
+    summary = json.loads((out / "tune.json").read_text())
+    assert summary["complete"] and len(summary["trials"]) == 4
+
+
+@pytest.mark.parametrize("space, message", [
+    (["lr=1e-3", "steps=10,20"], "the budget and the evaluation are the same for every trial"),
+    (["colour=red"], "not a training setting nor a transformer model setting"),
+    (["curriculum=on"], "has no curriculum to turn on"),
+    (["lr"], "--space takes KEY=V1,V2"),
+    (["lr=1e-3,1e-3"], "lists a value twice"),
+    (["lr=-1"], "lr must be a finite positive number"),
+])
+def test_a_bad_space_is_one_line(tmp_path, capsys, space, message):
+    result = run_cli(capsys, "tune", *TINY, "--steps", "2", "--out", tmp_path / "t", "--space", *space)
+    assert result.code == 1 and message in result.err and "Traceback" not in result.err
+    assert not (tmp_path / "t" / "trials").exists()
+
+
+def test_the_space_keeps_the_declared_order():
+    assert parse_space(("curriculum=on,off", "lr=3.2e-3,1e-3")) == {"curriculum": ["on", "off"], "lr": ["3.2e-3", "1e-3"]}
+    with pytest.raises(UserError, match="names lr twice"):
+        parse_space(("lr=1", "lr=2"))
