@@ -209,6 +209,7 @@ def load_cached(folder: Path):
         # no random initialisation: every parameter is overwritten next
         model = HookedTransformer(HookedTransformerConfig(**(settings | dict(init_weights=False)), dtype=torch.float32))
     state = load_file(folder / "model.safetensors")
+    model.cfg.init_weights = True  # a model built from this config (a re-initialised twin) is initialised
     missing, unexpected = model.load_state_dict(state, strict=False)
     buffers = {name for name, _ in model.named_buffers()}
     if unexpected or set(missing) - buffers:

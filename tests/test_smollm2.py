@@ -125,26 +125,22 @@ def test_a_damaged_cache_is_refused_not_used(lm, tmp_path):
 
 @needs_package
 @pytest.mark.slow
-@pytest.mark.parametrize("prompts", ["two-label", "coin"])
-def test_every_language_analysis_writes_finite_numbers_on_it(lm, prompts):
+def test_every_language_analysis_writes_finite_numbers_on_it(lm):
     quick = {"value-manifold": dict(bootstrap=10), "entropy-axis": dict(controls=2)}
     for name in ("key-orthogonality", "value-manifold", "attention-focusing", "entropy-axis", "calibration"):
-        if name == "key-orthogonality" and prompts == "coin":
-            continue  # its re-initialised twin is the slow part; once is enough
-        result = analyses.run(name, lm, prompts=prompts, per_shot=4, **quick.get(name, {}))
-        json.dumps(result.metrics, allow_nan=False)
+        result = analyses.run(name, lm, prompts="two-label", per_shot=3, **quick.get(name, {}))
+        json.dumps(result.metrics, allow_nan=False)  # the re-initialised twin too: no NaN anywhere
         assert finite_numbers(result.metrics) and result.figures, name
-    kv = analyses.run("key-orthogonality", lm, per_shot=2).metrics["trained"] if prompts == "two-label" else None
-    if kv is not None:  # one column per key/value head (3), never per query head (9)
-        assert [len(row) for row in kv] == [3] * 30
+        if name == "key-orthogonality":  # one column per key/value head (3), never per query head (9)
+            assert [len(row) for row in result.metrics["trained"]] == [3] * 30
 
 
 @needs_package
 @pytest.mark.slow
 @pytest.mark.parametrize("prompts", ["two-label", "coin"])
 def test_its_calibration_is_computed_against_the_brute_force_posterior(lm, prompts):
-    result = analyses.run("calibration", lm, prompts=prompts, per_shot=3, seed=4)
-    prompt_set = _prompted.prompt_set(lm, prompts, "mixed", 3, 0.9, 4)
+    result = analyses.run("calibration", lm, prompts=prompts, per_shot=2, seed=4)
+    prompt_set = _prompted.prompt_set(lm, prompts, "mixed", 2, 0.9, 4)
     mae, kl = brute_force_calibration(lm, prompt_set, 0.9 if prompts == "two-label" else None)
     assert result.metrics["entropy_mae_bits"] == pytest.approx(mae, rel=1e-5)
     assert result.metrics["kl_bits"] == pytest.approx(kl, rel=1e-5)
