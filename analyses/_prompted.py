@@ -15,6 +15,8 @@ from tasks import prompts as prompt_tasks
 from tasks.base import SEED_LIMIT, entropy_bits
 from tasks.prompts import PromptSet, read_words
 
+from models.base import act_name
+
 from .base import AnalysisError, Option
 
 PROMPT_OPTIONS = (
@@ -73,6 +75,7 @@ def last_positions(lm, prompts: PromptSet, names: list[str]) -> tuple[torch.Tens
         logits, cache = lm.model.run_with_cache(tokens, names_filter=lambda name: name in names)
         probs[rows] = torch.softmax(logits[:, -1, list(prompts.answers)].double(), -1).cpu()
         for name in names:
+            # a pattern is [batch, head, query, key]: its last query row; anything else its last position
             value = cache[name][:, :, -1] if name.endswith("hook_pattern") else cache[name][:, -1]
             for r, v in zip(rows, value.double().cpu()):
                 caught[name][r] = v
@@ -99,7 +102,7 @@ def projected_out(lm, layer: int, direction: torch.Tensor):
     def remove(resid, hook):
         return resid - (resid @ unit)[..., None] * unit
 
-    with lm.model.hooks(fwd_hooks=[(f"blocks.{layer}.hook_resid_post", remove)]):
+    with lm.model.hooks(fwd_hooks=[(act_name("resid_post", layer), remove)]):
         yield
 
 

@@ -14,6 +14,8 @@ from plotly.subplots import make_subplots
 
 from models.base import training_loss
 
+from models.base import act_name
+
 from . import style
 from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option
 
@@ -59,7 +61,7 @@ def float64_copy(model):
 def captured(model, batch, weight: float = 1.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss on ``batch`` and, per hook point of HOOKS in every layer, its activation with ``.grad`` set:
     the gradients of ``weight`` times the loss (a chunk of a batch weighs its share of the batch)."""
-    names = [f"blocks.{l}.attn.hook_{kind}" for l in range(model.cfg.n_layers) for kind in HOOKS]
+    names = [act_name(kind, l) for l in range(model.cfg.n_layers) for kind in HOOKS]
     missing = [name for name in names if name not in model.hook_dict]
     if missing:
         raise AnalysisError(f"advantage-law needs the hook point(s) {', '.join(missing)}, which this model lacks")
@@ -117,7 +119,7 @@ def measure(model, batch, n: int) -> dict:
     sums = {key: [] for key in ("score_error", "value_error", "spread_sum", "score_sq", "value_sq", "flow")}
     shares = {name: [] for name in groups}
     for l in range(model.cfg.n_layers):
-        act = {kind: saved[f"blocks.{l}.attn.hook_{kind}"] for kind in HOOKS}
+        act = {kind: saved[act_name(kind, l)] for kind in HOOKS}
         alpha, v = act["pattern"].detach(), act["v"].detach()
         zero_if_none = lambda grad, like: torch.zeros_like(like) if grad is None else grad  # noqa: E731
         u = zero_if_none(act["z"].grad, act["z"])  # of the batch-mean loss: the chunk is weighted by its share

@@ -9,6 +9,8 @@ import math
 import plotly.graph_objects as go
 import torch
 
+from models.base import act_name
+
 from . import _prompted
 from .base import Analysis, AnalysisError, Result, n_option, seed_option
 
@@ -36,7 +38,7 @@ def normalised_entropy(rows: torch.Tensor) -> torch.Tensor:
 def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int) -> Result:
     prompt_set = _prompted.prompt_set(lm, prompts, words, per_shot, alpha, seed)
     cfg = lm.model.cfg
-    names = [f"blocks.{l}.attn.hook_pattern" for l in range(cfg.n_layers)]
+    names = [act_name("pattern", l) for l in range(cfg.n_layers)]
     _, caught = _prompted.last_positions(lm, prompt_set, names)
     keep = [i for i, p in enumerate(prompt_set.prompts) if len(p.tokens) >= 2]
     if not keep:

@@ -8,6 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from models.base import act_name
+
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 
 DEFINITION = " ".join("""
@@ -70,7 +72,7 @@ def subsample_indices(n_points: int, seed: int, size: int = SILHOUETTE_POINTS) -
 
 
 def resid_name(layer: int) -> str:
-    return f"blocks.{layer}.hook_resid_post"
+    return act_name("resid_post", layer)
 
 
 @torch.no_grad()

@@ -9,6 +9,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 import torch
 
+from models.base import act_name
+
 from . import _prompted
 from .base import Analysis, AnalysisError, Option, Result
 from sklearn.linear_model import RidgeCV
@@ -43,7 +45,7 @@ def entropy_axis(X: np.ndarray, entropy: np.ndarray, fit: np.ndarray) -> np.ndar
 def measure(lm, prompt_set, layer: int, fit, test, direction: np.ndarray | None) -> tuple[dict, np.ndarray]:
     """Manifold and calibration numbers with ``direction`` projected out at ``layer`` (None: intact), and the
     layer's activations at the prompts' last positions."""
-    name = f"blocks.{layer}.hook_resid_post"
+    name = act_name("resid_post", layer)
     entropy = prompt_set.posterior_entropy.numpy()
     if direction is None:
         probs, caught = _prompted.last_positions(lm, prompt_set, [name])

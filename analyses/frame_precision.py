@@ -11,6 +11,8 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from models.base import act_name
+
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .calibration import measure
 from .key_orthogonality import key_vectors
@@ -115,7 +117,7 @@ def readout_r2(features: np.ndarray, target: np.ndarray, split: np.ndarray) -> f
 
 # -- measuring one checkpoint ------------------------------------------------------------------
 def pattern_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_pattern"
+    return act_name("pattern", layer)
 
 
 def check_same_model(ckpt, model, path) -> None:
@@ -134,7 +136,7 @@ def query_rows(model, batch) -> tuple[list[list[torch.Tensor]], np.ndarray]:
     """Per chunk and layer, the attention rows at query positions [N_chunk, H, T_k], and the final
     block's residual stream at query positions [N, d_model] (numpy, float64), in row-major order."""
     n_layers = model.cfg.n_layers
-    resid = f"blocks.{n_layers - 1}.hook_resid_post"
+    resid = act_name("resid_post", n_layers - 1)
     names = [pattern_name(l) for l in range(n_layers)] + [resid]
     rows, features = [], []
     for i in range(0, len(batch), CHUNK):
@@ -235,7 +237,7 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
             attention_js_bits=js, attention_js_bits_mean=js_mean,
         ),
         precision=dict(entropy_mae_bits=mae, kl_bits=kl, entropy_r2=r2,
-                       readout=f"blocks.{n_layers - 1}.hook_resid_post"),
+                       readout=act_name("resid_post", n_layers - 1)),
         n_layers=n_layers, n_heads=n_heads, n_sequences=len(batch), n_queries=int(mask.sum()), seed=seed,
     )
     return Result("frame-precision", DEFINITION, metrics, {

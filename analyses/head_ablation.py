@@ -10,6 +10,8 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from models.base import act_name
+
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .calibration import measure
 
@@ -33,7 +35,7 @@ KINDS = ("zero", "mean")
 
 
 def z_hook_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_z"
+    return act_name("z", layer)
 
 
 @torch.no_grad()

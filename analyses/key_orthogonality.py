@@ -9,6 +9,8 @@ import math
 import plotly.graph_objects as go
 import torch
 
+from models.base import act_name
+
 from . import _prompted, style
 from .base import Analysis, AnalysisError, Option, Result, untrained_twin
 
@@ -127,7 +129,7 @@ def context_key_scores(lm, prompts) -> torch.Tensor:
     from models.language_model import kv_weights
 
     cfg = lm.model.cfg
-    names = [f"blocks.{l}.attn.hook_k" for l in range(cfg.n_layers)]
+    names = [act_name("k", l) for l in range(cfg.n_layers)]
     biases = [kv_weights(lm.model, l)["b_K"] for l in range(cfg.n_layers)]
     total, count = 0.0, 0
     for _, tokens in _prompted.equal_length_batches(lm, prompts):

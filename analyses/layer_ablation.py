@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from models.base import act_name
+
 from . import style
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .calibration import measure
@@ -27,7 +29,7 @@ this number.
 """.split())
 
 PARTS = {"block": "whole block", "attention_only": "attention only", "mlp_only": "MLP only"}
-SUBLAYER_OUT = {"attention_only": "hook_attn_out", "mlp_only": "hook_mlp_out"}  # TransformerLens's sublayer outputs
+SUBLAYER_OUT = {"attention_only": "attn_out", "mlp_only": "mlp_out"}  # TransformerLens's sublayer outputs
 CLAIMED_RATIO = 10.0
 
 
@@ -42,7 +44,7 @@ def skip_block_hooks(layer: int) -> list:
     def replace(resid_post, hook):
         return seen.pop("resid_pre")  # pop: a stale input from an earlier chunk can never be reused
 
-    return [(f"blocks.{layer}.hook_resid_pre", capture), (f"blocks.{layer}.hook_resid_post", replace)]
+    return [(act_name("resid_pre", layer), capture), (act_name("resid_post", layer), replace)]
 
 
 def zero_hooks(name: str) -> list:
@@ -52,7 +54,7 @@ def zero_hooks(name: str) -> list:
 def part_hooks(part: str, layer: int) -> list:
     if part == "block":
         return skip_block_hooks(layer)
-    return zero_hooks(f"blocks.{layer}.{SUBLAYER_OUT[part]}")
+    return zero_hooks(act_name(SUBLAYER_OUT[part], layer))
 
 
 def needed_hooks(part: str, layer: int) -> list[str]:

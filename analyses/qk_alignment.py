@@ -10,6 +10,8 @@ import plotly.graph_objects as go
 import torch
 from tqdm.auto import tqdm
 
+from models.base import act_name
+
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .key_orthogonality import key_vectors
 
@@ -87,7 +89,7 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
     groups = {name: ids.to(device) for name, ids in task.hypothesis_tokens().items()}
     mass_names = ["self"] + [f"earlier_{name}" for name in groups] + ["earlier_other"]
     earlier = torch.arange(batch.tokens.shape[1], device=device)[None, :] < columns[:, None]  # [Q, Tk]
-    names = [f"blocks.{l}.attn.hook_q" for l in range(n_layers)] if heads else []
+    names = [act_name("q", l) for l in range(n_layers)] if heads else []
     missing = [name for name in names if name not in model.hook_dict]
     if missing:
         raise AnalysisError(f"qk-alignment needs the hook point(s) {', '.join(missing)}, which this model lacks")
@@ -138,7 +140,7 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
             sums["earlier_other"][l] += ((pattern * rest[:, None]).sum(-1) * aq).sum(0)
             if not heads:
                 continue
-            q = cache[f"blocks.{l}.attn.hook_q"][:, columns].double()  # [b, Q, H, d]
+            q = cache[act_name("q", l)][:, columns].double()  # [b, Q, H, d]
             cos = torch.einsum("bqhd,hcd->bqhc", unit(q), unit(keys[l]))
             score = torch.einsum("bqhd,hcd->bqhc", q, keys[l]) / scale
             f, e = feasible[:, :, None].double(), eliminated[:, :, None].double()  # [b, Q, 1, C]

@@ -15,6 +15,8 @@ from sklearn.decomposition import PCA
 from sklearn.linear_model import LinearRegression, RidgeCV
 from sklearn.metrics import r2_score
 
+from models.base import act_name
+
 from . import _prompted
 from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option, untrained_twin
 
@@ -43,7 +45,7 @@ draws it beside the trained R². When the task declares a latent class at every 
 hidden state), the same scatter is drawn a second time coloured by that class (*-pca-by-<latent>).
 """.split())
 
-STREAMS = {"residual": "hook_resid_post", "attention_out": "hook_attn_out"}
+STREAMS = {"residual": "resid_post", "attention_out": "attn_out"}
 TITLES = {"residual": "residual stream after the block", "attention_out": "attention output"}
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 CATEGORICAL = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -51,7 +53,7 @@ CATEGORICAL = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
 
 
 def hook_name(stream: str, layer: int) -> str:
-    return f"blocks.{layer}.{STREAMS[stream]}"
+    return act_name(STREAMS[stream], layer)
 
 
 @torch.no_grad()
@@ -175,7 +177,7 @@ def measure(model, n: int, seed: int, max_points: int, readout: bool) -> Result:
             for key, value in numbers.items():
                 table.setdefault(key, []).append(value)
             scatter[s].append(dict(scores=scores[shown], numbers=numbers))
-        per_stream[s] = dict(hook=f"blocks.<layer>.{STREAMS[s]}", **table)
+        per_stream[s] = dict(hook=act_name(STREAMS[s], "<layer>"), **table)
 
     last = {k: v[-1] for k, v in per_stream["residual"].items() if isinstance(v, list)}
     residual = [hook_name("residual", l) for l in range(n_layers)]
