@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import _optimized_python  # noqa: F401  (before TransformerLens: lets python -OO import it)
@@ -225,6 +226,31 @@ class TokenEmbedding(nn.Module):
         return self.W_E[tokens]
 
 
+class TokenShift(nn.Module):
+    """A causal depthwise convolution on the embeddings: ``x_t + sum_{j=1..width} W_shift[j-1] * x_{t-j}``.
+
+    The short convolution that Mamba and H3 put before their mixer, and the Canon layers of Allen-Zhu
+    (2025, "Physics of Language Models 4.1") put before attention. On recall (``STORE k SEP v``) it
+    puts the key k into the residual of its value v two positions later, so the first attention layer
+    can match a query against bound keys by content. A plain transformer must first grow a head that
+    attends exactly two positions back to do this, and on a CPU budget it never did. It carries no
+    absolute position: a model with it can still only address the table by content. Every
+    architecture offers it (``shift`` in its config), so a comparison can give all the same scaffold;
+    Mamba's own short convolution (``d_conv``) sits inside each block, on the expanded channels.
+    """
+
+    def __init__(self, width: int, d_model: int, seed: int):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.W_shift = nn.Parameter(0.5 * torch.randn(width, d_model, generator=generator))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # [batch, pos, d_model]
+        out, T = x, x.shape[1]
+        for j, weight in enumerate(self.W_shift, start=1):  # x shifted j positions later, zeros in front
+            out = out + weight * F.pad(x, (0, 0, j, 0))[:, :T]
+        return out
+
+
 def act_name(kind: str, layer: int | None = None) -> str:
     """The hook name of activation ``kind`` at block ``layer``, on every architecture: the one place hook
     names are spelled. TransformerLens's kinds (``utils.get_act_name``: "resid_pre", "resid_post",
@@ -277,6 +303,9 @@ class HookedSequenceModel(AnswerHead, HookedRootModule):
                                         for layer in range(config.n_layers))
             self.ln_final = self.norm(d)
             self.unembed = nn.Linear(d, d_out)
+        if getattr(config, "shift", None):  # its own generator: the other weights are those of the model without it
+            self.token_shift = TokenShift(config.shift, d, seed)
+            self.hook_token_shift = HookPoint()  # the embeddings after the shift: the residual stream's start
         # The few cfg fields analyses read (TransformerLens models carry the same names).
         self.cfg = SimpleNamespace(n_layers=config.n_layers, d_model=d, n_ctx=n_ctx, d_vocab=d_vocab, d_vocab_out=d_out)
         self.setup()
@@ -294,6 +323,8 @@ class HookedSequenceModel(AnswerHead, HookedRootModule):
         resid = self.hook_embed(self.embed(input))
         if self.cfg.n_ctx is not None:
             resid = resid + self.hook_pos_embed(self.W_pos[:length].expand(input.shape[0], -1, -1))  # [B, T, d] as in TL
+        if getattr(self.config, "shift", None):
+            resid = self.hook_token_shift(self.token_shift(resid))
         for block in self.blocks:
             resid = block(resid)
         return self.unembed(self.ln_final(resid))
