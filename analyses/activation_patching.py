@@ -47,22 +47,8 @@ def patch(model, options: dict, positions: str) -> Result:
         raise AnalysisError(f"--positions must be auto or all, got {positions!r}")
     pair = P.make_pair(model, options)
     scorer = P.Scorer(pair)
-    hooked = pair.model
-    chosen = P.sites(hooked)
-    where = pair.positions(positions)
-    names = P.cache_names(hooked, chosen)
-    clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
-
-    grid = {"bayes": [], "model": []}
-    for site in tqdm(chosen, desc="activation patching", unit="site", leave=False, disable=None):
-        cols = [*where] if site.kind == "state" else [*where, None]  # a whole state sequence: see DEFINITION
-        scores = [scorer.both(a) for a in P.patched_answers(pair, site, cols, clean, corrupted)] + [{}] * (
-            len(where) + 1 - len(cols))
-        for scale in grid:
-            grid[scale].append([s.get(scale) for s in scores])
-
-    first = chosen[[s.kind for s in chosen].index("resid")]
-    whole = scorer.both(P.patched_answers(pair, first, [None], clean, corrupted)[0])
+    chosen, where = P.sites(pair.model), pair.positions(positions)
+    grid, whole = measure(pair, scorer, chosen, where)
     metrics = dict(
         subject=pair.subject, corruption=pair.what, query=pair.query, changed=list(pair.changed),
         answer=pair.kind, n_sequences=len(pair.clean), sites=[s.label for s in chosen], positions=where,
@@ -81,6 +67,24 @@ def patch(model, options: dict, positions: str) -> Result:
     return Result("activation-patching", DEFINITION, metrics, {"activation-patching": fig}, descriptions={
         "clean_on_bayes_scale": "the model's own clean answer on the Bayes scale (1 = Bayes's clean answer)",
         "corrupted_on_bayes_scale": "the model's own corrupted answer on the Bayes scale (0 = Bayes's corrupted answer)"})
+
+
+def measure(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], answers: dict | None = None):
+    """({scale: [site][position..., all] scores}, the whole residual stream's scores); ``answers``, when given,
+    collects every cell's patched answer by (site label, position or None)."""
+    names = P.cache_names(pair.model, chosen)
+    clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
+    grid = {"bayes": [], "model": []}
+    for site in tqdm(chosen, desc="activation patching", unit="site", leave=False, disable=None):
+        cols = [*where] if site.kind == "state" else [*where, None]  # a whole state sequence: see DEFINITION
+        patched = P.patched_answers(pair, site, cols, clean, corrupted)
+        if answers is not None:
+            answers.update({(site.label, p): a for p, a in zip(cols, patched)})
+        scores = [scorer.both(a) for a in patched] + [{}] * (len(where) + 1 - len(cols))
+        for scale in grid:
+            grid[scale].append([s.get(scale) for s in scores])
+    first = chosen[[s.kind for s in chosen].index("resid")]
+    return grid, scorer.both(P.patched_answers(pair, first, [None], clean, corrupted)[0])
 
 
 def strongest(chosen, where, values) -> list[dict]:

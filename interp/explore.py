@@ -43,6 +43,7 @@ from analyses.qk_alignment import hypothesis_group
 from tasks import ConfigError
 from tasks.base import SEED_RANGE, is_seed
 
+from . import explore_patching
 from .checkpoint import list_checkpoints, load, resolve
 from .errors import UserError
 from .ports import check_port
@@ -564,6 +565,7 @@ def build_app(explorer: Explorer):
                               inputStyle=dict(marginLeft="8px", marginRight="2px"),
                               style=dict(display="block" if explorer.task.query_latent else "none")),
                graph("geometry", 140 + 330 * math.ceil(info["n_layers"] / 3))),
+        explore_patching.panel(explorer),
     ], style=dict(minWidth="0"))
     app.layout = html.Div([
         html.H2(f"{explorer.source.name}: {explorer.task!r}, {info['arch']}", style=dict(margin="4px 6px")),
@@ -643,7 +645,8 @@ def build_app(explorer: Explorer):
         except REFUSED as err:
             return _message_figure(str(err))
 
-    guard(app, explorer_rules(explorer, info))  # every request checked before a view runs (interp/requests.py)
+    explore_patching.register(app, explorer)
+    guard(app, explorer_rules(explorer, info) | explore_patching.rules(explorer))  # every request checked before a view runs (interp/requests.py)
     return app
 
 

@@ -315,3 +315,47 @@ def test_path_patching_runs_on_every_architecture(arch):
     metrics = analyses.run("path-patching", build(arch, n_layers=2), n=N).metrics
     assert metrics["receivers"] == ["L0 mixer", "L1 mixer", "logits"]
     assert metrics["senders"] == ["resid before L0", "L0 mixer", "L1 mixer"]
+
+
+@pytest.mark.slow
+def test_the_explorer_patches_the_sequence_shown_and_a_click_draws_that_intervention_beside_bayes():
+    """Through the app's own request route (every request is checked first): the panel's heat map for the
+    shown sequence, the clean and corrupted sequences side by side, and a clicked cell's answer."""
+    from interp.catalog import locate
+    from interp.explore import Explorer, build_app
+
+    explorer = Explorer(locate("bijection-transformer-cpu"))
+    app = build_app(explorer)
+    client = app.server.test_client()
+    sample = explorer.sample(0)
+
+    def post(output, outputs, inputs, state):
+        body = dict(output=output, outputs=outputs, inputs=inputs, state=state,
+                    changedPropIds=[f"{inputs[0]['id']}.{inputs[0]['property']}"])
+        answer = client.post("/_dash-update-component", json=body)
+        assert answer.status_code == 200, answer.data
+        return json.loads(answer.data)["response"]
+
+    common = [dict(id="step", property="value", value=0), dict(id="sequence", property="data",
+                                                               value=dict(tokens=sample, seed=0)),
+              dict(id="patch-kind", property="value", value="value"), dict(id="patch-index", property="value",
+                                                                            value=2)]
+    outs = [dict(id="patch-map", property="figure"), dict(id="patch-pair", property="children"),
+            dict(id="patch-message", property="children")]
+    response = post("..patch-map.figure...patch-pair.children...patch-message.children..", outs,
+                    [dict(id="patch-run", property="n_clicks", value=1)], common)
+    heat = response["patch-map"]["figure"]["data"][0]
+    assert "L0H0" in heat["y"] and heat["x"][-1] == "all positions"
+    assert "pair 2 shows a value never revealed" in json.dumps(response["patch-pair"]["children"])
+    changed = next(x for x in heat["x"] if x.startswith("5 "))  # position 5: pair 2's value, the change
+    click = dict(points=[dict(x=changed, y="resid before L0")])
+    response = post("patch-cell.figure", dict(id="patch-cell", property="figure"),
+                    [dict(id="patch-map", property="clickData", value=click)], common)
+    figure = response["patch-cell"]["figure"]
+    names = [trace["name"] for trace in figure["data"]]
+    assert names[:2] == ["Bayes, clean input", "Bayes, corrupted input"] and "patched" in names[-1]
+    assert "Bayes scale 1.000" in figure["layout"]["title"]["text"]  # the residual at the change: all restored
+    bad = dict(body=dict(output="patch-cell.figure", outputs=dict(id="patch-cell", property="figure"),
+                         inputs=[dict(id="patch-map", property="clickData", value={"points": "x"})], state=common,
+                         changedPropIds=["patch-map.clickData"]))
+    assert client.post("/_dash-update-component", json=bad["body"]).status_code == 400
