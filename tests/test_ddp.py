@@ -10,10 +10,14 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 from interp import checkpoint
+
+# torchrun starts several Python processes (each importing TransformerLens): slow by nature
+pytestmark = pytest.mark.slow
 
 TINY = ["-T", "V=6", "-T", "L=5", "-M", "d_model=16", "-M", "n_layers=1", "-M", "n_heads=2", "--steps", "30"]
 ENV = dict(os.environ, OMP_NUM_THREADS="1")

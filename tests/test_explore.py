@@ -219,6 +219,7 @@ def computed(driver, graph: str) -> bool:
     return shown is not None and shown["notes"] != "computing…"
 
 
+@pytest.mark.slow  # trains hundreds of steps or starts processes: minutes on a busy 2-core machine
 def test_end_to_end_in_chromium(server, browser, tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys

@@ -106,6 +106,7 @@ def test_in_context_curves_put_the_oracle_on_the_bayes_curve_below_least_squares
     assert curves["least_squares_sq_error"][7] == pytest.approx(curves["bayes_sq_error"][7], rel=0.5)
 
 
+@pytest.mark.slow  # trains hundreds of steps or starts processes: minutes on a busy 2-core machine
 def test_a_transformer_reads_continuous_inputs_with_hooks_and_learns(tmp_path):
     task = tasks.make("regression", d=2, n=6)
     model = models.build("transformer", task, config=dict(d_model=32, n_layers=2, n_heads=2))

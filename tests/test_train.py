@@ -30,6 +30,7 @@ def test_learning_rate_warms_up_then_decays_to_zero():
     assert lr_at(100, s) == 0.0
 
 
+@pytest.mark.slow  # trains hundreds of steps or starts processes: minutes on a busy 2-core machine
 def test_training_learns_the_task(tmp_path):
     settings = TrainSettings(steps=300, batch_size=64, lr=3e-3, warmup=30, eval_every=300, eval_size=500)
     final = Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False).run()
@@ -37,6 +38,7 @@ def test_training_learns_the_task(tmp_path):
     assert final["entropy_mae_bits"] < 0.1
 
 
+@pytest.mark.slow  # trains hundreds of steps or starts processes: minutes on a busy 2-core machine
 def test_resume_after_sigkill_is_bit_exact(tmp_path):
     settings = dict(steps=400, batch_size=32, warmup=20, resume_every=50, eval_every=100, eval_size=200)
     reference = Trainer(tmp_path / "straight", TASK, "transformer", MODEL, TrainSettings(**settings),
