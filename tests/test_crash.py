@@ -19,6 +19,7 @@ import random
 import signal
 import time
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -66,6 +67,7 @@ def check_after_kill(run_dir, reference, note: str) -> int | None:
     return int(checkpoint.read(resume)[0]["step"]) if resume.exists() else 0
 
 
+@pytest.mark.slow  # 1,500 in-process steps, killed and resumed six times: crawls on a busy machine
 def test_random_sigkills_then_resume_equal_an_uninterrupted_run(tmp_path, capsys):
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)  # as the killed children: same thread count, same bits
