@@ -87,7 +87,8 @@ def read_value(raw: str):
 
 
 def trial_name(params: dict[str, str]) -> str:
-    return "_".join(f"{k}={v}" for k, v in params.items())
+    """The trial's folder name: its settings in name order (the same folder whatever order the space lists them in)."""
+    return "_".join(f"{k}={params[k]}" for k in sorted(params))
 
 
 class Tune:
