@@ -163,3 +163,18 @@ def test_the_cli_runs_on_it_offline_and_writes_pdf_html_json(lm, tmp_path, capsy
     copy.parent.mkdir()
     shutil.copy(gguf, copy)
     assert gguf_model.open_gguf(str(copy), progress=False).model.cfg.n_layers == 30
+
+
+@needs_package
+@pytest.mark.slow
+def test_the_explorer_on_it(lm):
+    from interp.explore_lm import LanguageExplorer, build_app
+
+    explorer = LanguageExplorer(lm)
+    ids = explorer.encode("The capital of France is")
+    assert explorer.lens_view(ids).data[0].text[-1][0] == "␣Paris"  # the last layer's top token
+    assert len(explorer.grid_view(ids, 29).data) == 9  # nine query heads
+    assert "key/value head 2" in explorer.attention_view(ids, 3, 8).layout.title.text  # 3 query heads per key head
+    drawn = explorer.sample("two-label", 5)
+    assert "Bayes predictive blue" in explorer.answer_summary(explorer.encode(drawn["text"]), drawn)
+    assert build_app(explorer).layout is not None
