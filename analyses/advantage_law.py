@@ -235,4 +235,3 @@ ANALYSIS = Analysis(
     "decomposition", DEFINITION, compute,
     options=(n_option(64), seed_option(), CHUNK),
     requires=("attention",), order=20)
-run = ANALYSIS

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 import torch
 
 from models.base import act_name
+from tasks.base import entropy_bits
 
 from . import _prompted
 from .base import Analysis, AnalysisError, Result, n_option, seed_option
@@ -31,8 +32,7 @@ their own pattern.
 def normalised_entropy(rows: torch.Tensor) -> torch.Tensor:
     """H(row) / log2(T) for attention rows [..., T], T >= 2."""
     T = rows.shape[-1]
-    H = -(rows * torch.log2(rows.clamp_min(1e-300))).sum(-1)
-    return H / math.log2(T)
+    return entropy_bits(rows) / math.log2(T)
 
 
 def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int) -> Result:
@@ -102,4 +102,3 @@ ANALYSIS = Analysis(
     options=(n_option(50), seed_option()), requires=("attention", "discrete"), order=20,
     on_language_model=on_language_model, language_options=_prompted.language_options(),
     language_definition=DEFINITION)
-run = ANALYSIS

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 import models
@@ -60,6 +61,11 @@ class Option:
 
     def parse(self, raw: str):
         """A value from the command line's text, checked."""
+        if self.type is bool:  # bool("false") is True: read the words instead
+            words = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+            if raw.strip().lower() not in words:
+                raise AnalysisError(f"{self.flag} must be true or false, got {raw!r}")
+            return words[raw.strip().lower()]
         try:
             value = self.type(raw)
         except ValueError:
@@ -99,6 +105,19 @@ def _has_series(model) -> bool:
 
 
 MIN_SERIES = 3  # checkpoints a training-dynamics analysis needs
+
+
+def _corruptible(task) -> bool:
+    """Whether ``task`` makes its default corruption (causal interventions) of a batch of its own."""
+    from tasks import ConfigError
+
+    if not task.corruptions:
+        return False
+    try:
+        task.corrupt(task.sample(2, generator=torch.Generator().manual_seed(0)), torch.Generator().manual_seed(0))
+    except ConfigError:
+        return False
+    return True
 REQUIREMENTS: dict[str, tuple[Callable, str]] = {
     "attention": (lambda m: m.has_attention(),
                   "needs an attention model; {arch} has no attention heads (try calibration instead)"),
@@ -121,6 +140,9 @@ REQUIREMENTS: dict[str, tuple[Callable, str]] = {
     "series": (_has_series,
                "needs a run folder with several checkpoints (at least %d; this model's run holds {n_checkpoints}); "
                "pass the run folder, e.g. --ckpt runs/NAME" % MIN_SERIES),
+    "corruption": (lambda m: _corruptible(m.task),
+                   "needs a clean/corrupted pair, and task {task!r} with these settings declares no corruption it can "
+                   "make (the paper layouts have them: bijection without replacement, recall's paper layout)"),
 }
 
 
@@ -216,6 +238,25 @@ def is_language_model(model) -> bool:
     from models.language_model import LanguageModel
 
     return isinstance(model, LanguageModel)
+
+
+# -- numeric helpers the analyses share ------------------------------------------------------
+RIDGE_ALPHAS = np.logspace(-3, 3, 13)  # ridge read-outs: the penalty chosen by leave-one-out on the fitting half
+
+
+def readout_r2(X, y, fit, test, ridge: bool = False) -> float | None:
+    """R² on rows ``test`` of a least-squares read-out (with intercept) of ``y`` from ``X`` fitted on rows
+    ``fit`` (``ridge``: a ridge read-out, penalty from RIDGE_ALPHAS by leave-one-out, for fewer points than
+    dimensions, where least squares interpolates the fitting half). None when either half has fewer than
+    two rows or the target is constant on the test rows (R² undefined)."""
+    from sklearn.linear_model import LinearRegression, RidgeCV
+    from sklearn.metrics import r2_score
+
+    if len(fit) < 2 or len(test) < 2 or np.ptp(y[test]) == 0:
+        return None
+    model = (RidgeCV(alphas=RIDGE_ALPHAS) if ridge else LinearRegression()).fit(X[fit], y[fit])
+    r2 = float(r2_score(y[test], model.predict(X[test])))
+    return r2 if math.isfinite(r2) else None
 
 
 def held_out_batch(task, n: int, seed: int):

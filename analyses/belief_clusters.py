@@ -191,4 +191,3 @@ def per_layer_figure(metrics: dict) -> go.Figure:
 ANALYSIS = Analysis(
     "belief-clusters", "does the residual stream cluster by the latent state (k-means purity, silhouette)?",
     DEFINITION, compute, options=(n_option(500), seed_option()), requires=("query-latent",), order=8)
-run = ANALYSIS

@@ -156,4 +156,3 @@ def simplex_figure(bayes: np.ndarray, decoded: np.ndarray, seed: int) -> go.Figu
 ANALYSIS = Analysis(
     "belief-state", "held-out linear read-out of the full Bayes belief from each layer, vs untrained and shuffled",
     DEFINITION, compute, options=(n_option(500), seed_option()), order=9)
-run = ANALYSIS

@@ -278,4 +278,3 @@ ANALYSIS = Analysis("calibration", "entropy MAE, KL and accuracy against the exa
                     compute, options=(n_option(2000), seed_option()), order=0,
                     on_language_model=on_language_model, language_options=_prompted.language_options(),
                     language_definition=LANGUAGE_DEFINITION)
-run = ANALYSIS

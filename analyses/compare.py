@@ -151,4 +151,3 @@ ANALYSIS = Analysis("compare", "calibration of several runs side by side, and th
                              Option("sweeps", "", "comma-separated `interp sweep` folders: each cell also states where "
                                                   "the architecture breaks on that primitive's difficulty curve")),
                     multi_model=True, order=9)
-run = ANALYSIS

@@ -173,4 +173,3 @@ ANALYSIS = Analysis(
                                 "(the same vocabulary; default: the task as trained)"),
              n_option(2048), seed_option()),
     requires=("table",), order=3)
-run = ANALYSIS

@@ -109,4 +109,3 @@ ANALYSIS = Analysis(
     "(Paper II)", DEFINITION, compute,
     options=(n_option(64), seed_option(), CHUNK),
     requires=("attention", "series"), order=21)
-run = ANALYSIS

@@ -15,7 +15,8 @@ from . import _prompted
 from .base import Analysis, AnalysisError, Option, Result
 from sklearn.linear_model import RidgeCV
 
-from .value_manifold import RIDGE_ALPHAS, correlation, pca_share_and_r, readout_r2, split_halves
+from .base import RIDGE_ALPHAS, readout_r2
+from .value_manifold import correlation, pca_share_and_r, split_halves
 
 DEFINITION = " ".join("""
  On a language model and a prompt task, the residual stream blocks.l.hook_resid_post at each prompt's
@@ -149,4 +150,3 @@ ANALYSIS = Analysis(
     language_options=_prompted.language_options(
         Option("layer", -1, "layer whose residual stream is ablated (-1: the last)", low=-1000, high=1000),
         Option("controls", 10, "random axes ablated as controls", low=0, high=1000)))
-run = ANALYSIS

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from models.base import act_name
 
-from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, readout_r2, seed_option
 from .calibration import measure
 from .key_orthogonality import key_vectors
 
@@ -100,19 +100,6 @@ def settling_step(steps: list[int], values: list, fraction: float = SETTLE_FRACT
         if (value - first) / total >= fraction:
             return step
     return steps[-1]  # unreachable: the last value has progress exactly 1
-
-
-def readout_r2(features: np.ndarray, target: np.ndarray, split: np.ndarray) -> float | None:
-    """R^2 on the held-out half of a least-squares read-out (with intercept) fitted on the other half."""
-    from sklearn.linear_model import LinearRegression
-
-    half = len(split) // 2
-    train, test = split[:half], split[half:]
-    if len(train) < 2 or len(test) < 2 or np.var(target[test]) == 0:
-        return None
-    fit = LinearRegression().fit(features[train], target[train])
-    r2 = float(fit.score(features[test], target[test]))
-    return r2 if math.isfinite(r2) else None
 
 
 # -- measuring one checkpoint ------------------------------------------------------------------
@@ -205,7 +192,8 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
         calib = measure(ckpt, batch)
         mae.append(calib["entropy_mae_bits"])
         kl.append(calib["kl_bits"])
-        r2.append(readout_r2(features, entropy, split))
+        half = len(split) // 2  # fitted on one half of the query positions, scored on the other
+        r2.append(readout_r2(features, entropy, split[:half], split[half:]))
         del ckpt
 
     js_mean = [sum(v) / len(v) for v in js]
@@ -386,4 +374,3 @@ def precision_figure(metrics: dict) -> go.Figure:
 ANALYSIS = Analysis(
     "frame-precision", "over a run's checkpoints: does the hypothesis frame settle before the posterior gets "
     "precise?", DEFINITION, compute, options=(n_option(500), seed_option()), requires=("attention", "series"), order=7)
-run = ANALYSIS

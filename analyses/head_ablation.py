@@ -145,4 +145,3 @@ def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str) ->
 ANALYSIS = Analysis("head-ablation", "calibration with each attention head zeroed or mean-ablated, against the "
                     "intact model", DEFINITION, compute, options=(n_option(1000), seed_option()),
                     requires=("attention",), order=3)
-run = ANALYSIS

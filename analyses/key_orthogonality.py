@@ -212,4 +212,3 @@ ANALYSIS = Analysis(
     requires=("attention", "frame"), order=1,
     on_language_model=on_language_model, language_options=_prompted.language_options(),
     language_definition=LANGUAGE_DEFINITION)
-run = ANALYSIS

@@ -123,4 +123,3 @@ def bar_figure(metrics: dict, task_name: str) -> go.Figure:
 
 ANALYSIS = Analysis("layer-ablation", "calibration with each block, its attention or its MLP skipped",
                     DEFINITION, compute, options=(n_option(1000), seed_option()), order=4)
-run = ANALYSIS

@@ -110,4 +110,3 @@ ANALYSIS = Analysis(
     options=(Option("lengths", "", "comma-separated values of the task's length setting (default: the trained "
                                    "length, 1.5x and 2.5x)"), n_option(1000), seed_option()),
     requires=("length-setting",), order=2)
-run = ANALYSIS

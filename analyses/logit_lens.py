@@ -8,6 +8,8 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from tasks.base import entropy_bits
+
 from .base import Analysis, Result, eval_batch, n_option, seed_option
 from .belief_clusters import resid_name
 
@@ -35,17 +37,13 @@ def lens_probs(model, tokens: torch.Tensor) -> list[torch.Tensor]:
             for name in names]
 
 
-def bits_entropy(p: torch.Tensor) -> torch.Tensor:
-    return -(p * torch.log2(p.clamp_min(1e-30))).sum(-1)
-
-
 def compare(lens: torch.Tensor, bayes: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per position [..]: KL(Bayes || lens) and |H(lens) - H(Bayes)| in bits, and arg-max agreement (0/1)."""
     kl = (bayes * (torch.log2(bayes.clamp_min(1e-30)) - torch.log2(lens.clamp_min(1e-30)))).where(
         bayes > 0, torch.zeros_like(bayes)).sum(-1)
     best = bayes.amax(-1, keepdim=True)
     agree = (bayes.gather(-1, lens.argmax(-1, keepdim=True)) >= best - 1e-6).squeeze(-1).float()
-    return dict(kl_bits=kl, entropy_mae_bits=(bits_entropy(lens) - bits_entropy(bayes)).abs(), agreement=agree)
+    return dict(kl_bits=kl, entropy_mae_bits=(entropy_bits(lens) - entropy_bits(bayes)).abs(), agreement=agree)
 
 
 def compute(model, n: int = 500, seed: int = 1234) -> Result:
@@ -87,4 +85,3 @@ def layer_figure(metrics: dict) -> go.Figure:
 ANALYSIS = Analysis(
     "logit-lens", "the answer distribution decoded from each layer's residual stream, against the Bayes posterior",
     DEFINITION, compute, options=(n_option(500), seed_option()), requires=("discrete",), order=12)
-run = ANALYSIS

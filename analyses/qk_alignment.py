@@ -11,6 +11,7 @@ import torch
 from tqdm.auto import tqdm
 
 from models.base import act_name
+from tasks.base import entropy_bits
 
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .key_orthogonality import key_vectors
@@ -69,8 +70,7 @@ def hypothesis_group(task) -> tuple[str, torch.Tensor]:
 
 def attention_entropy_bits(pattern: torch.Tensor) -> torch.Tensor:
     """Entropy in bits over the last axis of an attention pattern, with 0 log 0 = 0."""
-    p = pattern.double()
-    return -(p * torch.log2(p.clamp_min(1e-300))).where(p > 0, torch.zeros_like(p)).sum(-1)
+    return entropy_bits(pattern.double())
 
 
 def unit(x: torch.Tensor) -> torch.Tensor:
@@ -401,4 +401,3 @@ def _none_max(values):
 ANALYSIS = Analysis(
     "qk-alignment", "do queries align with the keys of still-feasible hypotheses, more with depth?",
     DEFINITION, compute, options=(n_option(500), seed_option()), requires=("patterns", "frame", "eliminates"), order=5)
-run = ANALYSIS

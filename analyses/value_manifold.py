@@ -12,13 +12,12 @@ import torch
 from plotly.subplots import make_subplots
 from scipy import stats
 from sklearn.decomposition import PCA
-from sklearn.linear_model import LinearRegression, RidgeCV
-from sklearn.metrics import r2_score
 
 from models.base import act_name
 
 from . import _prompted
-from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option, untrained_twin
+from .base import (RIDGE_ALPHAS, Analysis, AnalysisError, Option, Result, eval_batch, n_option, readout_r2, seed_option,
+                   untrained_twin)
 
 DEFINITION = " ".join("""
  On one held-out batch of n sequences, the activations at every query position (where
@@ -89,18 +88,6 @@ def split_halves(n_points: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """A seeded random split of the points into a fitting half and an evaluation half."""
     order = np.random.default_rng(seed).permutation(n_points)
     return order[: n_points // 2], order[n_points // 2:]
-
-
-RIDGE_ALPHAS = np.logspace(-3, 3, 13)  # ridge read-outs: the penalty chosen by leave-one-out on the fitting half
-
-
-def readout_r2(X: np.ndarray, y: np.ndarray, fit: np.ndarray, test: np.ndarray, ridge: bool = False) -> float | None:
-    """R² on ``test`` of a least-squares read-out of ``y`` from ``X`` fitted on ``fit`` (``ridge``: a ridge
-    read-out, for fewer points than dimensions, where least squares interpolates the fitting half)."""
-    if len(fit) < 2 or len(test) < 2 or np.ptp(y[test]) == 0:
-        return None
-    model = (RidgeCV(alphas=RIDGE_ALPHAS) if ridge else LinearRegression()).fit(X[fit], y[fit])
-    return _finite(r2_score(y[test], model.predict(X[test])))
 
 
 def stream_stats(X: np.ndarray, entropy: np.ndarray, fit: np.ndarray, test: np.ndarray,
@@ -410,4 +397,3 @@ ANALYSIS = Analysis(
     on_language_model=on_language_model, language_definition=LANGUAGE_DEFINITION,
     language_options=_prompted.language_options(Option("bootstrap", 200, "bootstrap resamples of the prompts",
                                                        low=0, high=100_000)))
-run = ANALYSIS

@@ -68,10 +68,6 @@ class PromptTask:
         return None
 
 
-def binary_entropy_bits(p: torch.Tensor) -> torch.Tensor:
-    return -(p * torch.log2(p.clamp_min(1e-300))).sum(-1)
-
-
 def one_token(encode: Callable[[str], list[int]], word: str) -> int:
     """The single token id of " word"; a clear error when the tokenizer splits it."""
     ids = encode(" " + word)

@@ -19,7 +19,8 @@ from typing import Sequence
 
 import torch
 
-from .base import SHOTS, Prompt, PromptSet, PromptTask, binary_entropy_bits, one_token
+from ..base import entropy_bits
+from .base import SHOTS, Prompt, PromptSet, PromptTask, one_token
 
 LABELS = ("blue", "green")  # two arbitrary words, one token each for common BPE vocabularies
 
@@ -71,7 +72,7 @@ def token_prompts(inputs: Sequence[int], labels: tuple[int, int], shots: Sequenc
                 tokens += [rng.choice(inputs), *separator, labels[y]]
             tokens += [rng.choice(inputs), *separator]
             prompts.append(Prompt(tokens, shown, predictive(shown, alpha),
-                                  binary_entropy_bits(posterior(shown, alpha)).item()))
+                                  entropy_bits(posterior(shown, alpha)).item()))
     return PromptSet(prompts, tuple(labels))
 
 
