@@ -11,6 +11,7 @@ registries, read when a command needs it.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -314,11 +315,13 @@ def output_folder(out: Path, run_name: str, source: str) -> Path:
     without a mark (written before marks existed) is taken as it is."""
     import hashlib
 
+    from .files import read_regular
+
     folder = out / run_name
     mark = folder / SOURCE_MARK
-    try:
-        held = mark.read_text() if mark.is_file() else None
-    except (OSError, UnicodeDecodeError):
+    try:  # never through a link, nor from a pipe: such a mark is no mark (and ``claim`` says so)
+        held = read_regular(mark).decode() if os.path.lexists(mark) else None
+    except (OSError, UnicodeDecodeError, UserError):
         held = None
     if held is None or held == source:
         return folder
@@ -335,6 +338,8 @@ def claim(folder: Path, source: str) -> None:
         atomic_write_text(folder / SOURCE_MARK, source)
     except OSError:  # the results are written; a folder that takes no mark is only unprotected
         pass
+    except UserError as err:  # e.g. a link planted at the mark: never written through, and said
+        click.echo(f"interp: warning: the results are written, but their folder is not marked: {err}", err=True)
 
 
 def headline(metrics: dict) -> list[tuple[str, float]]:

@@ -265,6 +265,22 @@ def test_a_write_through_a_planted_link_never_happens(tmp_path, monkeypatch):
         (run / name).unlink()
 
 
+def test_a_link_planted_at_an_output_folder_mark_is_not_written_through(workspace_template, tmp_path, monkeypatch,  # noqa: F811
+                                                                         capsys):
+    shutil.copytree(workspace_template / "tiny", tmp_path / "tiny")
+    (tmp_path / "victim.txt").write_text("precious\n")
+    (tmp_path / "figures" / "tiny").mkdir(parents=True)
+    (tmp_path / "figures" / "tiny" / ".interp-source").symlink_to(tmp_path / "victim.txt")
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(capsys, "run", "calibration", "--ckpt", "tiny", "--format", "json", "--n", "20")
+    assert result.code == 0 and (tmp_path / "figures" / "tiny" / "calibration.json").exists()
+    assert result.err.strip() == ("interp: warning: the results are written, but their folder is not marked: "
+                                  "figures/tiny/.interp-source is a symbolic link, not a regular file; the toolkit "
+                                  "never writes through a link (it would change the file the link points to): "
+                                  "remove it, or write elsewhere")
+    assert (tmp_path / "victim.txt").read_text() == "precious\n"
+
+
 @pytest.mark.slow
 def test_a_reproduction_rerun_after_a_full_disk_makes_its_figures(tmp_path, monkeypatch, capsys):
     """The issue: after ENOSPC, calibration.json was on disk without its PNGs, the rerun took the JSON as
