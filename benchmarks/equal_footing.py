@@ -1,8 +1,11 @@
 """The equal-footing search on recall: every trial's curve against training compute, and its records.
 
-    python benchmarks/equal_footing.py runs/tune-recall-mamba runs/tune-recall-transformer
+    python benchmarks/equal_footing.py runs/tune-recall-mamba runs/tune-recall-transformer \
+        --tables CONTENT-ADDRESSING.json ...
 
-Each argument is an ``interp tune`` folder. Writes figures/readme/equal-footing/curves.{pdf,png} (every
+Each argument is an ``interp tune`` folder; ``--tables`` takes ``interp run content-addressing`` results
+(``--sizes 1,2,4,8,16,32,64 --queries 3``) and draws their accuracy against table size into
+figures/readme/equal-footing/table-size.{pdf,png}, beside 1/n (answering with any value of the table). Writes figures/readme/equal-footing/curves.{pdf,png} (every
 trial's held-out score against the tokens it trained on: a short-table stage costs what its shorter
 sequences cost) and trials-STUDY.{json,csv} (every trial of each search: settings, state, score, curve,
 budget), and prints one line per search with its best trial.
@@ -51,6 +54,10 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("tunes", nargs="+", type=Path)
+    parser.add_argument("--tables", nargs="*", type=Path, default=[], help="content-addressing results (.json)")
+    parser.add_argument("--names", nargs="*", default=[], help="a legend name for each --tables result")
+    parser.add_argument("--reference", type=Path, help="a run folder (e.g. a shipped model) drawn up to the budget, "
+                                                       "dotted: another schedule, the same data")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     fig = go.Figure()
@@ -63,7 +70,7 @@ def main() -> None:
                 seen = tokens_seen(summary, trial)
                 trial["tokens_seen"] = {str(k): v for k, v in seen.items()}
                 steps = sorted(seen)
-                fig.add_scatter(x=[seen[s] for s in steps], y=[trial["curve"][str(s)] if str(s) in trial["curve"]
+                fig.add_scatter(x=[seen[s] / 1e6 for s in steps], y=[trial["curve"][str(s)] if str(s) in trial["curve"]
                                                               else trial["curve"][s] for s in steps],
                                 mode="lines+markers", name=f"{label(summary, trial)} ({trial['state']})",
                                 line=dict(color=colours[i % len(colours)],
@@ -80,14 +87,54 @@ def main() -> None:
         print(f"{summary['study']}: {done} of {summary['n_trials']} trials, budget {summary['budget']['steps']:,} steps x "
               f"{summary['budget']['batch_size']}; best " + (f"{best['name']} {summary['metric']} {best['score']:.4f}"
                                                                if best else "none yet"))
+    if args.reference:
+        run = json.loads((args.reference / "run.json").read_text())
+        budget = summary["budget"]["steps"]
+        rows = [json.loads(line) for line in (args.reference / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        curve = {r["step"]: r["eval_accuracy"] for r in rows if "eval_accuracy" in r and r["step"] <= budget}
+        seen = tokens_seen(summary | {"budget": dict(summary["budget"], batch_size=run["train"]["batch_size"])},
+                           dict(run=str(args.reference), curve=curve))
+        fig.add_scatter(x=[seen[s] / 1e6 for s in sorted(curve)], y=[curve[s] for s in sorted(curve)], mode="lines+markers",
+                        name=f"{run['arch']} shift {run['model'].get('shift')}, {args.reference.name} (its first "
+                             f"{budget:,} of {run['train']['steps']:,} steps)", line=dict(color="black", dash="dot"))
     style.reference_line(fig, 1 / 256, "chance 0.4%", color="black")
     fig.update_layout(title="recall: held-out accuracy against training tokens, every trial of the equal search",
-                      xaxis_title="training tokens (sequences x length)", yaxis_title="held-out accuracy (tables of 1-64 pairs)",
-                      xaxis_type="log", height=520, width=980)
+                      xaxis_title="training tokens, millions (sequences x their length)",
+                      yaxis_title="held-out accuracy (tables of 1-64 pairs)", height=520, width=980)
     style.apply(fig)
     (OUT / "curves.pdf").write_bytes(figure_pdf(fig))
     (OUT / "curves.png").write_bytes(figure_image(fig, "png"))
     print(f"wrote {OUT / 'curves.pdf'} and .png")
+    if args.tables:
+        table_sizes(args.tables, args.names, figure_pdf, figure_image)
+
+
+def table_sizes(results: list[Path], names: list[str], figure_pdf, figure_image) -> None:
+    import plotly.graph_objects as go
+
+    from analyses import style
+
+    fig = go.Figure()
+    sizes = set()
+    for i, path in enumerate(results):
+        numbers = json.loads(path.read_text())
+        by_size = {int(k): v for k, v in numbers["metrics"]["accuracy_by_table_size"].items()}
+        sizes |= set(by_size)
+        name = names[i] if i < len(names) else numbers["run"]
+        fig.add_scatter(x=sorted(by_size), y=[by_size[n] for n in sorted(by_size)], mode="lines+markers",
+                        name=f"{name} ({numbers['metrics']['n_sequences']:,} sequences)")
+    sizes = sorted(sizes)
+    fig.add_scatter(x=sizes, y=[1 / n for n in sizes], mode="lines", name="1/n: any value of the table",
+                    line=dict(color="black", dash="dot"))
+    fig.add_hline(y=1 / 256, line_dash="dash", line_color="gray", annotation_text="chance 0.4%",
+                  annotation_position="top right")
+    fig.update_layout(title="recall: accuracy against table size at the paper's length (d_model 64)",
+                      xaxis=dict(title="pairs in the table", type="log", tickvals=sizes, ticktext=[str(n) for n in sizes]),
+                      yaxis=dict(title="accuracy of bound queries", type="log"), height=500, width=900)
+    style.apply(fig)
+    (OUT / "table-size.pdf").write_bytes(figure_pdf(fig))
+    (OUT / "table-size.png").write_bytes(figure_image(fig, "png"))
+    print(f"wrote {OUT / 'table-size.pdf'} and .png")
 
 
 if __name__ == "__main__":
