@@ -199,7 +199,7 @@ def make_pair(model, options: dict) -> Pair:
 class Site:
     label: str
     hooks: tuple[str, ...]  # replaced together (the LSTM's hidden and cell states)
-    kind: str  # resid, head, attn, mlp, mixer, state, tap
+    kind: str  # resid, head, attn, mlp_out, mixer, state, tap
     layer: int  # -1: before the first block
     head: int | None = None  # a head's index (axis 2 of hook_z); a tap's j
 
@@ -208,7 +208,7 @@ class Site:
         """Order along the residual stream: embeddings 0; block l's attention (or mixer) 2l+1, its MLP 2l+2."""
         if self.kind in ("tap", "resid") and self.layer < 0:
             return 0
-        return 2 * self.layer + (2 if self.kind == "mlp" else 1)
+        return 2 * self.layer + (2 if self.kind == "mlp_out" else 1)
 
 
 def has(model, name: str) -> bool:
@@ -235,7 +235,7 @@ def sites(model, states: bool = True) -> list[Site]:
             out += [Site(f"L{l}H{h}", (b + "attn.hook_z",), "head", l, h) for h in range(model.cfg.n_heads)]
             out.append(Site(f"L{l} attention", (b + "hook_attn_out",), "attn", l))
             if has(model, b + "hook_mlp_out"):
-                out.append(Site(f"L{l} MLP", (b + "hook_mlp_out",), "mlp", l))
+                out.append(Site(f"L{l} MLP", (b + "hook_mlp_out",), "mlp_out", l))
             continue
         if states and has(model, b + "mixer.hook_h"):
             out.append(Site(f"L{l} state h", (b + "mixer.hook_h",), "state", l))

@@ -64,7 +64,7 @@ def patch(model, options: dict, positions: str) -> Result:
                         f"corrupted one's); unpatched, the model's clean answer scores "
                         f"{P.short(metrics['clean_on_bayes_scale'])} and its corrupted one "
                         f"{P.short(metrics['corrupted_on_bayes_scale'])}</sup>", "Bayes scale", hover)
-    return Result("activation-patching", DEFINITION, metrics, {"activation-patching": fig}, descriptions={
+    return Result("activation-patching", DEFINITION, metrics, {"sites-by-position": fig}, descriptions={
         "clean_on_bayes_scale": "the model's own clean answer on the Bayes scale (1 = Bayes's clean answer)",
         "corrupted_on_bayes_scale": "the model's own corrupted answer on the Bayes scale (0 = Bayes's corrupted answer)"})
 
@@ -103,5 +103,4 @@ ANALYSIS = Analysis("activation-patching", "each site x position patched from a 
                     "between the two Bayes answers", DEFINITION, compute,
                     options=(*P.wind_tunnel_options(), POSITIONS), order=20,
                     on_language_model=on_language_model, language_options=(*P.language_options(), POSITIONS),
-                    language_definition=DEFINITION)
-run = ANALYSIS
+                    language_definition=DEFINITION, requires=("corruption",))

@@ -26,7 +26,7 @@ estimate minus the measured value (model scale): mean_abs_gap and max_abs_gap ov
 
 
 def compute(model, corrupt: str = "", index: int = -1, n: int = 100, seed: int = 1234, positions: str = "auto",
-            exact: bool = True) -> Result:
+            exact: bool = False) -> Result:
     return attribute(model, dict(corrupt=corrupt, index=index, n=n, seed=seed), positions, exact)
 
 
@@ -110,13 +110,12 @@ def attribute(model, options: dict, positions: str, exact: bool) -> Result:
                         f"({pair.what})<br><sup>estimated answer at position {pair.query} on the Bayes scale"
                         + (f"; mean |estimate - measured| {P.short(metrics['mean_abs_gap'])} on the model scale"
                            if exact else "") + "</sup>", "Bayes scale", hover)
-    return Result("attribution-patching", DEFINITION, metrics, {"attribution-patching": fig})
+    return Result("attribution-patching", DEFINITION, metrics, {"estimate": fig})
 
 
-EXACT = Option("exact", True, "also measure activation patching at the same cells and report the gap")
+EXACT = Option("exact", False, "also measure activation patching at the same cells and report the gap")
 ANALYSIS = Analysis("attribution-patching", "activation patching estimated to first order from one forward and one "
                     "backward pass, with its gap to the measured value", DEFINITION, compute,
                     options=(*P.wind_tunnel_options(), POSITIONS, EXACT), order=22,
                     on_language_model=on_language_model, language_options=(*P.language_options(), POSITIONS, EXACT),
-                    language_definition=DEFINITION)
-run = ANALYSIS
+                    language_definition=DEFINITION, requires=("corruption",))

@@ -141,7 +141,7 @@ def attribute(model, options: dict) -> Result:
                    largest_share=max((r for r in rows if r["share"] is not None), key=lambda r: r["share"],
                                      default=None),
                    sum_check=max(clean["sum_check"], corrupted["sum_check"]))
-    return Result("direct-logit-attribution", DEFINITION, metrics, {"direct-logit-attribution": figure(metrics)},
+    return Result("direct-logit-attribution", DEFINITION, metrics, {"components": figure(metrics)},
                   descriptions={"sum_check": "largest |sum of attributions + bias - logit difference| (float error)"})
 
 
@@ -166,5 +166,4 @@ def figure(metrics: dict) -> go.Figure:
 ANALYSIS = Analysis("direct-logit-attribution", "each head's or block's direct write to the answer's logit difference, "
                     "clean and corrupted", DEFINITION, compute, options=P.wind_tunnel_options(), order=21,
                     on_language_model=on_language_model, language_options=P.language_options(),
-                    language_definition=DEFINITION)
-run = ANALYSIS
+                    language_definition=DEFINITION, requires=("corruption",))

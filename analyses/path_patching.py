@@ -36,7 +36,7 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
 
 
 def senders(model) -> list[P.Site]:
-    return [s for s in P.sites(model, states=False) if s.kind in ("tap", "head", "mlp", "mixer")
+    return [s for s in P.sites(model, states=False) if s.kind in ("tap", "head", "mlp_out", "mixer")
             or (s.kind == "resid" and s.layer < 0)]
 
 
@@ -47,7 +47,7 @@ def receivers(model) -> list[tuple[P.Site, str | None]]:
         b = f"blocks.{s.layer}."
         if s.kind in ("head", "mixer"):
             out.append((s, b + "hook_resid_pre"))
-        elif s.kind == "mlp":  # a parallel block (GPT-NeoX, GPT-J) has no resid_mid: its MLP reads resid_pre
+        elif s.kind == "mlp_out":  # a parallel block (GPT-NeoX, GPT-J) has no resid_mid: its MLP reads resid_pre
             out.append((s, b + "hook_resid_mid" if P.has(model, b + "hook_resid_mid") else b + "hook_resid_pre"))
     L = P.n_layers(model)
     out.append((P.Site("logits", (f"blocks.{L - 1}.hook_resid_post",), "logits", L), f"blocks.{L - 1}.hook_resid_post"))
@@ -66,7 +66,7 @@ def write(pair: P.Pair, site: P.Site, cache: dict) -> torch.Tensor:
 
 def upstream(sender: P.Site, receiver: P.Site, entry: str) -> bool:
     """Whether ``sender`` writes into what ``receiver`` reads (an MLP reading resid_pre: a parallel block)."""
-    if receiver.kind == "mlp" and entry.endswith("hook_resid_pre"):
+    if receiver.kind == "mlp_out" and entry.endswith("hook_resid_pre"):
         return sender.stage < receiver.stage - 1
     return receiver.kind == "logits" or sender.stage < receiver.stage
 
@@ -125,7 +125,7 @@ def paths(model, options: dict) -> Result:
                         f"position {pair.query} on the Bayes scale when only the path from the sender into the "
                         f"receiver carries the clean input</sup>", "Bayes scale", hover)
     fig.update_layout(xaxis_title="receiver", yaxis_title="sender")
-    return Result("path-patching", DEFINITION, metrics, {"path-patching": fig})
+    return Result("path-patching", DEFINITION, metrics, {"senders-by-receivers": fig})
 
 
 def strongest(send, receive, grid) -> dict | None:
@@ -141,5 +141,5 @@ def strongest(send, receive, grid) -> dict | None:
 ANALYSIS = Analysis("path-patching", "the corruption's effect carried from each component directly into each later "
                     "one, scored between the two Bayes answers", DEFINITION, compute,
                     options=P.wind_tunnel_options(), order=23, on_language_model=on_language_model,
-                    language_options=P.language_options(), language_definition=DEFINITION)
-run = ANALYSIS
+                    language_options=P.language_options(), language_definition=DEFINITION,
+                    requires=("corruption",))
