@@ -4,6 +4,8 @@ in the built site. MkDocs only knows files under docs/; this hook adds every rep
 to, copied into the site under ``repo/``, so strict mode still fails on a link to a file that does not exist."""
 from __future__ import annotations
 
+import logging
+import posixpath
 import re
 from pathlib import Path
 
@@ -31,3 +33,24 @@ def on_files(files: Files, config) -> Files:
                               dest_uri="repo/" + target.relative_to(root).as_posix(),
                               inclusion=InclusionLevel.NOT_IN_NAV))
     return files
+
+
+log = logging.getLogger("mkdocs.hooks.repo_files")  # under "mkdocs": a warning here fails a strict build
+HREF = re.compile(r'href="([^":#/][^":]*?\.(?:md|ipynb)(?:#[^"]*)?)"')
+
+
+def on_page_content(html: str, page, config, files: Files) -> str:
+    """A notebook's Markdown links (``../how-to/plugins.md``) are not resolved by MkDocs: point them at the
+    pages' URLs here, and report a link to a page that does not exist, as MkDocs does for Markdown pages."""
+    if not page.file.src_uri.endswith(".ipynb"):
+        return html
+
+    def resolve(match):
+        path, _, anchor = match.group(1).partition("#")
+        target = files.get_file_from_path(posixpath.normpath(posixpath.join(posixpath.dirname(page.file.src_uri), path)))
+        if target is None:
+            log.warning(f"Doc file '{page.file.src_uri}' links to '{match.group(1)}', which is not among the documentation files.")
+            return match.group(0)
+        return f'href="{target.url_relative_to(page.file)}{"#" + anchor if anchor else ""}"'
+
+    return HREF.sub(resolve, html)
