@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import textwrap
 from pathlib import Path
 
 import click
@@ -66,30 +65,6 @@ def analysis_options(analysis, extra: list[str], language: bool = False) -> dict
         out[option.name] = option.parse(raw)
         i += 1
     return out
-
-
-def analysis_help(analysis) -> str:
-    """``interp run NAME --help``, from the analysis's declaration."""
-    width = max([len(o.flag) for o in analysis.options] + [8])
-    source = "--model MODEL" if analysis.run is None else f"--ckpt CKPT{' [--ckpt CKPT ...]' if analysis.multi_model else ''}"
-    lines = [f"Usage: interp run {analysis.name} {source} "
-             f"[--out DIR] [--format pdf,html,json] [--device cpu] [OPTIONS]", "",
-             f"  {analysis.summary}.", ""]
-    if analysis.requires:
-        lines += [f"  Requires: {', '.join(analysis.requires)}.", ""]
-    if analysis.run is not None:
-        lines += ["Options:"] + [f"  {o.flag:<{width}}  {o.describe()}" for o in analysis.options]
-        lines += ["", "Definition:", *textwrap.wrap(analysis.definition, 100, initial_indent="  ",
-                                                     subsequent_indent="  ")]
-    if analysis.on_language_model is not None:
-        width = max([len(o.flag) for o in analysis.language_options] + [8])
-        lines += ["", f"On a language model: interp run {analysis.name} --model MODEL [OPTIONS], MODEL a Hugging Face "
-                      "model folder or a model name whose weights are in the local cache.", "Options:"]
-        lines += [f"  {o.flag:<{width}}  {o.describe()}" for o in analysis.language_options]
-        if analysis.language_definition != analysis.definition or analysis.run is not None:
-            lines += ["", "Definition on a language model:", *textwrap.wrap(
-                analysis.language_definition, 100, initial_indent="  ", subsequent_indent="  ")]
-    return "\n".join(lines)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -221,7 +196,7 @@ def run(ctx, name, ckpt, model_spec, out, formats, device, show_help):
 
     analysis = analyses.get(name)
     if show_help:
-        click.echo(analysis_help(analysis))
+        click.echo(manifest.analysis_help(analysis))
         return
     if model_spec is not None:
         if ckpt:

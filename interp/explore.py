@@ -654,10 +654,9 @@ def serve(source, host: str = "127.0.0.1", port: int = 8050) -> None:
     """Check the port, load the model(s), then serve until interrupted."""
     check_port(host, port)
     explorer = Explorer(source)
-    if getattr(explorer.model(len(explorer.checkpoints) - 1), "arch", None) == "mamba":
-        from models.mamba import cpu_kernels
-
-        cpu_kernels()  # a first build (about a minute) shows its progress here, not as a page stuck at "computing"
+    warm_up = getattr(explorer.model(len(explorer.checkpoints) - 1), "warm_up", None)
+    if warm_up is not None:
+        warm_up()  # e.g. a first kernel build (about a minute) shows its progress here, not as a page stuck at "computing"
     app = build_app(explorer)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request on the terminal
     click.echo(f"explorer for {source} at http://{host}:{port}/ (Ctrl+C stops it)", err=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import textwrap
 from pathlib import Path
 
 from .errors import UserError
@@ -100,7 +101,6 @@ def build(fp: str | None = None) -> dict:
 
     from .catalog import shipped, summary
     from .checkpoint import load
-    from .cli import analysis_help
     from .train import PRESETS
 
     loaded = {name: load(path) for name, path in shipped().items()}
@@ -135,6 +135,30 @@ def build(fp: str | None = None) -> dict:
     return dict(fingerprint=fp or fingerprint(), list="".join(line + "\n" for line in lines),
                 analyses={name: dict(summary=a.summary, help=analysis_help(a), shipped=applies[name])
                           for name, a in analyses.REGISTRY.items()})
+
+
+def analysis_help(analysis) -> str:
+    """``interp run NAME --help``, from the analysis's declaration."""
+    width = max([len(o.flag) for o in analysis.options] + [8])
+    source = "--model MODEL" if analysis.run is None else f"--ckpt CKPT{' [--ckpt CKPT ...]' if analysis.multi_model else ''}"
+    lines = [f"Usage: interp run {analysis.name} {source} "
+             f"[--out DIR] [--format pdf,html,json] [--device cpu] [OPTIONS]", "",
+             f"  {analysis.summary}.", ""]
+    if analysis.requires:
+        lines += [f"  Requires: {', '.join(analysis.requires)}.", ""]
+    if analysis.run is not None:
+        lines += ["Options:"] + [f"  {o.flag:<{width}}  {o.describe()}" for o in analysis.options]
+        lines += ["", "Definition:", *textwrap.wrap(analysis.definition, 100, initial_indent="  ",
+                                                     subsequent_indent="  ")]
+    if analysis.on_language_model is not None:
+        width = max([len(o.flag) for o in analysis.language_options] + [8])
+        lines += ["", f"On a language model: interp run {analysis.name} --model MODEL [OPTIONS], MODEL a Hugging Face "
+                      "model folder or a model name whose weights are in the local cache.", "Options:"]
+        lines += [f"  {o.flag:<{width}}  {o.describe()}" for o in analysis.language_options]
+        if analysis.language_definition != analysis.definition or analysis.run is not None:
+            lines += ["", "Definition on a language model:", *textwrap.wrap(
+                analysis.language_definition, 100, initial_indent="  ", subsequent_indent="  ")]
+    return "\n".join(lines)
 
 
 def applies_to(reasons: dict[str, str | None], language: bool) -> str:

@@ -24,7 +24,7 @@ from torch import nn
 from . import _optimized_python  # noqa: F401  (before TransformerLens: lets python -OO import it)
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
-from transformer_lens.utils import get_act_name
+from transformer_lens.utilities import get_act_name
 
 from tasks import ConfigError, Task
 from tasks.base import MAX_SIZE

@@ -299,6 +299,12 @@ class WindTunnelMamba(HookedSequenceModel):
     }
     norm = nn.RMSNorm
 
+    def warm_up(self) -> None:
+        """Build (or load) the CPU kernels now, so a first build's progress shows where the caller is
+        waiting (the explorer's terminal) rather than inside the first forward pass."""
+        if not torch.cuda.is_available():
+            cpu_kernels()
+
     def make_mixer(self, layer: int) -> nn.Module:
         c = self.config
         return MambaMixer(c.d_model, c.d_state, c.d_conv, c.expand, c.dt_rank)

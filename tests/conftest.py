@@ -30,3 +30,13 @@ def benchmark_module():
         spec.loader.exec_module(module)
         return module
     return load
+
+
+@pytest.fixture(scope="module")
+def workspace_template(tmp_path_factory):
+    """The bad-input workspace (tests/workspace.py), built once per module; tests copy it."""
+    from tests.workspace import build_workspace
+
+    root = tmp_path_factory.mktemp("template")
+    build_workspace(root)
+    return root

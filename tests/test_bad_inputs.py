@@ -16,10 +16,8 @@ left behind, or the marker file a hostile pickle would create all fail the test)
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
-import pickle
 import shlex
 import shutil
 import socket
@@ -31,8 +29,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import tiny
+from tests.workspace import MARKER, snapshot
+
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bad-inputs.md"
-MARKER = "PWNED"  # the file a hostile pickle creates if it is ever unpickled
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Case:
 
 TRAIN = "interp train --out new-run"  # a fresh run folder; every bad input must leave it uncreated
 BUSY_PORT = 48213  # held open by the "port-in-use" fault
-TINY_RUN = "-T V=6 -T L=5 -M d_model=16 -M n_layers=1 -M n_heads=2"
+TINY_RUN = " ".join(tiny.cli_args(n_layers=1))
 
 CATALOGUE = [
     # -- names -------------------------------------------------------------------------------------
@@ -315,165 +315,6 @@ CATALOGUE = [
 ]
 
 
-class Exploit:
-    """Unpickling this creates MARKER in the current folder: proof that a pickle was loaded."""
-
-    def __reduce__(self):
-        return (os.system, (f"touch {MARKER}",))
-
-
-def build_workspace(root: Path) -> None:
-    """The files the catalogue refers to: one tiny finished run, and every kind of broken file."""
-    import torch
-    from safetensors.torch import save as save_bytes
-
-    from interp import checkpoint
-    from interp.train import TrainSettings, Trainer
-
-    settings = TrainSettings(steps=20, batch_size=8, warmup=2, eval_every=20, eval_size=20)
-    Trainer(root / "tiny", dict(name="bijection", V=6, L=5), "transformer",
-            dict(d_model=16, n_layers=1, n_heads=2), settings, progress=False).run()
-    good = root / "tiny" / "checkpoints" / checkpoint.checkpoint_name(20)
-    meta, tensors = checkpoint.read(good)
-    record = json.loads((root / "tiny" / "run.json").read_text())
-
-    def with_meta(name: str, change) -> None:
-        edited = json.loads(json.dumps(meta))
-        change(edited)
-        (root / name).write_bytes(save_bytes(tensors, metadata={"interp": json.dumps(edited)}))
-
-    with_meta("odd-task.safetensors", lambda m: m["task"].update(colour=3))
-    with_meta("nan-task.safetensors", lambda m: m["task"].update(V=float("nan")))
-    with_meta("odd-arch.safetensors", lambda m: m.update(arch="rnn9000"))
-    with_meta("odd-model.safetensors", lambda m: m["model"].update(colour="red"))
-    with_meta("reshaped.safetensors", lambda m: m["model"].update(d_model=32))
-    (root / "plain.safetensors").write_bytes(save_bytes(tensors))
-    shutil.copytree(root / "tiny", root / "old-runs" / "bijection-transformer-cpu")
-    (root / "bad-json.safetensors").write_bytes(save_bytes(tensors, metadata={"interp": "{task: bijection"}))
-    (root / "truncated.safetensors").write_bytes(good.read_bytes()[: good.stat().st_size // 2])
-    (root / "empty.safetensors").write_bytes(b"")
-    (root / "notes.safetensors").write_text("these are not weights\n")
-    (root / "notes.txt").write_text("a file where a folder is expected\n")
-    evil = pickle.dumps(Exploit())
-    for name in ("evil.pt", "evil.safetensors", "evil-run/checkpoints/step-00000100.safetensors",
-                 "evil-resume/resume.safetensors"):
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_bytes(evil)
-    torch.save(tensors, root / "torch-save.safetensors")
-    running = dict(record, status="running")
-    for folder, content in [
-        ("evil-resume", json.dumps(running)),
-        ("corrupt-record", '{"task": {"name": "bijection"'),
-        ("nan-record", json.dumps(dict(running, train=dict(record["train"], lr=float("nan"))))),
-        ("odd-record", json.dumps(dict(running, train=dict(record["train"], stepz=3)))),
-    ]:
-        (root / folder).mkdir(exist_ok=True)
-        (root / folder / "run.json").write_text(content)
-    # A run whose latest checkpoint is fine but an earlier one (read by frame-precision) is a pickle.
-    shutil.copytree(root / "tiny", root / "half-evil")
-    (root / "half-evil" / "checkpoints" / checkpoint.checkpoint_name(10)).write_bytes(evil)
-    # A resume state whose run.json describes another task.
-    (root / "mixed-run").mkdir()
-    (root / "mixed-run" / "run.json").write_text(json.dumps(dict(running, task=dict(record["task"], V=8, L=7))))
-    shutil.copy(good, root / "mixed-run" / "resume.safetensors")
-    (root / "empty-folder").mkdir()
-    (root / "read-only").mkdir()
-    build_hardening_workspace(root, meta, tensors, record, with_meta)
-    build_round_three_workspace(root, tensors)
-
-
-def build_round_three_workspace(root: Path, tensors: dict) -> None:
-    """The file links are planted to, a metrics log that is a folder, integer weights, a misnamed checkpoint."""
-    import torch
-    from safetensors.torch import save as save_bytes
-
-    from interp import checkpoint, load
-
-    (root / "victim.txt").write_text("a file outside any run, which a planted link points to\n")
-    shutil.copytree(root / "paused", root / "metrics-folder")
-    (root / "metrics-folder" / "metrics.jsonl").mkdir()
-    (root / "metrics-folder" / "metrics.jsonl" / "keep").write_text("a folder is copied only with a file in it\n")
-    meta = checkpoint.read(root / "tiny" / "checkpoints" / checkpoint.checkpoint_name(20), tensors=False)[0]
-    integral = {k: v.to(torch.int64) if k == "embed.W_E" else v for k, v in tensors.items()}
-    (root / "int-weights.safetensors").write_bytes(save_bytes(integral, metadata={"interp": json.dumps(meta)}))
-    shutil.copytree(root / "tiny", root / "misnamed")
-    last = root / "misnamed" / "checkpoints" / checkpoint.checkpoint_name(20)
-    checkpoint.save(last.with_name(checkpoint.checkpoint_name(10)), load(last), 15, 0)  # named 10, says 15
-
-
-def build_hardening_workspace(root: Path, meta: dict, tensors: dict, record: dict, with_meta) -> None:
-    """Documents of the wrong shape, broken weights, and resume folders that disagree with themselves."""
-    import torch
-    from safetensors.torch import save as save_bytes
-
-    from interp import checkpoint
-    from interp.train import Trainer, TrainSettings, loss_fn
-
-    # -- checkpoint metadata and weights
-    with_meta("number-task.safetensors", lambda m: m.update(task=3))
-    with_meta("string-step.safetensors", lambda m: m.update(step="20"))
-    with_meta("big-seed.safetensors", lambda m: m.update(seed=2 ** 40))
-    with_meta("huge-model.safetensors", lambda m: m["model"].update(d_model=8192, n_layers=48, n_heads=8))
-    (root / "deep.safetensors").write_bytes(save_bytes(tensors, metadata={"interp": "[" * 100_000 + "]" * 100_000}))
-    (root / "list-meta.safetensors").write_bytes(save_bytes(tensors, metadata={"interp": "[1, 2]"}))
-    name = next(k for k in tensors if k.endswith("W_Q"))
-    for file, value in (("nan.safetensors", float("nan")), ("inf.safetensors", float("inf"))):
-        broken = dict(tensors, **{name: tensors[name].clone().fill_(value)})
-        (root / file).write_bytes(save_bytes(broken, metadata={"interp": json.dumps(meta)}))
-    # -- run records (resumed)
-    running = dict(record, status="running")
-    for folder, content in [
-        ("number-record", json.dumps(dict(running, task=3)).encode()),
-        ("string-record", json.dumps(dict(running, train=dict(record["train"], steps="many"))).encode()),
-        ("seed-record", json.dumps(dict(running, train=dict(record["train"], seed=-1))).encode()),
-        ("betas-record", json.dumps(dict(running, train=dict(record["train"], betas=[2, 0.9]))).encode()),
-        ("list-record", b"[1, 2]"),
-        ("deep-record", b"[" * 100_000 + b"]" * 100_000),
-        ("latin1-record", b'{"status": "r\xe9sum\xe9"}'),  # Latin-1, not UTF-8
-    ]:
-        (root / folder).mkdir()
-        (root / folder / "run.json").write_bytes(content)
-    # run.json changed to another task setting, no resume state: resuming would overwrite the checkpoints
-    shutil.copytree(root / "tiny", root / "changed-run")
-    (root / "changed-run" / "run.json").write_text(json.dumps(dict(running, task=dict(record["task"], V=8, L=7))))
-    # -- a run paused after one step (a real resume state), and resume states broken in each way
-    settings = TrainSettings(steps=20, batch_size=8, warmup=2, eval_every=20, eval_size=20)
-    paused = Trainer(root / "paused", dict(name="bijection", V=6, L=5), "transformer",
-                     dict(d_model=16, n_layers=1, n_heads=2), settings, progress=False)
-    loss_fn(paused.model, paused.task.sample(8, generator=torch.Generator().manual_seed(0)), "soft").backward()
-    paused.opt.step()
-    paused.step = 1
-    paused._save_resume()
-    paused.close()
-    state_meta, state = checkpoint.read(root / "paused" / "resume.safetensors")
-    moment = "optim.0.exp_avg"
-    for folder, meta_change, tensor_change in [
-        ("negative-step", dict(step=-5), {}),
-        ("future-step", dict(step=10 ** 6), {}),
-        ("short-state", {}, {name: None}),
-        ("bad-optimizer", {}, {moment: torch.zeros(3)}),
-        ("nan-state", {}, {name: state[name].clone().fill_(float("nan"))}),
-    ]:
-        shutil.copytree(root / "paused", root / folder)
-        changed = {k: v for k, v in (state | tensor_change).items() if v is not None}
-        (root / folder / "resume.safetensors").write_bytes(
-            save_bytes(changed, metadata={"interp": json.dumps(state_meta | meta_change)}))
-    # -- frame-precision over a run whose earlier checkpoint is another model
-    shutil.copytree(root / "tiny", root / "mixed-models")
-    import models
-    import tasks
-    other = models.build("transformer", tasks.make("bijection", V=6, L=5), dict(d_model=32, n_layers=1, n_heads=2))
-    checkpoint.save(root / "mixed-models" / "checkpoints" / checkpoint.checkpoint_name(10), other, 10, 0)
-    # -- reproduce over a corrupt run record
-    shutil.copytree(root / "old-runs", root / "bad-runs")
-    (root / "bad-runs" / "bijection-transformer-cpu" / "run.json").write_text(json.dumps(dict(record, arch=5)))
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
 @contextmanager
 def injected(fault: str | None, root: Path, at: str = ""):
     """Simulate a full disk, an unwritable folder or a taken port, without root, for one case; or plant a
@@ -599,13 +440,6 @@ def outcome(case: Case, capsys) -> tuple[int, str]:
     except Exception as err:  # the message is the point; the type is shown next to it
         return 1, f"{type(err).__name__}: {err}"
     return 0, capsys.readouterr().err.strip()  # a call that goes on says why in a warning line
-
-
-@pytest.fixture(scope="module")
-def workspace_template(tmp_path_factory):
-    root = tmp_path_factory.mktemp("template")
-    build_workspace(root)
-    return root
 
 
 @pytest.mark.parametrize("case", CATALOGUE, ids=[f"{i + 1:02d}-{c.what}" for i, c in enumerate(CATALOGUE)])
@@ -849,7 +683,16 @@ def test_the_doc_is_current():
 
 
 def test_the_catalogue_covers_the_issue():
-    assert len(CATALOGUE) >= 25
+    """Every fault ``injected`` can plant is exercised by a row, every row by its own call, and the
+    generated doc lists exactly the catalogue's rows."""
+    import inspect
+    import re
+
+    faults = set(re.findall(r'"([a-z-]+)"', "".join(
+        line for line in inspect.getsource(injected).splitlines() if re.search(r"fault (==|in \()", line))))
+    assert {c.fault for c in CATALOGUE} - {None} == faults
+    rows = [line for line in DOC.read_text().splitlines() if re.match(r"\| \d+ \|", line)]
+    assert len(rows) == len(CATALOGUE) + len(REQUESTS)
     assert len({(c.call, c.fault, c.at) for c in CATALOGUE}) == len(CATALOGUE), "a row is listed twice"
     assert len({(r.what, json.dumps(r.values), r.raw) for r in REQUESTS}) == len(REQUESTS), "a request is listed twice"
 

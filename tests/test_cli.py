@@ -2,15 +2,13 @@
 import json
 import pickle
 
-from pathlib import Path
-
 import pytest
 from pypdf import PdfReader
 
+from tests import tiny
 from tests.cli import run_cli
 
-TINY = ["-T", "V=6", "-T", "L=5", "-M", "d_model=16", "-M", "n_layers=2", "-M", "n_heads=2",
-        "--batch-size", "16", "--warmup", "5"]
+TINY = [*tiny.cli_args(), "--batch-size", "16", "--warmup", "5"]
 
 
 def assert_one_line_error(outcome, *fragments):

@@ -15,11 +15,12 @@ import torch
 from safetensors.torch import load_file
 
 from interp import checkpoint
+from tests import tiny
 
 # torchrun starts several Python processes (each importing TransformerLens): slow by nature
 pytestmark = pytest.mark.slow
 
-TINY = ["-T", "V=6", "-T", "L=5", "-M", "d_model=16", "-M", "n_layers=1", "-M", "n_heads=2", "--steps", "30"]
+TINY = [*tiny.cli_args(n_layers=1), "--steps", "30"]
 ENV = dict(os.environ, OMP_NUM_THREADS="1")
 
 # The all-reduce sums two half-batch mean gradients instead of taking one full-batch mean: the same

@@ -1,8 +1,6 @@
 """What every registered architecture must do on every registered task, with no name spelled here:
 a new architecture or task module is covered by these tests as soon as it exists."""
 import json
-import random
-from dataclasses import fields
 
 import pytest
 import torch
@@ -14,16 +12,7 @@ import tasks
 from analyses.base import AnalysisError, untrained_twin
 from interp import checkpoint
 from interp.export import clean
-
-
-def small_task(name: str):
-    return tasks.make(name, **tasks.REGISTRY[name].small_config(random.Random(1)))
-
-
-def small_config(arch: str) -> dict:
-    """A fast shape for any architecture: width 16, two layers, two heads where it has heads."""
-    known = {f.name for f in fields(models.architecture(arch).config_class)}
-    return dict(d_model=16, n_layers=2) | ({"n_heads": 2} if "n_heads" in known else {})
+from tests.tiny import small_config, small_task
 
 
 CELLS = [(arch, task) for arch in models.ARCHS for task in tasks.NAMES]

@@ -22,9 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.cli import fork_cli, run_cli, wait_for
-from tests.test_bad_inputs import TINY_RUN, snapshot, workspace_template  # noqa: F401 (a fixture)
+from tests import tiny
+from tests.workspace import snapshot
 
-TINY = TINY_RUN.split()
+TINY = tiny.cli_args(n_layers=1)
 
 
 def release_at(moment: float):
@@ -84,7 +85,7 @@ def test_two_resumes_released_together(tmp_path, monkeypatch, attempt):
     assert json.loads((tmp_path / "paused" / "run.json").read_text())["status"] == "finished"
 
 
-def test_a_real_resume_state_resumes(workspace_template, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_a_real_resume_state_resumes(workspace_template, tmp_path, monkeypatch, capsys):
     shutil.copytree(workspace_template / "paused", tmp_path / "paused")
     monkeypatch.chdir(tmp_path)
     result = run_cli(capsys, "train", "--resume", "--out", "paused")
@@ -127,7 +128,7 @@ def test_the_explorer_warns_beyond_loopback(host, warned, tmp_path, monkeypatch,
     assert ("interp: warning: listening on" in result.err) == warned
 
 
-def test_the_explorer_refuses_malformed_requests(workspace_template, tmp_path):  # noqa: F811
+def test_the_explorer_refuses_malformed_requests(workspace_template, tmp_path):
     from interp.errors import UserError
     from interp.explore import Explorer, parse_tokens
 
@@ -190,7 +191,7 @@ def mutations():
 
 @CONTRACT
 @given(changes=st.lists(mutations(), min_size=1, max_size=3))
-def test_generated_metadata_keeps_the_contract(changes, workspace_template, tmp_path_factory, capsys):  # noqa: F811
+def test_generated_metadata_keeps_the_contract(changes, workspace_template, tmp_path_factory, capsys):
     from safetensors.torch import save as save_bytes
 
     from interp import checkpoint
@@ -222,7 +223,7 @@ def test_generated_metadata_keeps_the_contract(changes, workspace_template, tmp_
     check_contract(result, root, before)
 
 
-def test_two_runs_with_one_folder_name_never_share_an_output_folder(workspace_template, tmp_path, monkeypatch,  # noqa: F811
+def test_two_runs_with_one_folder_name_never_share_an_output_folder(workspace_template, tmp_path, monkeypatch,
                                                                      capsys):
     for parent in ("a", "b"):
         shutil.copytree(workspace_template / "tiny", tmp_path / parent / "tiny")

@@ -16,7 +16,7 @@ from analyses.value_manifold import bootstrap_intervals, pca_share_and_r
 from models.language_model import LanguageModel, from_hugging_face, n_kv_heads, quiet_deprecation
 from tasks.prompts import two_label
 from tests.cli import run_cli
-from tests.tiny_language_models import FAMILIES, saved, tiny, word_tokenizer
+from tests.tiny_language_models import FAMILIES, brute_force_calibration, saved, tiny, word_tokenizer
 
 LANGUAGE = ("key-orthogonality", "value-manifold", "attention-focusing", "entropy-axis", "calibration")
 QUICK = {"value-manifold": dict(bootstrap=20), "entropy-axis": dict(controls=2)}
@@ -240,29 +240,6 @@ def test_the_cli_takes_a_shipped_wind_tunnel_transformer_as_a_model(tmp_path, ca
     assert len(written["metrics"]["by_head"]) == 2
     shown = run_cli(capsys, "run", "attention-focusing", "--model", "bijection-mamba-cpu")
     assert shown.code == 1 and "takes TransformerLens models" in shown.err
-
-
-def brute_force_calibration(lm, prompt_set, shown_alpha=None) -> tuple[float, float]:
-    """Entropy MAE and KL (bits) computed the slow way: one prompt at a time through the model, the answer
-    renormalised by hand, the Bayes predictive by enumeration (two-label) or Laplace's rule from counts (coin)."""
-    from tasks.prompts.coin import FACES
-
-    maes, kls = [], []
-    for p in prompt_set.prompts:
-        with torch.no_grad():
-            logits = lm.model(torch.tensor([p.tokens]))[0, -1].double()
-        q = [math.exp(logits[a].item()) for a in prompt_set.answers]
-        q = [x / sum(q) for x in q]
-        if shown_alpha is not None:
-            bayes = two_label.brute_force_predictive(p.shown, shown_alpha).tolist()
-        else:
-            heads = sum(1 for y in p.shown if y == 0)
-            bayes = [(heads + 1) / (len(p.shown) + 2), (len(p.shown) - heads + 1) / (len(p.shown) + 2)]
-        h = lambda d: -sum(x * math.log2(x) for x in d if x > 0)  # noqa: E731
-        maes.append(abs(h(q) - h(bayes)))
-        kls.append(sum(b * math.log2(b / x) for b, x in zip(bayes, q) if b > 0))
-    assert len(FACES) == 2
-    return sum(maes) / len(maes), sum(kls) / len(kls)
 
 
 @pytest.mark.parametrize("prompts", ["two-label", "coin"])

@@ -17,7 +17,7 @@ from interp import checkpoint
 from interp.explore import Explorer
 from interp.train import TrainSettings, preset_recipe
 from tests.cli import run_cli
-from tests.test_every_architecture import small_config, small_task
+from tests.tiny import small_config, small_task
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from tests.cli import fork_cli, run_cli, wait_for
-from tests.test_bad_inputs import TINY_RUN, workspace_template  # noqa: F401 (a fixture)
+from tests import tiny
 
-TINY = TINY_RUN.split()
+TINY = tiny.cli_args(n_layers=1)
 MAMBA = ["--arch", "mamba", "-T", "V=6", "-T", "L=5", "-M", "d_model=16", "-M", "n_layers=1", "--steps", "3",
          "--batch-size", "4", "--warmup", "1"]
 
@@ -222,7 +222,7 @@ def test_a_fresh_run_on_an_unwritable_checkpoints_folder_leaves_nothing(tmp_path
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_a_resume_over_a_log_with_a_line_that_is_not_utf8(workspace_template, tmp_path, monkeypatch, capsys):  # noqa: F811
+def test_a_resume_over_a_log_with_a_line_that_is_not_utf8(workspace_template, tmp_path, monkeypatch, capsys):
     shutil.copytree(workspace_template / "paused", tmp_path / "paused")
     log = tmp_path / "paused" / "metrics.jsonl"
     log.write_bytes(b'{"step": 1, "loss": 2.0}\n\xff\xfe not text \xe9\n{"step": "one"}\n')
@@ -265,7 +265,7 @@ def test_a_write_through_a_planted_link_never_happens(tmp_path, monkeypatch):
         (run / name).unlink()
 
 
-def test_a_link_planted_at_an_output_folder_mark_is_not_written_through(workspace_template, tmp_path, monkeypatch,  # noqa: F811
+def test_a_link_planted_at_an_output_folder_mark_is_not_written_through(workspace_template, tmp_path, monkeypatch,
                                                                          capsys):
     shutil.copytree(workspace_template / "tiny", tmp_path / "tiny")
     (tmp_path / "victim.txt").write_text("precious\n")
@@ -354,7 +354,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def live_explorer(workspace_template):  # noqa: F811
+def live_explorer(workspace_template):
     """``interp explore`` of the tiny run, served by werkzeug on 127.0.0.1 in a thread."""
     from werkzeug.serving import make_server
 

@@ -15,7 +15,7 @@ from analyses import _prompted
 from models import gguf_model
 from tasks import ConfigError
 from tests.cli import run_cli
-from tests.test_language_analyses import brute_force_calibration
+from tests.tiny_language_models import brute_force_calibration
 
 NAME = "smollm2-135m"
 

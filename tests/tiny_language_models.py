@@ -3,9 +3,12 @@ GPT-NeoX (Pythia's family: fused query-key-value matrix, partial rotary), a grou
 word-level tokenizer that knows every word the shipped prompt tasks use."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
+
+from tasks.prompts import two_label
 
 FAMILIES = ("gpt-neox", "llama-gqa")
 
@@ -48,3 +51,26 @@ def saved(family: str, folder: Path) -> Path:
     tiny(family, vocab_size=len(tokenizer)).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def brute_force_calibration(lm, prompt_set, shown_alpha=None) -> tuple[float, float]:
+    """Entropy MAE and KL (bits) computed the slow way: one prompt at a time through the model, the answer
+    renormalised by hand, the Bayes predictive by enumeration (two-label) or Laplace's rule from counts (coin)."""
+    from tasks.prompts.coin import FACES
+
+    maes, kls = [], []
+    for p in prompt_set.prompts:
+        with torch.no_grad():
+            logits = lm.model(torch.tensor([p.tokens]))[0, -1].double()
+        q = [math.exp(logits[a].item()) for a in prompt_set.answers]
+        q = [x / sum(q) for x in q]
+        if shown_alpha is not None:
+            bayes = two_label.brute_force_predictive(p.shown, shown_alpha).tolist()
+        else:
+            heads = sum(1 for y in p.shown if y == 0)
+            bayes = [(heads + 1) / (len(p.shown) + 2), (len(p.shown) - heads + 1) / (len(p.shown) + 2)]
+        h = lambda d: -sum(x * math.log2(x) for x in d if x > 0)  # noqa: E731
+        maes.append(abs(h(q) - h(bayes)))
+        kls.append(sum(b * math.log2(b / x) for b, x in zip(bayes, q) if b > 0))
+    assert len(FACES) == 2
+    return sum(maes) / len(maes), sum(kls) / len(kls)
