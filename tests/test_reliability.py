@@ -396,7 +396,7 @@ def test_fuzzed_requests_never_get_a_500(live_explorer):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from tests.test_bad_inputs import REQUESTS, Request, explorer_request
+    from tests.explorer_requests import REQUESTS, Request, explorer_request
 
     explorer, app, url = live_explorer
     views = sorted({r.view for r in REQUESTS})
