@@ -57,7 +57,10 @@ class ModelConfig:
         return config
 
     def check(self) -> None:
-        """Constraints between settings; subclasses raise ConfigError."""
+        """Constraints between settings (subclasses add theirs): a width left to capacity matching must
+        have been filled in by a preset before a model is built."""
+        if getattr(self, "d_model", 0) is None:
+            raise ConfigError(f"{self.ARCH}: d_model is not set (presets fill it in by capacity matching)")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -22,7 +22,6 @@ import torch
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from tasks import ConfigError
 
 from .base import HookedSequenceModel, ModelConfig
 
@@ -35,10 +34,6 @@ class LSTMConfig(ModelConfig):
     shift: int | None = None  # a causal token shift of this width on the embeddings (models.base.TokenShift)
 
     ARCH = "lstm"
-
-    def check(self) -> None:
-        if self.d_model is None:
-            raise ConfigError("lstm: d_model is not set (presets fill it in by capacity matching)")
 
 
 class LSTMMixer(nn.Module):

@@ -43,7 +43,6 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from tasks import ConfigError
 
 from .base import HookedSequenceModel, ModelConfig, at_least_float32
 
@@ -76,10 +75,6 @@ class MambaConfig(ModelConfig):
     shift: int | None = None  # a causal token shift of this width on the embeddings (models.base.TokenShift)
 
     ARCH = "mamba"
-
-    def check(self) -> None:
-        if self.d_model is None:
-            raise ConfigError("mamba: d_model is not set (presets fill it in by capacity matching)")
 
 
 class LinearRecurrence(torch.autograd.Function):

@@ -32,10 +32,6 @@ class MLPConfig(ModelConfig):
 
     ARCH = "mlp"
 
-    def check(self) -> None:
-        if self.d_model is None:
-            raise ConfigError("mlp: d_model is not set (presets fill it in by capacity matching)")
-
 
 class PositionwiseMLP(nn.Module):
     def __init__(self, d_model: int, d_mlp: int):

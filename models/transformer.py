@@ -18,7 +18,6 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 from transformer_lens.hook_points import HookPoint
