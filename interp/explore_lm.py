@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 
 from analyses import _prompted, style
 from analyses.base import AnalysisError
+from models.base import act_name
 from tasks import ConfigError
 from tasks.base import SEED_LIMIT, SEED_RANGE, is_seed
 from tasks import prompts as prompt_tasks
@@ -66,7 +67,7 @@ class LanguageExplorer:
         key = tuple(ids)
         if key not in self._cache:
             model = self.lm.model
-            names = [f"blocks.{l}.{h}" for l in range(model.cfg.n_layers) for h in ("attn.hook_pattern", "hook_resid_post")]
+            names = [act_name(kind, l) for l in range(model.cfg.n_layers) for kind in ("pattern", "resid_post")]
             with self.lock:
                 logits, cache = model.run_with_cache(torch.tensor([ids], device=_prompted.device_of(self.lm)),
                                                      names_filter=lambda name: name in names)
@@ -103,7 +104,7 @@ class LanguageExplorer:
 
     def attention_view(self, ids: list[int], layer: int, head: int) -> go.Figure:
         self.check_place(layer, head)
-        pattern = self.run(ids)["cache"][f"blocks.{layer}.attn.hook_pattern"][head]
+        pattern = self.run(ids)["cache"][act_name("pattern", layer)][head]
         labels = self.labels(ids)
         fig = go.Figure(go.Heatmap(z=pattern.numpy(), x=labels, y=labels, zmin=0, zmax=1, colorscale="Viridis",
                                    colorbar=dict(title="attention"),
@@ -118,7 +119,7 @@ class LanguageExplorer:
 
     def grid_view(self, ids: list[int], layer: int) -> go.Figure:
         self.check_place(layer)
-        patterns = self.run(ids)["cache"][f"blocks.{layer}.attn.hook_pattern"]
+        patterns = self.run(ids)["cache"][act_name("pattern", layer)]
         n = patterns.shape[0]
         cols = math.ceil(math.sqrt(n))
         rows = math.ceil(n / cols)
@@ -144,7 +145,7 @@ class LanguageExplorer:
         if not isinstance(position, int) or not 0 <= position < len(ids):
             raise UserError(f"position {position!r} out of range: the prompt has {len(ids)} tokens")
         cache = self.run(ids)["cache"]
-        resid = torch.stack([cache[f"blocks.{l}.hook_resid_post"][position] for l in range(model.cfg.n_layers)])
+        resid = torch.stack([cache[act_name("resid_post", l)][position] for l in range(model.cfg.n_layers)])
         device = _prompted.device_of(self.lm)
         probs = torch.softmax(model.unembed(model.ln_final(resid[None].to(device)))[0].double(), -1).cpu()
         top = probs.topk(TOP, -1)
