@@ -350,7 +350,6 @@ def test_path_patching_runs_on_every_architecture(arch):
     assert metrics["senders"] == ["resid before L0", "L0 mixer", "L1 mixer"]
 
 
-@pytest.mark.slow
 def test_the_explorer_patches_the_sequence_shown_and_a_click_draws_that_intervention_beside_bayes():
     """Through the app's own request route (every request is checked first): the panel's heat map for the
     shown sequence, the clean and corrupted sequences side by side, and a clicked cell's answer."""
