@@ -37,6 +37,14 @@ def tokens_seen(summary: dict, trial: dict) -> dict[int, int]:
     return {int(step): at(int(step)) for step in trial["curve"]}
 
 
+def state(trial: dict) -> str:
+    if trial["state"] in ("complete", "pruned"):
+        return trial["state"]
+    if trial.get("run_status") == "finished":
+        return "finished"
+    return f"stopped at step {trial['steps_trained']}" if trial.get("steps_trained") else trial["state"]
+
+
 def label(summary: dict, trial: dict) -> str:
     arch = summary["arch"]
     params = dict(trial["params"])
@@ -66,13 +74,27 @@ def main() -> None:
     for folder in args.tunes:
         summary = json.loads((folder / "tune.json").read_text())
         for trial in summary["trials"]:
+            run_file = Path(trial["run"]) / "run.json" if trial["run"] else None
+            if run_file is not None and run_file.exists():
+                # a run folder the study has not read yet (a finished trial of an earlier queue order, or
+                # a trial stopped with its worker): its own log gives the curve
+                run = json.loads(run_file.read_text())
+                trial["run_status"] = run["status"]
+                if not trial["curve"]:
+                    logged = [json.loads(line) for line in (run_file.parent / "metrics.jsonl").read_text().splitlines()]
+                    trial["curve"] = {str(r["step"]): r[f"eval_{summary['metric']}"] for r in logged
+                                      if f"eval_{summary['metric']}" in r}
+                    trial["steps_trained"] = max(map(int, trial["curve"]), default=None)
+                if run["status"] == "finished":
+                    trial["run_score"] = run["final"][summary["metric"]]
+        for trial in summary["trials"]:
             if trial["run"] and (Path(trial["run"]) / "run.json").exists() and trial["curve"]:
                 seen = tokens_seen(summary, trial)
                 trial["tokens_seen"] = {str(k): v for k, v in seen.items()}
                 steps = sorted(seen)
                 fig.add_scatter(x=[seen[s] / 1e6 for s in steps], y=[trial["curve"][str(s)] if str(s) in trial["curve"]
                                                               else trial["curve"][s] for s in steps],
-                                mode="lines+markers", name=f"{label(summary, trial)} ({trial['state']})",
+                                mode="lines+markers", name=f"{label(summary, trial)} ({state(trial)})",
                                 line=dict(color=colours[i % len(colours)],
                                           dash="dash" if trial["state"] == "pruned" else "solid"))
                 i += 1
