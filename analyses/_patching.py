@@ -30,6 +30,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from models.base import act_name
 from tasks import ConfigError
 
 from ._prompted import PROMPT_OPTIONS, device_of, prompt_set
@@ -229,20 +230,19 @@ def sites(model, states: bool = True) -> list[Site]:
     out = [Site(f"shift tap {j}", ("hook_token_shift",), "tap", -1, j) for j in range(1, shift_width(model) + 1)]
     L = n_layers(model)
     for l in range(L):
-        b = f"blocks.{l}."
-        out.append(Site(f"resid before L{l}", (b + "hook_resid_pre",), "resid", l if l else -1))
-        if has(model, b + "attn.hook_z"):
-            out += [Site(f"L{l}H{h}", (b + "attn.hook_z",), "head", l, h) for h in range(model.cfg.n_heads)]
-            out.append(Site(f"L{l} attention", (b + "hook_attn_out",), "attn", l))
-            if has(model, b + "hook_mlp_out"):
-                out.append(Site(f"L{l} MLP", (b + "hook_mlp_out",), "mlp_out", l))
+        out.append(Site(f"resid before L{l}", (act_name("resid_pre", l),), "resid", l if l else -1))
+        if has(model, act_name("z", l)):
+            out += [Site(f"L{l}H{h}", (act_name("z", l),), "head", l, h) for h in range(model.cfg.n_heads)]
+            out.append(Site(f"L{l} attention", (act_name("attn_out", l),), "attn", l))
+            if has(model, act_name("mlp_out", l)):
+                out.append(Site(f"L{l} MLP", (act_name("mlp_out", l),), "mlp_out", l))
             continue
-        if states and has(model, b + "mixer.hook_h"):
-            out.append(Site(f"L{l} state h", (b + "mixer.hook_h",), "state", l))
-        if states and has(model, b + "mixer.hook_hidden") and has(model, b + "mixer.hook_cell"):
-            out.append(Site(f"L{l} state (h, c)", (b + "mixer.hook_hidden", b + "mixer.hook_cell"), "state", l))
-        out.append(Site(f"L{l} mixer", (b + "hook_mixer_out",), "mixer", l))
-    out.append(Site(f"resid after L{L - 1}", (f"blocks.{L - 1}.hook_resid_post",), "resid", L))
+        if states and has(model, act_name("mixer.h", l)):
+            out.append(Site(f"L{l} state h", (act_name("mixer.h", l),), "state", l))
+        if states and has(model, act_name("mixer.hidden", l)) and has(model, act_name("mixer.cell", l)):
+            out.append(Site(f"L{l} state (h, c)", (act_name("mixer.hidden", l), act_name("mixer.cell", l)), "state", l))
+        out.append(Site(f"L{l} mixer", (act_name("mixer_out", l),), "mixer", l))
+    out.append(Site(f"resid after L{L - 1}", (act_name("resid_post", L - 1),), "resid", L))
     return out
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import torch
 
+from models.base import act_name
+
 from . import _patching as P
 from .base import Analysis, Result
 
@@ -65,28 +67,26 @@ def linear_norm(norm, x: torch.Tensor, reference: torch.Tensor) -> tuple[torch.T
 def components(pair: P.Pair, cache: dict) -> list[tuple[str, torch.Tensor]]:
     """(label, what it wrote into the final residual at the query [B, d]) for every component."""
     model, q, L = pair.model, pair.query, P.n_layers(pair.model)
-    out = [("embeddings", cache["blocks.0.hook_resid_pre"][:, q])]
+    out = [("embeddings", cache[act_name("resid_pre", 0)][:, q])]
     for l in range(L):
-        b = f"blocks.{l}."
-        if P.has(model, b + "attn.hook_z"):
-            z, attn = cache[b + "attn.hook_z"][:, q], model.blocks[l].attn
+        if P.has(model, act_name("z", l)):
+            z, attn = cache[act_name("z", l)][:, q], model.blocks[l].attn
             W_O = attn.W_O  # [heads, d_head, d]
             out += [(f"L{l}H{h}", z[:, h] @ W_O[h]) for h in range(z.shape[1])]
             out.append((f"L{l} attention bias", attn.b_O.expand(len(z), -1)))
-            if P.has(model, b + "hook_mlp_out"):
-                out.append((f"L{l} MLP", cache[b + "hook_mlp_out"][:, q]))
+            if P.has(model, act_name("mlp_out", l)):
+                out.append((f"L{l} MLP", cache[act_name("mlp_out", l)][:, q]))
         else:
-            out.append((f"L{l} mixer", cache[b + "hook_mixer_out"][:, q]))
+            out.append((f"L{l} mixer", cache[act_name("mixer_out", l)][:, q]))
     return out
 
 
 def needed(model) -> list[str]:
     L = P.n_layers(model)
-    names = ["blocks.0.hook_resid_pre", f"blocks.{L - 1}.hook_resid_post"]
+    names = [act_name("resid_pre", 0), act_name("resid_post", L - 1)]
     for l in range(L):
-        b = f"blocks.{l}."
-        names += [b + n for n in (("attn.hook_z", "hook_mlp_out") if P.has(model, b + "attn.hook_z") else
-                                  ("hook_mixer_out",)) if P.has(model, b + n)]
+        kinds = ("z", "mlp_out") if P.has(model, act_name("z", l)) else ("mixer_out",)
+        names += [act_name(kind, l) for kind in kinds if P.has(model, act_name(kind, l))]
     return names
 
 
@@ -112,7 +112,7 @@ def decompose(pair: P.Pair, tokens: torch.Tensor) -> dict:
     with torch.no_grad():
         logits, cache = model.run_with_cache(tokens, names_filter=needed(model))
         L = P.n_layers(model)
-        final = cache[f"blocks.{L - 1}.hook_resid_post"][:, pair.query]
+        final = cache[act_name("resid_post", L - 1)][:, pair.query]
         d = direction(pair)
         u = output_direction(pair, W_U, d)
         parts = {label: (linear_norm(norm, x, final)[0] * u).sum(-1).double() for label, x in components(pair, cache)}

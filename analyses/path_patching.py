@@ -7,6 +7,8 @@ from __future__ import annotations
 import torch
 from tqdm import tqdm
 
+from models.base import act_name
+
 from . import _patching as P
 from .base import Analysis, Result
 
@@ -44,13 +46,14 @@ def receivers(model) -> list[tuple[P.Site, str | None]]:
     """(receiver, the hook its input is read from; None for the read-out)."""
     out = []
     for s in P.sites(model, states=False):
-        b = f"blocks.{s.layer}."
         if s.kind in ("head", "mixer"):
-            out.append((s, b + "hook_resid_pre"))
+            out.append((s, act_name("resid_pre", s.layer)))
         elif s.kind == "mlp_out":  # a parallel block (GPT-NeoX, GPT-J) has no resid_mid: its MLP reads resid_pre
-            out.append((s, b + "hook_resid_mid" if P.has(model, b + "hook_resid_mid") else b + "hook_resid_pre"))
+            mid = act_name("resid_mid", s.layer)
+            out.append((s, mid if P.has(model, mid) else act_name("resid_pre", s.layer)))
     L = P.n_layers(model)
-    out.append((P.Site("logits", (f"blocks.{L - 1}.hook_resid_post",), "logits", L), f"blocks.{L - 1}.hook_resid_post"))
+    final = act_name("resid_post", L - 1)
+    out.append((P.Site("logits", (final,), "logits", L), final))
     return out
 
 
@@ -66,7 +69,7 @@ def write(pair: P.Pair, site: P.Site, cache: dict) -> torch.Tensor:
 
 def upstream(sender: P.Site, receiver: P.Site, entry: str) -> bool:
     """Whether ``sender`` writes into what ``receiver`` reads (an MLP reading resid_pre: a parallel block)."""
-    if receiver.kind == "mlp_out" and entry.endswith("hook_resid_pre"):
+    if receiver.kind == "mlp_out" and entry == act_name("resid_pre", receiver.layer):
         return sender.stage < receiver.stage - 1
     return receiver.kind == "logits" or sender.stage < receiver.stage
 
@@ -103,7 +106,7 @@ def paths(model, options: dict) -> Result:
     pair = P.make_pair(model, options)
     scorer = P.Scorer(pair)
     send, receive = senders(pair.model), receivers(pair.model)
-    names = sorted(set(P.cache_names(pair.model, send)) | {"blocks.0.hook_resid_pre"})
+    names = sorted(set(P.cache_names(pair.model, send)) | {act_name("resid_pre", 0)})
     clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
     deltas = [write(pair, s, clean) - write(pair, s, corrupted) for s in send]
     grid = {"bayes": [[None] * len(receive) for _ in send], "model": [[None] * len(receive) for _ in send]}

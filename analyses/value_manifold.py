@@ -16,7 +16,7 @@ from sklearn.decomposition import PCA
 from models.base import act_name
 
 from . import _prompted
-from .base import (RIDGE_ALPHAS, Analysis, AnalysisError, Option, Result, eval_batch, n_option, readout_r2, seed_option,
+from .base import (Analysis, AnalysisError, Option, Result, eval_batch, n_option, readout_r2, seed_option,
                    untrained_twin)
 
 DEFINITION = " ".join("""

@@ -22,3 +22,24 @@ def test_the_seed_range_is_defined_once():
 def test_the_held_out_seeding_formula_is_written_once():
     found = [name for name, text in sources() if "HELD_OUT_SEED_BASE +" in text]
     assert found == ["tasks/base.py"], found
+
+
+def test_hook_names_are_spelled_only_by_act_name():
+    """analyses/ and interp/ name a block's hooks through models.base.act_name, never by hand (the
+    docstrings may say them)."""
+    import ast
+
+    spelled = re.compile(r"^blocks\.(\d+|\{)|\.hook_[a-z_]+$|^hook_(resid|attn|mlp|mixer)")
+    found = []
+    for name, text in sources():
+        if not name.startswith(("analyses/", "interp/")):
+            continue
+        tree = ast.parse(text)
+        docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef))
+                and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            parts = ([node.value] if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+                     else [v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+                     if isinstance(node, ast.JoinedStr) else [])
+            found += [f"{name}:{node.lineno}: {p!r}" for p in parts if spelled.search(p)]
+    assert not found, "\n".join(found)
