@@ -81,7 +81,8 @@ def main() -> None:
                 run = json.loads(run_file.read_text())
                 trial["run_status"] = run["status"]
                 if not trial["curve"]:
-                    logged = [json.loads(line) for line in (run_file.parent / "metrics.jsonl").read_text().splitlines()]
+                    log = run_file.parent / "metrics.jsonl"
+                    logged = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
                     trial["curve"] = {str(r["step"]): r[f"eval_{summary['metric']}"] for r in logged
                                       if f"eval_{summary['metric']}" in r}
                     trial["steps_trained"] = max(map(int, trial["curve"]), default=None)
