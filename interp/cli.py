@@ -537,8 +537,12 @@ def entry() -> None:
     except (click.exceptions.Abort, KeyboardInterrupt) as err:
         # click turns Ctrl-C into Abort (after printing a newline); its cause tells the two apart
         interrupted = isinstance(err, KeyboardInterrupt) or isinstance(err.__context__, KeyboardInterrupt)
-        click.echo("interp: interrupted (a training run continues with --resume)" if interrupted else
-                   "interp: aborted", err=True)
+        # what continues the work: a run resumes with --resume; a search (interp tune) by running it again
+        hint = {"train": "a training run continues with --resume",
+                "tune": "the search continues where it stopped when the same command is run again"}
+        command = next((a for a in sys.argv[1:] if not a.startswith("-")), "")
+        click.echo(f"interp: interrupted ({hint[command]})" if interrupted and command in hint else
+                   "interp: interrupted" if interrupted else "interp: aborted", err=True)
         sys.exit(130)
     except click.ClickException as err:
         click.echo(f"interp: error: {err.format_message()}", err=True)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from interp.tune import Tune, parse_space
+from interp.tune import parse_space
 from interp.errors import UserError
 from tests.cli import fork_cli, run_cli, wait_for
 
@@ -118,3 +118,15 @@ def test_the_space_keeps_the_declared_order():
     assert parse_space(("curriculum=on,off", "lr=3.2e-3,1e-3")) == {"curriculum": ["on", "off"], "lr": ["3.2e-3", "1e-3"]}
     with pytest.raises(UserError, match="names lr twice"):
         parse_space(("lr=1", "lr=2"))
+
+
+def test_ctrl_c_says_how_the_search_continues(tmp_path, monkeypatch, capsys):
+    from interp import tune
+
+    def interrupted(self, max_trials=None):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(tune.Tune, "execute", interrupted)
+    result = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", tmp_path / "tune", "--space", "lr=1e-3,1e-2")
+    assert result.code == 130
+    assert result.err.strip().splitlines()[-1] == (
+        "interp: interrupted (the search continues where it stopped when the same command is run again)")
