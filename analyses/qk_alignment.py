@@ -278,15 +278,18 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
     lm = numbers["layer_mean"]
     metrics.update(attention_entropy_first_layer_bits=lm["attention_entropy_bits"][0],
                    attention_entropy_last_layer_bits=lm["attention_entropy_bits"][-1], **numbers)
-    figures["attention-entropy"] = entropy_figure(numbers, name, group)
-    figures["attention-mass"] = mass_figure(numbers, name)
+    # a model without heads (Mamba) is measured on its effective attention, and its figures say so
+    what = ("attention", "mean over heads") if raw["heads"] else (
+        "effective attention (the selective scan written as attention)", "mean over channels")
+    figures["attention-entropy"] = entropy_figure(numbers, name, group, what)
+    figures["attention-mass"] = mass_figure(numbers, name, what)
     return Result("qk-alignment", DEFINITION, metrics, figures)
 
 
 COSINE_KEYS = ("feasible_cos", "eliminated_cos", "gap", "score_gap")
 
 
-def mass_figure(numbers: dict, task_name: str) -> go.Figure:
+def mass_figure(numbers: dict, task_name: str, what: tuple[str, str] = ("attention", "mean over heads")) -> go.Figure:
     """Where the attention at query positions goes, per layer (mean over heads): stacked shares."""
     mass = numbers["layer_mean"]["attention_mass"]
     layers = list(range(len(next(iter(mass.values())))))
@@ -295,8 +298,8 @@ def mass_figure(numbers: dict, task_name: str) -> go.Figure:
         label = key.replace("_", " ")
         fig.add_bar(x=layers, y=shares, name=label, marker_color=PALETTE[i % len(PALETTE)],
                     hovertemplate=f"layer %{{x}}<br>{label}: %{{y:.3f}}<extra></extra>")
-    fig.update_layout(barmode="stack", title=f"{task_name}: where attention at query positions goes, by layer "
-                                             "(mean over heads and queries)",
+    fig.update_layout(barmode="stack", title=f"{task_name}: where {what[0]} at query positions goes, by layer "
+                                             f"({what[1]} and queries)",
                       xaxis=dict(title="layer", tickmode="array", tickvals=layers),
                       yaxis=dict(title="share of attention", range=[0, 1]),
                       width=760, height=460)
@@ -368,7 +371,8 @@ def gap_by_position_figure(numbers: dict, task_name: str, group: str) -> go.Figu
     return fig
 
 
-def entropy_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
+def entropy_figure(numbers: dict, task_name: str, group: str,
+                   what: tuple[str, str] = ("attention", "mean over heads")) -> go.Figure:
     pp, lm, x = per_position(numbers)
     masses = [k for k in pp["attention_mass"]]
     fig = go.Figure()
@@ -382,7 +386,7 @@ def entropy_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
                         line=dict(color=PALETTE[l % len(PALETTE)]), customdata=custom,
                         hovertemplate=f"layer {l}, query %{{x}} (token %{{customdata[0]}})<br>"
                                       f"entropy %{{y:.3f}} bits{lines}<extra></extra>")
-    fig.update_layout(title=f"{task_name}: attention entropy at query positions (mean over heads)",
+    fig.update_layout(title=f"{task_name}: entropy of the {what[0]} at query positions ({what[1]})",
                       xaxis_title="query index", yaxis_title="attention entropy (bits)",
                       width=760, height=460)
     return fig

@@ -122,6 +122,8 @@ def test_qk_alignment_on_a_scan_that_forgets_at_once_sees_only_self_attention():
         assert mass["self"][layer] == pytest.approx(1.0, abs=1e-6)
         assert result.metrics["layer_mean"]["attention_entropy_bits"][layer] == pytest.approx(0.0, abs=1e-5)
     assert set(result.figures) == {"attention-entropy", "attention-mass"}
+    for fig in result.figures.values():  # the figures say what they show: no heads, an effective attention
+        assert "effective attention" in fig.layout.title.text and "mean over channels" in fig.layout.title.text
 
 
 def test_qk_alignment_on_an_untrained_mamba_reports_masses_that_sum_to_one():
