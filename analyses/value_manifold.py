@@ -188,6 +188,10 @@ def measure(model, n: int, seed: int, max_points: int, readout: bool) -> Result:
                  top=None if top is None else top[shown], latent=None if latent is None else latent[shown])
     task_name = model.task.name
     figures = {f"{s.replace('_', '-')}-pca": scatter_figure(scatter[s], hover, s, task_name) for s in streams}
+    # the same points coloured by token position: structure that is position, not belief, shows as bands
+    # of one colour (on the HMM the spokes of the PCA are the positions)
+    figures.update({f"{s.replace('_', '-')}-pca-by-position": scatter_figure(scatter[s], hover, s, task_name,
+                                                                             by_position=True) for s in streams})
     if latent is not None:  # the same points coloured by the task's true latent class at each query
         figures.update({f"{s.replace('_', '-')}-pca-by-{model.task.query_latent}":
                         scatter_figure(scatter[s], hover, s, task_name, by_latent=model.task.query_latent)
@@ -217,9 +221,11 @@ def latent_at_queries(task, batch) -> np.ndarray | None:
 
 
 def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str,
-                   by_latent: str | None = None, where_points: str = "query positions") -> go.Figure:
+                   by_latent: str | None = None, where_points: str = "query positions",
+                   by_position: bool = False) -> go.Figure:
     """One PC1/PC2 panel per entry of ``layers`` (each with its ``numbers``, ``scores`` and optionally its
-    ``layer`` index, else its place in the list)."""
+    ``layer`` index, else its place in the list), coloured by the Bayes entropy, or by the true latent class
+    (``by_latent``, one legend entry per class), or by token position (``by_position``)."""
     n_layers = len(layers)
     cols = min(n_layers, 3)
     rows = math.ceil(n_layers / cols)
@@ -233,7 +239,8 @@ def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str,
         template += "<br>top posterior %{customdata[3]:.3f}"
     custom = np.stack(columns, axis=1)
     if by_latent is not None:
-        groups = [(f"{by_latent} {c}", hover["latent"] == c, CATEGORICAL[i % len(CATEGORICAL)])
+        singular = by_latent[:-1] if by_latent.endswith("s") else by_latent  # "state 0", not "states 0"
+        groups = [(f"{singular} {c}", hover["latent"] == c, CATEGORICAL[i % len(CATEGORICAL)])
                   for i, c in enumerate(np.unique(hover["latent"]))]
     for i, d in enumerate(layers):
         l = d.get("layer", i)
@@ -242,7 +249,8 @@ def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str,
         if by_latent is None:
             fig.add_scatter(x=d["scores"][:, 0], y=d["scores"][:, 1], mode="markers", name=f"layer {l}",
                             showlegend=False, customdata=custom, hovertemplate=hovertemplate, **where,
-                            marker=dict(size=4, opacity=0.7, color=hover["entropy"], coloraxis="coloraxis"))
+                            marker=dict(size=4, opacity=0.7, coloraxis="coloraxis",
+                                        color=hover["positions"] if by_position else hover["entropy"]))
         else:
             for name, chosen, color in groups:
                 fig.add_scatter(x=d["scores"][chosen, 0], y=d["scores"][chosen, 1], mode="markers", name=name,
@@ -251,12 +259,13 @@ def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str,
                                 hovertemplate=f"{name}<br>{hovertemplate}")
         fig.update_xaxes(title_text="PC1", **where)
         fig.update_yaxes(title_text="PC2", **where)
-    colour = "Bayes entropy" if by_latent is None else f"the true {by_latent}"
+    colour = f"the true {by_latent}" if by_latent is not None else "token position" if by_position else "Bayes entropy"
     fig.update_layout(title=f"{task_name}: PCA of the {TITLES[stream]} at {where_points}, coloured by {colour}"
                             f"<br><sup>{len(hover['entropy'])} points shown</sup>",
                       width=140 + 340 * cols, height=140 + 330 * rows)
     if by_latent is None:
-        fig.update_layout(coloraxis=dict(colorscale="Viridis", colorbar=dict(title="H Bayes (bits)")))
+        fig.update_layout(coloraxis=dict(colorscale="Cividis" if by_position else "Viridis",
+                                         colorbar=dict(title="token position" if by_position else "H Bayes (bits)")))
     return fig
 
 

@@ -341,7 +341,7 @@ def test_the_hmm_geometry_can_be_coloured_by_the_true_state(tmp_path):
     explorer = small_run(tmp_path, tasks.make("hmm", S=3, O=2, K=5))
     fig = explorer.geometry_view(0, [], "residual", "latent")
     assert "true states" in fig.layout.title.text.replace("<br>", " ")
-    assert {t.name for t in fig.data} <= {"states 0", "states 1", "states 2"}
+    assert {t.name for t in fig.data} <= {"state 0", "state 1", "state 2"}
     assert "Bayes entropy" in explorer.geometry_view(0, [], "residual", "entropy").layout.title.text.replace("<br>", " ")
 
 

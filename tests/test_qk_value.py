@@ -167,7 +167,8 @@ def test_pca_of_noise_or_a_constant():
 def test_value_manifold_runs_and_serialises(small_model):
     result = analyses.run("value-manifold", small_model, n=32, max_points=50)
     m = result.metrics
-    assert set(result.figures) == {"residual-pca", "attention-out-pca", "entropy-readout"}
+    assert set(result.figures) == {"residual-pca", "attention-out-pca", "residual-pca-by-position",
+                                   "attention-out-pca-by-position", "entropy-readout"}
     assert m["n_points"] == 32 * 7 and m["n_points_shown"] == 50 and m["skipped"] == {}
     for stream in ("residual", "attention_out"):
         table = m["streams"][stream]
@@ -178,6 +179,10 @@ def test_value_manifold_runs_and_serialises(small_model):
     scatter = result.figures["residual-pca"]
     assert len(scatter.data) == 2 and len(scatter.data[0].x) == 50
     assert scatter.data[0].customdata.shape == (50, 4)  # sequence, position, entropy, top posterior
+    by_position = result.figures["residual-pca-by-position"]  # the same points, coloured by token position
+    assert list(by_position.data[0].x) == list(scatter.data[0].x)
+    assert list(by_position.data[0].marker.color) == list(scatter.data[0].customdata[:, 1])
+    assert by_position.layout.coloraxis.colorbar.title.text == "token position"
     assert_complete(result, "random half")
 
 
@@ -199,7 +204,7 @@ def test_value_manifold_on_the_hmm_also_colours_the_points_by_their_true_state()
     plain = result.figures["residual-pca"]
     for layer in range(2):  # each layer's points, split into one trace per state, are the same points
         traces = [t for t in by_state.data if t.xaxis == plain.data[layer].xaxis]
-        assert sorted(t.name for t in traces) == [f"states {c}" for c in range(len(traces))] and len(traces) <= 3
+        assert sorted(t.name for t in traces) == [f"state {c}" for c in range(len(traces))] and len(traces) <= 3
         assert sum(len(t.x) for t in traces) == len(plain.data[layer].x) == 100
         assert sorted(x for t in traces for x in t.x) == sorted(plain.data[layer].x)
     batch = analyses.base.eval_batch(model, 40, 1234)
