@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import re
 
+import plotly.graph_objects as go
+
 FONT_SIZE = 13
 TITLE_SIZE = 16
 SUP_SCALE = 0.7  # plotly draws <sup> text at 70% of the size
@@ -173,9 +175,34 @@ def use_template(fig):
     return fig
 
 
+def dots_on_log_axes(fig) -> None:
+    """Bars on a log axis are drawn as dots: a bar's length on a log axis depends on where the axis
+    happens to start, and a zero has no place on it (it was drawn as a bar to 1e-18). Values <= 0 are
+    left out (their hover says nothing false); grouped bars stay side by side (scattermode "group")."""
+    traces, converted = [], False
+    for trace in fig.data:
+        letter = "x" if trace.type == "bar" and trace.orientation == "h" else "y"
+        if trace.type != "bar" or fig.layout[_axis_key(getattr(trace, f"{letter}axis"), letter)].type != "log":
+            traces.append(trace)
+            continue
+        values = [v if isinstance(v, (int, float)) and v > 0 else None for v in getattr(trace, letter)]
+        traces.append(go.Scatter(x=values if letter == "x" else trace.x, y=trace.y if letter == "x" else values,
+                                 mode="markers", name=trace.name, legendgroup=trace.legendgroup,
+                                 showlegend=trace.showlegend, xaxis=trace.xaxis, yaxis=trace.yaxis,
+                                 customdata=trace.customdata, hovertemplate=trace.hovertemplate,
+                                 offsetgroup=trace.offsetgroup, error_y=trace.error_y.to_plotly_json(),
+                                 marker=dict(size=9, color=trace.marker.color)))
+        converted = True
+    if converted:
+        fig.data = ()
+        fig.add_traces(traces)
+        fig.update_layout(scattermode="group")
+
+
 def apply(fig, subject: str | None = None):
     """Give ``fig`` the shared style (see the module docstring); returns ``fig``. ``subject`` (the
     task's name) starts every title that does not already start with it: "bijection: ..."."""
+    dots_on_log_axes(fig)
     title = fig.layout.title.text or ""
     if subject and title and not title.startswith(f"{subject}:"):
         lower = title[:1].lower() if title[1:2].islower() else title[:1]  # "Key cosines" but not "KL"

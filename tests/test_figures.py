@@ -145,6 +145,8 @@ def style_breaks(fig) -> list[str]:
     broken += [f"{key} has data but no title" for key in style.values_by_axis(fig, shapes=False)
                if not fig.layout[key].title.text and not fig.layout[key].matches  # a shared axis: titled once
                and fig.layout[key].visible is not False]  # a hidden axis (e.g. a simplex's plane) shows nothing
+    broken += [f"{trace.name}: a bar on a log axis" for trace in fig.data if trace.type == "bar"
+               and fig.layout[style._axis_key(trace.yaxis, "y")].type == "log"]
     for trace in fig.data:
         x = getattr(trace, "x", None)
         if trace.type not in ("scatter", "bar") or x is None:
@@ -203,6 +205,19 @@ def test_the_shared_style_wraps_titles_and_places_reference_labels():
     height = fig.layout.height
     style.apply(fig)
     assert fig.layout.height == height  # applying twice changes nothing
+
+
+def test_bars_on_a_log_axis_become_dots_and_zeros_are_left_out():
+    fig = go.Figure([go.Bar(x=["a", "b"], y=[0, 1e-3], name="one"), go.Bar(x=["a", "b"], y=[1e-5, 0.2], name="two")])
+    fig.update_layout(yaxis_type="log", barmode="group", title="errors")
+    assert {"one: a bar on a log axis", "two: a bar on a log axis"} <= set(style_breaks(fig))
+    fig.update_layout(xaxis_title="head", yaxis_title="relative error")
+    style.apply(fig)
+    assert [t.type for t in fig.data] == ["scatter", "scatter"] and fig.layout.scattermode == "group"
+    assert list(fig.data[0].y) == [None, 1e-3] and list(fig.data[1].y) == [1e-5, 0.2]  # no 0 drawn at 1e-18
+    assert not style_breaks(fig)
+    linear = style.apply(go.Figure(go.Bar(x=["a"], y=[0.5])).update_layout(title="shares"))
+    assert linear.data[0].type == "bar"  # a linear axis keeps its bars
 
 
 def test_ticks_are_plain_numbers_and_integers():
