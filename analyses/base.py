@@ -225,13 +225,22 @@ class Analysis:
         if language:
             # the schema holds the defaults (the entry points take every option, none defaulted)
             result = self.on_language_model(model, **(self.defaults(language=True) | checked))
-            task = model.name
+            subject, task = model.name, None
         else:
             result = self.run(model, **checked)
             task = None if self.multi_model else getattr(getattr(model, "task", None), "name", None)
-        for fig in result.figures.values():
-            style.apply(fig, subject=task)  # one style for every analysis's figures
+            subject = None if self.multi_model else subject_of(model)
+        for fig in result.figures.values():  # one style for every analysis's figures, titled by their model
+            style.apply(fig, subject=subject, replaces=task)
         return result
+
+
+def subject_of(model) -> str:
+    """What a figure's title names: the run ("bijection-transformer-cpu (transformer on bijection)") or,
+    for a model built in memory, its architecture and task ("transformer on bijection")."""
+    arch, task = getattr(model, "arch", type(model).__name__), getattr(getattr(model, "task", None), "name", "?")
+    run_dir = getattr(getattr(model, "provenance", None), "run_dir", None)
+    return f"{run_dir.name} ({arch} on {task})" if run_dir is not None else f"{arch} on {task}"
 
 
 def is_language_model(model) -> bool:

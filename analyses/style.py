@@ -199,11 +199,16 @@ def dots_on_log_axes(fig) -> None:
         fig.update_layout(scattermode="group")
 
 
-def apply(fig, subject: str | None = None):
-    """Give ``fig`` the shared style (see the module docstring); returns ``fig``. ``subject`` (the
-    task's name) starts every title that does not already start with it: "bijection: ..."."""
+def apply(fig, subject: str | None = None, replaces: str | None = None):
+    """Give ``fig`` the shared style (see the module docstring); returns ``fig``. ``subject`` (what the
+    figure is of: the model, or the task) starts every title that does not already start with it:
+    "bijection: ..."; a title that starts with ``replaces`` instead (an analysis names its task) has that
+    prefix swapped for the subject."""
     dots_on_log_axes(fig)
     title = fig.layout.title.text or ""
+    if subject and replaces and title.startswith(f"{replaces}: "):
+        title = title[len(replaces) + 2:]
+        fig.update_layout(title_text=title)
     if subject and title and not title.startswith(f"{subject}:"):
         lower = title[:1].lower() if title[1:2].islower() else title[:1]  # "Key cosines" but not "KL"
         fig.update_layout(title_text=f"{subject}: {lower}{title[1:]}")

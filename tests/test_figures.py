@@ -67,7 +67,7 @@ def figures_of(name: str, candidates) -> tuple[dict, str | None]:
         options = {"n": 48} if "n" in analysis.defaults() else {}
         try:
             result = analysis([model, model] if analysis.multi_model else model, **options)
-            return result.figures, None if analysis.multi_model else model.task.name
+            return result.figures, None if analysis.multi_model else analyses.base.subject_of(model)
         except AnalysisError:  # a data-dependent refusal on a tiny task: try the next model
             continue
     pytest.fail(f"{name} ran on none of the small models")
@@ -172,7 +172,7 @@ def check_figures(name: str, figures: dict, subject: str | None) -> None:
     for key, fig in figures.items():
         where = f"{name}/{key}"
         assert fig.layout.title.text, f"{where} has no title"
-        assert subject is None or fig.layout.title.text.startswith(f"{subject}: "), where
+        assert subject is None or fig.layout.title.text.replace("<br>", " ").startswith(f"{subject}: "), where
         assert not cut_titles(fig), f"{where}: title cut off: {cut_titles(fig)}"
         assert not stray_annotations(fig), f"{where}: {stray_annotations(fig)}"
         assert not style_breaks(fig), f"{where}: {style_breaks(fig)}"
@@ -232,3 +232,13 @@ def test_ticks_are_plain_numbers_and_integers():
     assert list(fig.layout.xaxis.tickvals) == [1, 2, 3, 4, 5, 6, 7] and fig.layout.yaxis.exponentformat == "power"
     many = style.apply(go.Figure(go.Scatter(x=list(range(0, 120)), y=list(range(120)))))
     assert many.layout.xaxis.dtick == 20 and many.layout.xaxis.tickformat == "d"
+
+
+def test_a_figure_of_a_loaded_run_names_the_run_its_architecture_and_task():
+    import interp
+
+    model = interp.load("bijection-transformer-cpu")
+    for fig in analyses.run("key-orthogonality", model).figures.values():
+        title = fig.layout.title.text.replace("<br>", " ")
+        assert title.startswith("bijection-transformer-cpu (transformer on bijection): "), title
+        assert "bijection: " not in title  # the task prefix the analysis wrote is replaced, not repeated
