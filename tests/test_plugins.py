@@ -53,6 +53,7 @@ def test_the_generic_suite_covers_them(tree):
     assert passed >= 20, done.stdout[-500:]
 
 
+@pytest.mark.slow  # trains and runs a plugin in a fresh process
 def test_train_and_run_the_new_analysis_from_the_cli(tree, tmp_path):
     out = tmp_path / "run"
     trained = run(tree, "-m", "interp", "train", "--task", "coin", "--arch", "gru", "--steps", "20",

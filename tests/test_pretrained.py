@@ -47,6 +47,7 @@ def test_model_card_is_the_one_written_from_run_json(name):
     assert train_command(record, "cpu") in card and f"{record['train']['steps']:,} steps" in card
 
 
+@pytest.mark.slow  # each shipped model on its recorded held-out batch: 10-40 s each
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_weights_reproduce_the_recorded_final_metrics(name):
     """The trainer's last evaluation (same held-out batch) recomputed from the shipped final checkpoint."""

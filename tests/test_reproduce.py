@@ -37,6 +37,7 @@ def test_plan_covers_every_row_the_tasks_declare():
     assert {r.analysis for r in table} <= set(__import__("analyses").NAMES)
 
 
+@pytest.mark.slow  # trains every row of the table, then reruns
 def test_reproduce_trains_fills_rows_and_skips_done_work(tmp_path, capsys, tiny_recipes):
     runs, out = tmp_path / "runs", tmp_path / "repro"
     args = ["reproduce", "--only", "bijection", "--archs", "transformer,mlp", "--runs", runs, "--out", out]
@@ -98,6 +99,7 @@ def test_reproduce_rejects_unknown_names(tmp_path, capsys):
     assert bad.code == 1 and "unknown architecture(s) rnn" in bad.err
 
 
+@pytest.mark.slow  # every diagnostic on every shipped model: a minute and more
 def test_reproduce_from_the_shipped_models_trains_nothing(tmp_path, capsys):
     from interp.catalog import PRETRAINED_DIR
 

@@ -170,6 +170,7 @@ def test_compile_and_bf16_must_be_booleans(tmp_path, name):
         Trainer(tmp_path / "run", TASK, "transformer", MODEL, TrainSettings(steps=5, **{name: "yes"}), progress=False)
 
 
+@pytest.mark.slow  # trains two runs: over a minute on a busy machine
 def test_bf16_on_the_cpu_trains_in_float32_weights_and_is_recorded(tmp_path):
     """--bf16 runs the forward pass under CPU autocast: the weights and the evaluation stay float32,
     the run still learns, and run.json and the model card's command say it ran that way."""
