@@ -222,6 +222,14 @@ def explorer_rules(explorer, info: dict) -> dict[tuple[str, str], Rule]:
     }
 
 
+def same_numbers(a, b) -> bool:
+    """Whether two nested lists hold the same numbers (1 and 1.0 alike; a bool is never a number)."""
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_numbers(x, y) for x, y in zip(a, b))
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return numbers and float(a) == float(b)
+
+
 def sequence_rule(explorer) -> Rule:
     """The sequence store: ``{"tokens": [ids], "seed": int or null}``, as the page keeps it. Sampled
     (a seed): the tokens must be that seed's sequence; typed (null): token ids within the vocabulary,
@@ -238,7 +246,11 @@ def sequence_rule(explorer) -> Rule:
             raise Refused(f"tokens must be a non-empty list, got {_short(tokens)}")
         if seed is not None:
             integer(0, SEED_LIMIT)(seed)
-            if json.dumps(tokens) != json.dumps(explorer.sample(seed)):  # exactly: true is not 1
+            sampled = explorer.sample(seed)
+            # token ids exactly (true is not 1); real-valued inputs as numbers, since the page's JSON
+            # writes a float 1.0 as 1
+            same = json.dumps(tokens) == json.dumps(sampled) if vocab is not None else same_numbers(tokens, sampled)
+            if not same:
                 raise Refused(f"tokens are not the sequence of seed {seed}")
             return
         if vocab is None:

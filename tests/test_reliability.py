@@ -430,3 +430,13 @@ def test_fuzzed_requests_never_get_a_500(live_explorer):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_real_valued_sequences_compare_as_numbers_as_the_page_writes_them():
+    """The page's JSON writes a float 1.0 as 1: a sampled regression sequence must still be recognised
+    (it was refused, so no view of a regression model ever drew in the browser); a bool is no number."""
+    from interp.requests import same_numbers
+
+    assert same_numbers([[1.0, -0.5], [0.0, 2.25]], [[1, -0.5], [0, 2.25]])
+    assert not same_numbers([[1.0, -0.5]], [[1.0, -0.25]]) and not same_numbers([[1.0]], [[1.0, 0.0]])
+    assert not same_numbers([[True]], [[1.0]]) and not same_numbers([["1"]], [[1.0]])
