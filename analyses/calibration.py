@@ -16,7 +16,8 @@ from . import _prompted
 from .base import Analysis, Result, answer_probs, eval_batch, n_option, seed_option
 
 DEFINITION = """\
-all in bits, over the task's C answer classes only, at query positions):
+The model's answer against the exact Bayes posterior (all in bits, over the task's C answer classes only,
+at query positions):
 - entropy MAE: mean over sequences and query positions of |H(model) - H(Bayes)|, where H(model) is
   the entropy of the softmax over the answer-class logits. The absolute value is taken before
   averaging, so over- and under-confidence cannot cancel.
