@@ -14,7 +14,7 @@ agree only to float rounding; run.json records the count and ``--resume`` says s
 Loss. ``loss="hard"`` is cross-entropy against the sampled answer (the paper's recipe);
 ``loss="soft"`` is cross-entropy against the exact Bayes posterior, which has the same expected
 gradient but far less variance; both use the answer-class logits only. The ``cpu`` preset uses soft
-targets: it is what makes 0.01 bits reachable in minutes on a CPU (see the README).
+targets: it is what makes 0.01 bits reachable in minutes on a CPU (see docs/results/training.md).
 """
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ class TrainSettings:
 # The generic training recipes that go with the model presets of the same name. A task declares its
 # own variant of a preset (``tasks.base.Preset``: its ``train`` settings, then those for one
 # architecture) in its module. The cpu schedules are sized for about 3 hours of training for all
-# 16 task x architecture models on a 2-core CPU (measured per run; see README.md).
+# 16 task x architecture models on a 2-core CPU (measured per run; see docs/results/index.md).
 PRESETS = {
     "cpu": TrainSettings(),
     "paper": TrainSettings(steps=50_000, batch_size=256, lr=3e-4, warmup=2000, betas=(0.9, 0.999),

@@ -11,7 +11,7 @@ Presets
   ``tied=True`` reads the answer logits off the token embeddings (W_U = W_E^T), as the paper's
   parameter count implies.
 - ``cpu``: the small model that reaches the paper's calibration regime on a 2-core CPU in about
-  20 minutes (see benchmarks/cpu_preset.py and the README for the measured curve).
+  20 minutes (see benchmarks/cpu_preset.py and docs/results/training.md for the measured curve).
 """
 from __future__ import annotations
 
