@@ -34,6 +34,7 @@ def trained(folder, arch):
     return trainer.model.state_dict()
 
 
+@pytest.mark.slow  # trains every architecture twice: 20-30 s each on a busy machine
 @pytest.mark.parametrize("arch", models.ARCHS)
 def test_two_runs_with_one_seed_are_bit_identical_on_two_threads(tmp_path, arch, two_threads):
     first, second = trained(tmp_path / "a", arch), trained(tmp_path / "b", arch)

@@ -99,6 +99,7 @@ def test_interp_run_help_comes_from_the_schema(capsys):
     assert bad.code == 1 and "--max-points must be at least 1, got 0" in bad.err
 
 
+@pytest.mark.slow  # a fresh Python process under -OO importing everything
 def test_import_works_without_docstrings():
     """-OO strips docstrings; analyses once parsed their definitions out of __doc__."""
     script = ("import analyses, tasks, models, interp, interp.cli, interp.reproduce, interp.explore\n"
