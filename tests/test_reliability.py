@@ -16,6 +16,7 @@ import shlex
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -315,32 +316,29 @@ def test_a_reproduction_rerun_after_a_full_disk_makes_its_figures(tmp_path, monk
 
 # -- advice that works -----------------------------------------------------------------------------
 @pytest.mark.slow
-def test_the_advice_of_a_compile_that_cannot_build_is_a_command_that_works(tmp_path, monkeypatch, capsys):
+def test_the_advice_of_a_compile_that_cannot_build_is_a_command_that_works(tmp_path):
     """Resuming a --compile run where no C++ compiler works said to pass --no-compile, which --resume
     refused. Now the advice is the whole command, and the test runs it."""
-    import torch
-    import torch._inductor.config as inductor
-
     from interp.train import Trainer, TrainSettings
 
     Trainer(tmp_path / "run", dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
             TrainSettings(steps=5, batch_size=8, warmup=1, eval_every=5, eval_size=20, compile=True),
             progress=False).close()  # a compile run interrupted before its first step
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(inductor, "force_disable_caches", True)  # a cached kernel would need no compiler
-    monkeypatch.setattr(inductor.cpp, "cxx", ("/nonexistent/c++",))
-    torch._dynamo.reset()
-    try:
-        failed = run_cli(capsys, "train", "--resume", "--out", "run")
-    finally:
-        torch._dynamo.reset()
-    errors = [line for line in failed.err.splitlines() if line.startswith("interp: error:")]  # on a line of its own
-    assert failed.code == 1 and len(errors) == 1 and "Traceback" not in failed.err, failed.err
+    # In fresh processes: a compiler that failed once stays failed in inductor's caches for the rest of
+    # a process, which would break every later compiled test in the same pytest run.
+    env = dict(os.environ, CXX="/nonexistent/c++", TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")  # no compiler, no cache
+
+    def interp(*args):
+        return subprocess.run([sys.executable, "-m", "interp", *args], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+    failed = interp("train", "--resume", "--out", "run")
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("interp: error:")]  # a line of its own
+    assert failed.returncode == 1 and len(errors) == 1 and "Traceback" not in failed.stderr, failed.stderr
     advice = errors[0].split("or train without it: ")[1]
     assert advice == "interp train --resume --out run --no-compile"
-    done = run_cli(capsys, *shlex.split(advice)[1:])
-    assert done.code == 0, done.err
-    assert "continues without it" in done.err
+    done = interp(*shlex.split(advice)[1:])
+    assert done.returncode == 0, done.stderr
+    assert "continues without it" in done.stderr
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["status"] == "finished" and record["train"]["compile"] is True  # the recipe as it was started
     assert record["resumes"][-1]["compile"] is False
