@@ -348,13 +348,6 @@ def list_command():
     click.echo(manifest.current()["list"], nl=False)
 
 
-def listing_cache() -> Path:
-    """Where the listing of the current files is kept when they differ from the shipped manifest's."""
-    from . import manifest
-
-    return manifest.user_cache(manifest.fingerprint())
-
-
 @main.command()
 @click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
 @click.option("--only", help="comma-separated tasks [default: every task of `interp list`]")
