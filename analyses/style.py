@@ -234,19 +234,29 @@ def apply(fig, subject: str | None = None, replaces: str | None = None):
                                      y=1 - (12 + 0.7 * sizes[0]) / height, yref="container", yanchor="middle",
                                      pad=dict(l=TITLE_PAD), font=dict(size=TITLE_SIZE)),
                           margin=dict(t=top), height=height)
-    plain = dict(exponentformat="power", showexponent="all", separatethousands=False)
+    plain_numbers(fig)
     for _, axis in _axes(fig):
-        axis.update(**plain, automargin=True)
         if axis.overlaying and not axis.tickmode:  # its own ticks, not ones synced to the other axis's grid
             axis.update(tickmode="auto", showgrid=False)
-    for trace in fig.data:
-        if "colorbar" in trace:
-            trace.update(colorbar=plain)
-    for key in fig.layout.to_plotly_json():  # the colour axes the figure uses
-        if re.fullmatch(r"coloraxis\d*", key):
-            fig.layout[key].update(colorbar=plain)
     _integer_ticks(fig, values_by_axis(fig, shapes=False))  # a reference line between integers is no reason
     _log_ticks(fig, values_by_axis(fig))
+    return fig
+
+
+PLAIN = dict(exponentformat="power", showexponent="all", separatethousands=False)
+
+
+def plain_numbers(fig):
+    """Plain numbers and powers of ten, never SI prefixes, on every axis and colour bar of ``fig`` (ticks and
+    the hover text plotly formats with them); returns ``fig``."""
+    for _, axis in _axes(fig):
+        axis.update(**PLAIN, automargin=True)
+    for trace in fig.data:
+        if "colorbar" in trace:
+            trace.update(colorbar=PLAIN)
+    for key in fig.layout.to_plotly_json():  # the colour axes the figure uses
+        if re.fullmatch(r"coloraxis\d*", key):
+            fig.layout[key].update(colorbar=PLAIN)
     return fig
 
 
