@@ -101,12 +101,11 @@ def main():
 def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, checkpoint_every, curriculum,
           compile_step, bf16, task_options, model_options, device, resume):
     """Train a model on a wind tunnel; writes run.json, metrics.jsonl and safetensors checkpoints."""
-    import dataclasses
-
     import models
     import tasks
 
-    from .train import Trainer, fitted_curriculum, lr_at, preset_settings
+    from .recipe import resolve
+    from .train import Trainer, lr_at
 
     task_name = task_name or tasks.NAMES[0]
     arch = arch or models.REFERENCE or models.ARCHS[0]
@@ -123,22 +122,14 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
             raise UserError(f"--resume continues with the settings in {out / 'run.json'}; drop {', '.join(given)}")
         trainer = Trainer(out, resume=True, device=device, compile=compile_step)  # compile may change: rounding only
     else:
-        overrides = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss,
-                                           warmup=warmup, checkpoint_every=checkpoint_every,
-                                           curriculum=parse_curriculum(curriculum), compile=compile_step,
-                                           bf16=bf16).items()
-                     if v is not None}
-        task = tasks.for_preset(task_name, preset, **parse_assignments(task_options, "task option"))
-        recipe = preset_settings(preset, task, arch)
-        if steps is not None and curriculum is None:  # a shorter run than the preset's: its stages in proportion
-            overrides["curriculum"] = fitted_curriculum(recipe.curriculum, recipe.steps, steps)
-            if overrides["curriculum"] != [list(stage) for stage in recipe.curriculum]:
-                click.echo(f"note: the preset's curriculum stages end at steps "
-                           f"{[end for end, _ in recipe.curriculum]} of {recipe.steps}; for --steps {steps} "
-                           f"they end at {[end for end, _ in overrides['curriculum']]} (--curriculum sets them)", err=True)
-        settings = dataclasses.replace(recipe, **overrides)
-        model_config = models.model_config(arch, preset, task, **parse_assignments(model_options, "model option"))
-        trainer = Trainer(out, task.config(), arch, model_config, settings, device=device)
+        given = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, warmup=warmup,
+                                       checkpoint_every=checkpoint_every, curriculum=parse_curriculum(curriculum),
+                                       compile=compile_step, bf16=bf16).items() if v is not None}
+        spec = resolve(task_name, arch, preset, task_options=parse_assignments(task_options, "task option"),
+                       model_options=parse_assignments(model_options, "model option"), train_options=given)
+        for note in spec.notes:
+            click.echo(f"note: {note}", err=True)
+        trainer = Trainer(out, spec.task.config(), arch, spec.model, spec.train, device=device)
     s = trainer.settings
     say = click.echo if trainer.dist.is_main else (lambda *a, **k: None)  # under torchrun, rank 0 speaks
     processes = f" x {trainer.dist.world_size} processes" if trainer.dist.world_size > 1 else ""
@@ -364,7 +355,7 @@ def reproduce(preset, only, archs, runs, out, device):
     import tasks
 
     from .reproduce import Reproduction
-    from .train import PRESETS
+    from .recipe import PRESETS
 
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
@@ -484,12 +475,25 @@ def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_siz
                                              "smollm2-135m): typed prompts, attention per head, logit lens")
 @click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on (0.0.0.0: every interface)")
-def explore(ckpt, model_spec, port, host):
+@click.option("--numbers", is_flag=True, help="print one view's numbers as JSON (what the page downloads) instead of "
+                                               "serving: the sequence of --seed or --tokens, with --ablate")
+@click.option("--seed", type=int, help="with --numbers: the held-out sequence of this seed")
+@click.option("--tokens", help="with --numbers: a typed sequence, e.g. 'k0 v3 k1'")
+@click.option("--ablate", help="with --numbers: ablations as the page names them, e.g. H0.2,M1.0,B1 (head 2 of "
+                               "layer 0 zeroed, head 0 of layer 1 set to its mean, block 1 skipped)")
+def explore(ckpt, model_spec, port, host, numbers, seed, tokens, ablate):
     """Open a local web app to look inside a model: posteriors, attention, geometry, ablations."""
     from .ports import check_port
 
     if (ckpt is None) == (model_spec is None):
         raise UserError("pass --ckpt (a wind-tunnel model) or --model (a language model), one of them")
+    if numbers or seed is not None or tokens is not None or ablate is not None:
+        if not numbers or model_spec is not None:
+            raise UserError("--seed, --tokens and --ablate go with --numbers and --ckpt")
+        from .catalog import locate
+        from .explore import print_numbers
+
+        return print_numbers(locate(ckpt), seed, tokens, ablate)
     check_port(host, port)  # at once, not after the ~10 s of imports below
     if not is_loopback(host):
         click.echo(f"interp: warning: listening on {host} lets anyone who can reach this machine use the explorer "

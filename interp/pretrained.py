@@ -19,7 +19,7 @@ import tasks
 from .catalog import PRETRAINED_DIR
 from .checkpoint import list_checkpoints
 from .errors import UserError
-from .train import preset_recipe, recorded_settings
+from .recipe import preset_recipe, recorded_settings
 
 
 def train_command(record: dict, preset: str) -> str:

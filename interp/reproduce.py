@@ -25,7 +25,8 @@ from .checkpoint import load, pick_device, resolve
 from .errors import UserError
 from .export import write_result
 from .files import atomic_write_json, atomic_write_text, read_json
-from .train import Trainer, TrainSettings, preset_recipe, record_problem, recorded_model, recorded_settings
+from .recipe import TrainSettings, preset_recipe, recorded_model, recorded_settings
+from .train import Trainer, record_problem
 
 
 @dataclass(frozen=True)

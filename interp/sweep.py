@@ -32,7 +32,8 @@ import tasks
 from .checkpoint import pick_device
 from .errors import UserError
 from .files import atomic_write_json
-from .train import Trainer, preset_settings, recorded_settings
+from .recipe import recorded_settings, resolve
+from .train import Trainer
 
 DEFINITION = " ".join("""
  Each point is one model of the architecture trained from scratch on the task with the axis setting
@@ -123,10 +124,9 @@ class Sweep:
             raise UserError(f"-M {', '.join(unknown)}: no swept architecture has that setting; valid: "
                             f"{', '.join(sorted(known))}")
         reference = models.REFERENCE or models.ARCHS[0]
-        budget = preset_settings(preset, self.task_at(self.points()[0]), reference)
-        self.budget = replace(budget, **{k: v for k, v in dict(steps=steps, batch_size=batch_size).items()
-                                         if v is not None}, eval_size=min(budget.eval_size, 256), seed=seed)
-        self.budget.validate()
+        given = {k: v for k, v in dict(steps=steps, batch_size=batch_size).items() if v is not None}
+        budget = resolve(self.task_at(self.points()[0]), reference, preset, train_options=given | {"seed": seed}).train
+        self.budget = replace(budget, eval_size=min(budget.eval_size, 256)).validate()
 
     @staticmethod
     def read_runs(runs: tuple[str, ...], task: str | None) -> dict[str, dict]:
@@ -185,8 +185,8 @@ class Sweep:
         fixed = {k: v for k, v in self.model_options.items() if k in known}
         width = {"d_model": point.width} if point.width else {}
         try:
-            return models.model_config(point.arch, self.preset, task, **(fixed | width))
-        except tasks.ConfigError as err:
+            return resolve(task, point.arch, self.preset, model_options=fixed | width).model
+        except UserError as err:
             raise UserError(f"{point.arch} at {self.setting}={point.value}: {err}") from None
 
     def measure(self, point: Point) -> dict:

@@ -25,7 +25,7 @@ import shlex
 import time
 import os
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -33,7 +33,6 @@ import torch
 import models
 from models.base import training_loss as loss_fn  # the objective lives with the models (analyses use it)
 import tasks
-from tasks.base import SEED_RANGE, is_seed
 from analyses.base import held_out_batch
 
 from . import checkpoint, distributed
@@ -41,155 +40,7 @@ from .checkpoint import pick_device
 from .errors import UserError
 from .files import (RunLock, append_regular, atomic_write_bytes, atomic_write_json, read_json, read_regular,
                     refuse_special, remove_stale_temps)
-
-MAX_STEPS = 10 ** 9  # step counts beyond these are typos, not plans (and overflow the batch seeds)
-MAX_BATCH = 2 ** 20
-MAX_LR = 10.0
-
-
-@dataclass
-class TrainSettings:
-    steps: int = 6000
-    batch_size: int = 128
-    lr: float = 3e-3
-    warmup: int = 300
-    weight_decay: float = 0.1
-    betas: tuple = (0.9, 0.98)
-    grad_clip: float = 1.0
-    loss: str = "soft"  # "soft" (Bayes posterior targets) or "hard" (sampled answers)
-    seed: int = 0
-    eval_every: int = 250
-    eval_size: int = 2000
-    resume_every: int = 500  # steps between resume states (also written at every checkpoint)
-    checkpoint_every: int = 0  # 0: the log-spaced schedule of checkpoint_steps; N: also every N steps
-    # Stages before the task itself: [[until_step, {task settings}], ...] trains on the task with those
-    # settings changed until that step (e.g. small recall tables at a short length first). Evaluation and
-    # checkpoints are always on the task itself. Empty: the task from the first step.
-    curriculum: tuple = ()
-    # torch.compile the training step (forward and backward; evaluation stays eager). On the CPU this
-    # fuses the many small element-wise kernels of a small model: HMM steps 1.5x (4 layers of d=96)
-    # to 1.7x (8 layers of d=68) faster on a 2-core Intel CPU, after about a minute of compiling.
-    # Needs a C++ compiler (gcc or clang). Compiled
-    # kernels round differently from eager ones, so a compiled run replays itself bit for bit, not
-    # the same run without it.
-    compile: bool = False
-    # bf16 autocast on the CPU too (CUDA always trains under it); weights, optimizer and evaluation
-    # stay float32. Where the CPU has bf16 matrix instructions the HMM preset's compiled 4-layer step
-    # is faster: 116 ms against 160 ms on an Intel CPU with AMX, about 130 against 190 ms on an AMD
-    # EPYC with avx512_bf16; without them it may be slower (not measured). What it costs in precision is what a
-    # run measures.
-    bf16: bool = False
-
-    def validate(self) -> "TrainSettings":
-        if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
-                or self.checkpoint_every < 0:
-            raise UserError(f"checkpoint-every must be a non-negative integer, got {self.checkpoint_every!r}")
-        for name in ("steps", "batch_size", "eval_every", "eval_size", "resume_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UserError(f"{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        for name, top in (("steps", MAX_STEPS), ("warmup", MAX_STEPS), ("checkpoint_every", MAX_STEPS),
-                          ("eval_every", MAX_STEPS), ("resume_every", MAX_STEPS), ("batch_size", MAX_BATCH),
-                          ("eval_size", MAX_BATCH)):
-            if isinstance(getattr(self, name), int) and getattr(self, name) > top:
-                raise UserError(f"{name.replace('_', '-')} must be at most {top:,}, got {getattr(self, name):,}")
-        for name in ("lr", "weight_decay", "grad_clip"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < 0 or (name == "lr" and value == 0):
-                raise UserError(f"{name.replace('_', '-')} must be a finite positive number, got {value!r}")
-        if self.lr > MAX_LR:
-            raise UserError(f"lr must be at most {MAX_LR:g}, got {self.lr:g} (Adam steps of that size overflow)")
-        betas = self.betas if isinstance(self.betas, (list, tuple)) else ()
-        if len(betas) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1
-                                      for b in betas):
-            raise UserError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        if not is_seed(self.seed):
-            raise UserError(f"seed must be {SEED_RANGE}, got {self.seed!r}")
-        for name in ("compile", "bf16"):
-            if not isinstance(getattr(self, name), bool):
-                raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if self.loss not in ("soft", "hard"):
-            raise UserError(f"loss must be 'soft' or 'hard', got {self.loss!r}")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise UserError(f"warmup must be a non-negative integer, got {self.warmup!r}")
-        self.betas = tuple(self.betas)
-        stages = self.curriculum
-        if not isinstance(stages, (list, tuple)) or not all(
-                isinstance(stage, (list, tuple)) and len(stage) == 2 and isinstance(stage[1], dict)
-                and isinstance(stage[0], int) and not isinstance(stage[0], bool) for stage in stages):
-            raise UserError(f"curriculum must be a list of [until_step, {{task settings}}] pairs, got {stages!r}")
-        ends = [stage[0] for stage in stages]
-        if ends != sorted(set(ends)) or (ends and not (0 < ends[0] and ends[-1] <= self.steps)):
-            raise UserError(f"curriculum stages must end at increasing steps between 1 and steps={self.steps}, "
-                            f"got {ends} (interp train --curriculum sets them)")
-        self.curriculum = tuple((end, dict(settings)) for end, settings in stages)
-        return self
-
-
-# The generic training recipes that go with the model presets of the same name. A task declares its
-# own variant of a preset (``tasks.base.Preset``: its ``train`` settings, then those for one
-# architecture) in its module. The cpu schedules are sized for about 3 hours of training for all
-# 16 task x architecture models on a 2-core CPU (measured per run; see docs/results/index.md).
-PRESETS = {
-    "cpu": TrainSettings(),
-    "paper": TrainSettings(steps=50_000, batch_size=256, lr=3e-4, warmup=2000, betas=(0.9, 0.999),
-                           loss="hard", eval_every=1000),
-}
-
-
-def preset_settings(preset: str, task, arch: str) -> TrainSettings:
-    """The training settings of ``preset`` for ``arch`` on ``task`` (a Task, or a task name for its defaults)."""
-    if preset not in PRESETS:
-        raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
-    task = tasks.make(task) if isinstance(task, str) else task
-    settings = asdict(PRESETS[preset])
-    own = task.presets.get(preset)
-    for layer in (own, own and own.by_arch.get(arch)):
-        if layer:
-            unknown = sorted(set(layer.train) - set(settings))
-            if unknown:
-                raise UserError(f"task {task.name!r} sets unknown training setting(s) {', '.join(unknown)} in its "
-                                f"{preset!r} preset; valid: {', '.join(settings)}")
-            settings.update(layer.train)
-    return TrainSettings(**settings)
-
-
-def fitted_curriculum(stages, preset_steps: int, steps: int) -> list:
-    """A preset's curriculum for a run of ``steps`` instead of ``preset_steps``: kept as it is where it fits,
-    else its stage ends scaled by steps / preset_steps (a short trial run still passes through every stage
-    that keeps at least one step of its own)."""
-    stages = [list(stage) for stage in stages]
-    if not stages or stages[-1][0] <= steps:
-        return stages
-    fitted = []
-    for end, settings in stages:
-        end = min(steps, max(1, round(end * steps / preset_steps)))
-        if not fitted or end > fitted[-1][0]:
-            fitted.append([end, settings])
-    return fitted
-
-
-def recorded_settings(train: dict) -> dict:
-    """Training settings as run.json holds them (JSON types), with any setting added since the run
-    was written at its default."""
-    return json.loads(json.dumps(asdict(TrainSettings()) | train))
-
-
-def recorded_model(arch: str, model: dict) -> dict:
-    """A model config as run.json holds it, with any setting added since the run was written at its default."""
-    try:
-        return models.model_config(arch, **model)
-    except tasks.ConfigError:
-        return model  # not a config of this architecture: compared as it is, so the difference shows
-
-
-def preset_recipe(preset: str, task, arch: str) -> dict:
-    """What ``interp train --task T --arch A --preset P`` trains, as its run.json records it (task,
-    arch, model, train). ``task`` is a task name (what the preset trains on) or a Task."""
-    task = tasks.for_preset(task, preset) if isinstance(task, str) else task
-    return dict(task=task.config(), arch=arch, model=models.model_config(arch, preset, task),
-                train=recorded_settings(asdict(preset_settings(preset, task, arch))))
+from .recipe import TrainSettings
 
 
 def checkpoint_steps(total: int, every: int = 0) -> list[int]:
@@ -676,4 +527,4 @@ class Trainer:
         return final
 
 
-__all__ = ["TrainSettings", "PRESETS", "Trainer", "checkpoint_steps", "lr_at"]
+__all__ = ["Trainer", "checkpoint_steps", "lr_at"]

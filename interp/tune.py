@@ -43,7 +43,7 @@ import itertools
 import json
 import os
 import socket
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -53,7 +53,8 @@ import tasks
 
 from .errors import UserError
 from .files import atomic_write_bytes, atomic_write_json
-from .train import Trainer, TrainSettings, fitted_curriculum, preset_settings, recorded_settings
+from .recipe import TrainSettings, fitted_curriculum, recorded_settings, resolve
+from .train import Trainer
 
 NOT_IN_SPACE = ("steps", "batch_size", "eval_every", "eval_size", "seed", "curriculum", "resume_every",
                 "checkpoint_every")  # the budget and the evaluation are the same for every trial
@@ -107,10 +108,7 @@ class Tune:
             raise UserError(f"unknown pruner {pruner!r}; valid: {', '.join(PRUNERS)}")
         self.arch, self.preset, self.out, self.device, self.progress = arch, preset, Path(out), device, progress
         self.space = parse_space(space)
-        try:
-            self.task = tasks.for_preset(task, preset, **dict(task_options or {}))
-        except tasks.ConfigError as err:
-            raise UserError(str(err)) from None
+        self.task = resolve(task, arch, preset, task_options=task_options).task
         self.primitive = self.task.primitive
         if self.primitive is None:
             raise UserError(f"task {task!r} declares no inference primitive, so a trial has no score")
@@ -128,8 +126,8 @@ class Tune:
         if "curriculum" in self.space and not set(self.space["curriculum"]) <= {"on", "off"}:
             raise UserError(f"--space curriculum takes on and/or off, got {','.join(self.space['curriculum'])}")
         # The budget: the capacity reference's preset recipe for the task unless given, the same for every trial.
-        reference = preset_settings(preset, self.task, models.REFERENCE or arch)
-        own = preset_settings(preset, self.task, arch)
+        reference = resolve(self.task, models.REFERENCE or arch, preset).train
+        own = resolve(self.task, arch, preset).train
         self.budget = dict(steps=steps or reference.steps, batch_size=batch_size or reference.batch_size,
                            eval_size=eval_size, seed=seed)
         stages = own.curriculum or reference.curriculum
@@ -138,7 +136,7 @@ class Tune:
         if "on" in self.space.get("curriculum", ()) and not self.curriculum_on:
             raise UserError(f"--space curriculum=on: the {preset} preset of {task} has no curriculum to turn on; "
                             f"leave curriculum out of the space")
-        self.base = replace(own, **self.budget)
+        self.base = resolve(self.task, arch, preset, train_options=self.budget).train  # stages fitted to the budget
         try:
             self.base.validate()
         except UserError as err:
@@ -165,13 +163,12 @@ class Tune:
             else:
                 train[key] = value
         try:
-            config = models.model_config(self.arch, self.preset, self.task, **model)
-            settings = replace(self.base, **train).validate()
-        except (tasks.ConfigError, TypeError) as err:
+            spec = resolve(self.task, self.arch, self.preset, model_options=model,
+                           train_options=asdict(self.base) | train)
+            settings = spec.train.validate()
+        except (UserError, TypeError) as err:
             raise UserError(f"trial {trial_name(params)}: {err}") from None
-        except UserError as err:
-            raise UserError(f"trial {trial_name(params)}: {err}") from None
-        return self.task.config(), config, settings
+        return self.task.config(), spec.model, settings
 
     def folder(self, params: dict[str, str]) -> Path:
         return self.out / "trials" / trial_name(params)

@@ -53,14 +53,9 @@ def _as_task(task: Task | str | None) -> Task | None:
 def task_settings(arch: str, task: Task | None, preset: str) -> dict:
     """The model settings ``task`` declares for ``preset``, restricted to those ``arch`` has."""
     cls = architecture(arch)
-    own = task.presets.get(preset) if task is not None else None
-    if own is None:
-        return {}
     known = {f.name for f in fields(cls.config_class)}
     settings = {}
-    for layer in (own, own.by_arch.get(arch)):
-        if layer is None:
-            continue
+    for layer in task.preset_layers(preset, arch) if task is not None else ():
         settings.update({k: v for k, v in layer.model.items() if k in known})
         if layer.longest is not None and cls.positions:
             settings["n_ctx"] = max(task.seq_len, task.with_length(layer.longest).seq_len)

@@ -211,6 +211,13 @@ class Task:
     paper_rows: tuple[PaperRow, ...] = ()
 
     @classmethod
+    def preset_layers(cls, preset: str, arch: str) -> list[Preset]:
+        """This task's layers of ``preset`` for ``arch``, to apply in order over the generic preset: its
+        own variant, then that variant's settings for ``arch`` (either may be absent)."""
+        own = cls.presets.get(preset)
+        return [layer for layer in (own, own and own.by_arch.get(arch)) if layer]
+
+    @classmethod
     def small_config(cls, rng: random.Random) -> dict:
         """Settings of a small random instance whose posterior ``brute_force`` can check cheaply."""
         raise NotImplementedError(f"{cls.__name__} declares no small configurations")
@@ -272,6 +279,11 @@ class Task:
     def token_names(self, tokens: torch.Tensor) -> list[str]:
         """Human-readable names of a 1-D sequence of tokens (for hover text and labels)."""
         return [str(int(t)) for t in tokens]
+
+    def position_names(self, tokens: torch.Tensor) -> list[str]:
+        """Names of a 1-D sequence of tokens that say what each token is where it stands (an HMM's table
+        entry "T[s0,s1] 0.25", not only "0.25"); ``token_names`` unless the task's layout adds meaning."""
+        return self.token_names(tokens)
 
     def hypothesis_tokens(self) -> dict[str, torch.Tensor]:
         """Token ids whose embeddings span the task's hypothesis frame, by group name."""

@@ -15,7 +15,7 @@ import models
 import tasks
 from interp import checkpoint
 from interp.explore import Explorer
-from interp.train import TrainSettings, preset_recipe
+from interp.recipe import TrainSettings, preset_recipe
 from tests.cli import run_cli
 from tests.tiny import small_config, small_task
 

@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 
 from interp import checkpoint
 from interp.errors import UserError
-from interp.train import TrainSettings, Trainer, checkpoint_steps, fitted_curriculum, lr_at
+from interp.recipe import TrainSettings, fitted_curriculum
+from interp.train import Trainer, checkpoint_steps, lr_at
 
 TASK = dict(name="bijection", V=6, L=5)
 MODEL = dict(d_model=16, n_layers=2, n_heads=2)
