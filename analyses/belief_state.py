@@ -12,7 +12,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option, untrained_twin
-from .belief_clusters import residuals_at_queries, resid_name
+from .belief_clusters import PALETTE, residuals_at_queries, resid_name
 
 DEFINITION = " ".join("""
  On one held-out batch of n sequences, the residual stream after every block l
@@ -129,27 +129,47 @@ def per_layer_figure(metrics: dict) -> go.Figure:
     return fig
 
 
+def class_colours(C: int) -> list[str]:
+    """A distinct colour per answer class: the shared categorical palette, or Turbo sampled for more classes."""
+    if C <= len(PALETTE):
+        return PALETTE[:C]
+    from plotly.colors import sample_colorscale
+
+    return sample_colorscale("Turbo", [c / (C - 1) for c in range(C)])
+
+
 def simplex_figure(bayes: np.ndarray, decoded: np.ndarray, seed: int) -> go.Figure:
+    """Both sets of beliefs on the C-gon, one legend entry per Bayes arg-max class (the points' colour) and
+    the vertex labels outside the polygon, where neither an edge nor a point crosses them."""
     C = bayes.shape[1]
     angles = np.pi / 2 + 2 * np.pi * np.arange(C) / C
     vertices = np.stack([np.cos(angles), np.sin(angles)], -1)
     shown = np.random.default_rng(seed + 2).choice(len(bayes), size=min(SIMPLEX_POINTS, len(bayes)), replace=False)
-    colour = bayes[shown].argmax(1)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Bayes belief", "read out of the final layer"))
+    arg_max, colours = bayes[shown].argmax(1), class_colours(C)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Bayes belief", "read out of the final layer"),
+                        horizontal_spacing=0.08)
+    ring = np.vstack([vertices, vertices[:1]])
+    outside = 1.16 * vertices  # label anchors beyond the vertices, centred on the ray through each
     for col, beliefs in ((1, bayes[shown]), (2, decoded[shown])):
+        fig.add_scatter(x=ring[:, 0], y=ring[:, 1], mode="lines", showlegend=False, row=1, col=col,
+                        line=dict(color="black", width=1), hoverinfo="skip")
         xy = beliefs @ vertices
-        fig.add_scatter(x=xy[:, 0], y=xy[:, 1], mode="markers", showlegend=False, row=1, col=col,
-                        marker=dict(size=4, opacity=0.6, color=colour, colorscale="Turbo", cmin=0, cmax=C - 1),
-                        hovertemplate="Bayes arg-max class %{marker.color}<extra></extra>")
-        ring = np.vstack([vertices, vertices[:1]])
-        fig.add_scatter(x=ring[:, 0], y=ring[:, 1], mode="lines+text", showlegend=False, row=1, col=col,
-                        line=dict(color="black", width=1), text=[f"c{c}" for c in range(C)] + [""],
-                        textposition="top center", hoverinfo="skip")
-    fig.update_xaxes(visible=False, scaleanchor="y")
-    fig.update_yaxes(visible=False)
+        for c in range(C):
+            idx = arg_max == c
+            fig.add_scatter(x=xy[idx, 0], y=xy[idx, 1], mode="markers", name=f"c{c}", legendgroup=f"c{c}",
+                            showlegend=col == 1, row=1, col=col,
+                            marker=dict(size=4, opacity=0.6, color=colours[c]),
+                            hovertemplate=f"Bayes arg-max class c{c}<extra></extra>")
+        fig.add_scatter(x=outside[:, 0], y=outside[:, 1], mode="text", showlegend=False, row=1, col=col,
+                        text=[f"<b>c{c}</b>" for c in range(C)], textposition="middle center",
+                        textfont=dict(size=13), hoverinfo="skip")
+    reach = 1.3  # room for the labels around the unit circle
+    for col, y in ((1, "y"), (2, "y2")):  # each panel round, on its own y axis
+        fig.update_xaxes(visible=False, range=[-reach, reach], scaleanchor=y, row=1, col=col)
+    fig.update_yaxes(visible=False, range=[-reach, reach])
     fig.update_layout(title=f"Beliefs on the {C}-class simplex (vertex c = certainty on class c), {len(shown)} "
                             f"held-out points, coloured by the Bayes arg-max",
-                      width=900, height=480)
+                      legend=dict(title_text="Bayes arg-max", itemsizing="constant"), width=960, height=480)
     return fig
 
 

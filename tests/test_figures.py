@@ -161,6 +161,45 @@ def style_breaks(fig) -> list[str]:
     return broken
 
 
+def _is_array(value) -> bool:
+    return value is not None and not isinstance(value, str) and hasattr(value, "__len__")
+
+
+def unexplained_colours(fig) -> list[str]:
+    """Coloured scatters the figure does not explain: a scatter whose marker colours vary point by point needs
+    a colour bar (its own or its colour axis's); a scatter of one colour among several needs a legend entry,
+    its own, its legend group's, or another trace's of that colour."""
+    def markers(trace):
+        return trace.type in ("scatter", "scattergl") and (trace.mode is None or "markers" in trace.mode)
+
+    def shown(trace):
+        return trace.showlegend is not False and fig.layout.showlegend is not False and bool(trace.name)
+
+    broken, single = [], []
+    for trace in fig.data:
+        if not markers(trace):
+            continue
+        colour = trace.marker.color
+        if _is_array(colour):
+            if len(set(map(str, colour))) < 2:
+                single.append((trace, str(colour[0]) if len(colour) else None))
+                continue
+            axis = trace.marker.coloraxis
+            bar = fig.layout[axis].showscale is not False if axis else trace.marker.showscale is True
+            if not bar:
+                broken.append(f"{trace.name or 'a scatter'}: point colours without a colour bar")
+        else:
+            single.append((trace, None if colour is None else str(colour)))
+    if len({colour for _, colour in single}) < 2:  # one colour (or plotly's own by trace): nothing to explain
+        return broken
+    entries = [trace for trace in fig.data if shown(trace)]  # legend entries of any kind (bars too)
+    explained = {str(trace.marker.color) for trace in entries if "marker" in trace and not _is_array(trace.marker.color)}
+    groups = {trace.legendgroup for trace in entries if trace.legendgroup}
+    broken += [f"{trace.name or 'a scatter'}: colour {colour} with no legend entry" for trace, colour in single
+               if not shown(trace) and colour not in explained and not (trace.legendgroup in groups)]
+    return broken
+
+
 @pytest.mark.parametrize("name", analyses.NAMES)
 def test_every_figure_fits_its_page_and_keeps_its_annotations_in_range(name, candidates):
     figures, subject = figures_of(name, candidates)
@@ -176,6 +215,7 @@ def check_figures(name: str, figures: dict, subject: str | None) -> None:
         assert not cut_titles(fig), f"{where}: title cut off: {cut_titles(fig)}"
         assert not stray_annotations(fig), f"{where}: {stray_annotations(fig)}"
         assert not style_breaks(fig), f"{where}: {style_breaks(fig)}"
+        assert not unexplained_colours(fig), f"{where}: {unexplained_colours(fig)}"
 
 
 # -- the checks catch what they are for ----------------------------------------------------------
@@ -242,3 +282,34 @@ def test_a_figure_of_a_loaded_run_names_the_run_its_architecture_and_task():
         title = fig.layout.title.text.replace("<br>", " ")
         assert title.startswith("bijection-transformer-cpu (transformer on bijection): "), title
         assert "bijection: " not in title  # the task prefix the analysis wrote is replaced, not repeated
+
+
+def test_the_colour_check_wants_a_colour_bar_or_a_legend():
+    points = dict(x=[0, 1, 2], y=[1, 0, 1], mode="markers")
+    assert unexplained_colours(go.Figure(go.Scatter(**points, marker=dict(color=[0, 1, 2]))))  # colours, no key
+    assert not unexplained_colours(go.Figure(go.Scatter(**points, marker=dict(color=[0, 1, 2], showscale=True))))
+    on_axis = go.Figure(go.Scatter(**points, marker=dict(color=[0, 1, 2], coloraxis="coloraxis")))
+    assert not unexplained_colours(on_axis.update_layout(coloraxis=dict(colorscale="Viridis")))
+    assert unexplained_colours(on_axis.update_layout(coloraxis_showscale=False))
+    two = [go.Scatter(**points, name=name, marker_color=colour, showlegend=False) for name, colour in
+           (("a", "red"), ("b", "blue"))]
+    assert unexplained_colours(go.Figure(two))  # categories with no legend
+    assert not unexplained_colours(go.Figure(two).update_traces(showlegend=True))
+    assert not unexplained_colours(go.Figure(two).update_traces(legendgroup="g").update_traces(showlegend=True,
+                                                                                              selector=dict(name="a")))
+
+
+def test_the_belief_simplex_has_a_legend_and_its_vertex_labels_clear_of_the_polygon():
+    import numpy as np
+
+    from analyses.belief_state import simplex_figure
+
+    beliefs = np.random.default_rng(0).dirichlet(np.ones(5), 200)
+    fig = simplex_figure(beliefs, beliefs, 0)
+    assert not unexplained_colours(fig)
+    assert {t.name for t in fig.data if t.showlegend} == {f"c{c}" for c in range(5)}
+    labels = [t for t in fig.data if t.mode == "text"]
+    assert len(labels) == 2 and all(t.text[0] == "<b>c0</b>" for t in labels)
+    for t in labels:  # every label beyond the circle through the vertices, inside the drawn range
+        radius = np.hypot(t.x, t.y)
+        assert (radius > 1.1).all() and (radius < fig.layout.xaxis.range[1]).all()
