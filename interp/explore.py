@@ -22,7 +22,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import shlex
+import signal
+import sys
 import threading
 import logging
 from contextlib import contextmanager
@@ -43,11 +47,12 @@ from analyses.qk_alignment import hypothesis_group
 from tasks import ConfigError
 from tasks.base import SEED_RANGE, is_seed
 
-from . import explore_patching
+from . import explore_attention, explore_patching
 from .checkpoint import list_checkpoints, load, resolve
 from .errors import UserError
 from .ports import check_port
 from .requests import explorer_rules, guard
+from .waits import Waits
 
 
 def parse_tokens(task, text: str) -> list[int]:
@@ -113,6 +118,7 @@ class Explorer:
         self.n_calibration, self.n_geometry, self.seed = n_calibration, n_geometry, seed
         self._models, self._cache = {}, {}
         self.lock = threading.RLock()
+        self.waits = Waits()  # what a slow view is waiting on, said in the page and on the terminal
         last = self.model(len(self.checkpoints) - 1)  # fails here, before the server starts, on a bad file
         self.task = last.task
         self.steps = [step if step is not None else last.step for step, _ in self.checkpoints]
@@ -133,6 +139,7 @@ class Explorer:
         blocks = [l for l in range(n_layers) if all(n in model.hook_dict for n in needed_hooks("block", l))]
         return dict(n_layers=n_layers, n_heads=model.cfg.n_heads if attention else 0, attention=attention,
                     scan=not attention and model.has_patterns(),
+                    attention_out=all(f"blocks.{l}.hook_attn_out" in model.hook_dict for l in range(n_layers)),
                     blocks=blocks, arch=getattr(model, "arch", type(model).__name__))
 
     @contextmanager
@@ -149,7 +156,8 @@ class Explorer:
         """Per layer and head, the intact model's mean z over the held-out batch (for mean ablation)."""
         key = ("mean-z", index)
         if key not in self._cache:
-            with self.lock:  # called under ``ablated`` before its hooks are on, so the model is intact
+            with self.lock, self.waits.on(f"mean head outputs on {self.n_calibration} held-out sequences"):
+                # called under ``ablated`` before its hooks are on, so the model is intact
                 self._cache[key] = mean_z(self.model(index), self.held_out().tokens)
         return self._cache[key]
 
@@ -179,7 +187,7 @@ class Explorer:
     def names(self, tokens) -> list[str]:
         """Position-tagged token names, unique so they can label heat-map axes."""
         tensor = torch.as_tensor(tokens)
-        return [f"{i}:{name}" for i, name in enumerate(self.task.token_names(tensor))]
+        return [f"{i}:{name}" for i, name in enumerate(self.task.position_names(tensor))]
 
     def class_names(self) -> list[str]:
         offset = self.task.answer_token_offset
@@ -193,7 +201,7 @@ class Explorer:
         key = ("sequence", index, tuple(tokens) if seed is None else seed, tuple(sorted(choices)))
         if key not in self._cache:
             batch = self.batch(tokens, seed)
-            with self.ablated(index, choices) as model:
+            with self.ablated(index, choices) as model, self.waits.on("the model on this sequence"):
                 continuous = self.task.continuous
                 self._cache[key] = dict(
                     batch=batch, curves=measure(model, batch),
@@ -236,8 +244,9 @@ class Explorer:
         views["latent"] = (self.predictive_figure(batch, seq["predictive"], tokens) if seq["predictive"] is not None
                            else self.latent_figure(batch, probs, tokens))
         for fig in views.values():
-            if isinstance(fig, go.Figure):
-                style.use_template(fig)
+            if isinstance(fig, go.Figure):  # no bar on a log axis, no SI prefix in a tick or a hover
+                style.dots_on_log_axes(fig)
+                style.plain_numbers(style.use_template(fig))
         return views
 
     def numbers(self, index: int, tokens: list, seed: int | None, choices: list[str]) -> dict:
@@ -271,25 +280,40 @@ class Explorer:
         ckpt = str(self.checkpoints[index][1])
         sequence = (f"held_out_batch(model.task, 1, {seed})" if seed is not None else
                     f"model.task.batch_from_tokens(torch.tensor([{list(tokens)}]))")
-        lines = ["import torch", "import interp", "from analyses.base import held_out_batch",
+        discrete = not self.task.continuous
+        lines = ["import torch", "import interp",
+                 "from analyses.base import answer_probs, held_out_batch" if discrete else
+                 "from analyses.base import held_out_batch",
                  "from analyses.calibration import measure",
                  "from interp.explore import ablation_hooks" if choices else None,
                  f"model = interp.load({ckpt!r})",
                  f"batch = {sequence}"]
+        body = ["numbers = measure(model, batch)  # this sequence; ['per_position'] holds the entropy curves",
+                f"held_out = measure(model, held_out_batch(model.task, {self.n_calibration}, {self.seed}))"
+                f"  # held-out calibration"]
+        if discrete:
+            body.append("probs = answer_probs(model, batch.tokens)[0]  # the answer distribution at every position")
         if choices:
             means = any(c.startswith("M") for c in choices)
             if means:
                 lines += ["from analyses.head_ablation import mean_z",
                           f"means = mean_z(model, held_out_batch(model.task, {self.n_calibration}, {self.seed}).tokens)"]
             lines += [f"with model.hooks(fwd_hooks=ablation_hooks({sorted(choices)!r}, model"
-                      f"{', means=lambda: means' if means else ''})):",
-                      "    numbers = measure(model, batch)"]
+                      f"{', means=lambda: means' if means else ''})):"] + ["    " + line for line in body]
         else:
-            lines.append("numbers = measure(model, batch)  # ['per_position'] holds the curves")
-        lines += ["", "# held-out calibration from the terminal:",
-                  f"#   interp run calibration --ckpt {ckpt} --n {self.n_calibration} --seed {self.seed}"]
-        if choices:
-            lines.append(f"#   interp run head-ablation --ckpt {ckpt}   (every head, one at a time)")
+            lines += body
+        info = self.layout_info(index)
+        what = (f"--seed {seed}" if seed is not None else
+                "--tokens " + shlex.quote(" ".join(self.task.token_names(torch.tensor(tokens)))))
+        ablate = f" --ablate {','.join(sorted(choices))}" if choices else ""
+        lines += ["", "# these numbers (and the download's), from the terminal:",
+                  f"#   interp explore --ckpt {shlex.quote(ckpt)} --numbers {what}{ablate}",
+                  "# held-out calibration of the intact model:",
+                  f"#   interp run calibration --ckpt {shlex.quote(ckpt)} --n {self.n_calibration} --seed {self.seed}"]
+        if info["attention"]:
+            lines.append(f"#   interp run head-ablation --ckpt {shlex.quote(ckpt)}   (every head, one at a time)")
+        if info["blocks"]:
+            lines.append(f"#   interp run layer-ablation --ckpt {shlex.quote(ckpt)}   (every block, one at a time)")
         return "\n".join(line for line in lines if line is not None)
 
     def predictive_figure(self, batch, predictive: list[torch.Tensor], tokens: list) -> go.Figure:
@@ -363,7 +387,8 @@ class Explorer:
         checkpoint and ablation (the slowest part of a view on a large model)."""
         key = ("held-out", index, tuple(sorted(choices)))
         if key not in self._cache:
-            with self.ablated(index, choices) as model:
+            with self.ablated(index, choices) as model, self.waits.on(
+                    f"held-out calibration on {self.n_calibration} sequences" + (" (ablated)" if choices else "")):
                 self._cache[key] = measure(model, self.held_out())
         return self._cache[key]
 
@@ -389,11 +414,29 @@ class Explorer:
                           height=160 + 18 * len(rows), margin=dict(t=70, b=40))
         return fig
 
-    def attention_view(self, index: int, tokens: list, seed: int | None, choices: list[str],
-                       layer: int, head: int) -> go.Figure:
+    def patterns(self, index: int, tokens: list, seed: int | None, choices: list[str]) -> list[torch.Tensor]:
+        """Per layer, this sequence's [head, query, key] attention patterns (a selective scan's effective attention
+        as the one head of its layer: models/mamba.py writes it as |M| averaged over channels, every row
+        normalised), cached per (checkpoint, sequence, ablation); refused for a model without either."""
         info = self.layout_info(index)
-        # A selective scan is attention in disguise: its effective attention matrix (models/mamba.py) is drawn
-        # as the one "head" of each layer, |M| averaged over channels with every row normalised.
+        if not info["attention"] and not info["scan"]:
+            raise UserError(f"this {info['arch']} model has no attention: there are no attention patterns to show "
+                            f"(every other view works)")
+        key = ("patterns", index, tuple(tokens) if seed is None else seed, tuple(sorted(choices)))
+        if key not in self._cache:
+            batch = self.batch(tokens, seed)
+            what = "the effective attention of the scan" if info["scan"] else "the attention patterns"
+            with self.ablated(index, choices) as model, self.waits.on(f"{what} of this sequence"):
+                self._cache[key] = [p[0].float() for p in model.attention_patterns(batch.tokens)]
+            while len([k for k in self._cache if k[0] == "patterns"]) > 16:  # keep the newest only
+                del self._cache[next(k for k in self._cache if k[0] == "patterns")]
+        return self._cache[key]
+
+    def attention_view(self, index: int, tokens: list, seed: int | None, choices: list[str],
+                       layer: int, head: int, log: bool = False) -> go.Figure:
+        """One head's pattern, every token named on both axes, keys naming a feasible or an eliminated
+        hypothesis marked; ``log``: coloured by log10 of the weight."""
+        info = self.layout_info(index)
         scan = info["scan"]
         if not info["attention"] and not scan:
             return _message_figure(f"this {info['arch']} model has no attention: there are no attention "
@@ -402,28 +445,58 @@ class Explorer:
         if not all(isinstance(v, int) and 0 <= v < top for v, top in ((layer, info["n_layers"]), (head, heads))):
             raise UserError(f"layer {layer!r}, head {head!r} is not in this model ({info['n_layers']} layers of "
                             f"{heads} heads)")
-        batch = self.batch(tokens, seed)
-        with self.ablated(index, choices) as model:
-            pattern = model.attention_patterns(batch.tokens)[layer][0, head].float()
+        pattern = self.patterns(index, tokens, seed, choices)[layer][head]
         labels = self.names(tokens)
-        custom = [[(q, k) for k in labels] for q in labels]
-        fig = go.Figure(go.Heatmap(z=pattern.tolist(), x=labels, y=labels, colorscale="Viridis", customdata=custom,
-                                   colorbar=dict(title="weight"),
-                                   hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}"
-                                                 "<br>weight %{z:.4f}<extra></extra>"))
+        title = (f"effective attention of the selective scan, layer {layer}<br><sup>mean |M| over channels, rows "
+                 f"normalised</sup>" if scan else f"attention pattern, layer {layer}, head {head}")
+        fig = explore_attention.pattern_figure(pattern, labels, title, log)
+        batch = self.batch(tokens, seed)
         for kind, symbol, color, label in (("eliminated", "x-thin", "#d62728", "key names an eliminated hypothesis"),
                                            ("feasible", "circle-open", "#2ca02c", "key names a feasible hypothesis")):
             marks = self.hypothesis_marks(batch, kind)
             fig.add_scatter(x=[labels[k] for _, k in marks], y=[labels[q] for q, _ in marks], mode="markers",
                             name=label, hoverinfo="skip",
                             marker=dict(symbol=symbol, size=6, color=color, opacity=0.8, line=dict(width=1.5, color=color)))
-        title = (f"effective attention of the selective scan, layer {layer} (mean |M| over channels, rows "
-                 f"normalised)" if scan else f"attention pattern, layer {layer}, head {head}")
-        fig.update_layout(title=title, xaxis_title="key position",
-                          yaxis=dict(title="query position", autorange="reversed"), 
-                          showlegend=True, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0),
-                          margin=dict(t=50, b=130))
-        return style.use_template(fig)
+        fig.update_layout(showlegend=True, legend=dict(orientation="h", x=0, xanchor="left", y=0, yanchor="bottom",
+                                                       xref="container", yref="container"))
+        fig.update_layout(margin=dict(b=fig.layout.margin.b + 40))
+        return fig
+
+    def heads_view(self, index: int, tokens: list, seed: int | None, choices: list[str], layer: int,
+                   log: bool = False) -> go.Figure:
+        """Every head of ``layer`` side by side (a selective scan: every layer's effective attention)."""
+        info = self.layout_info(index)
+        patterns = self.patterns(index, tokens, seed, choices)
+        if not isinstance(layer, int) or not 0 <= layer < info["n_layers"]:
+            raise UserError(f"layer {layer!r} is not in this model ({info['n_layers']} layers)")
+        labels = self.names(tokens)
+        if info["scan"]:
+            return explore_attention.heads_figure(torch.stack([p[0] for p in patterns]), labels,
+                                                  "effective attention of every layer (click one to see it above)",
+                                                  log, names=[f"layer {l}" for l in range(len(patterns))])
+        return explore_attention.heads_figure(patterns[layer], labels, f"every head of layer {layer} (click one to "
+                                              f"see it named token by token)", log)
+
+    def ablation_map_view(self, index: int, kind: str) -> go.Figure:
+        """head-ablation's heat map of ``kind`` ("zero" or "mean"): every head ablated in turn on the held-out
+        sequences, computed by the analysis itself once per checkpoint (both kinds at once)."""
+        from analyses import head_ablation
+
+        info = self.layout_info(index)
+        if not info["attention"]:
+            return _message_figure(f"this {info['arch']} model has no attention heads to ablate")
+        if kind not in head_ablation.KINDS:
+            raise UserError(f"ablation kind {kind!r}; the map has {' and '.join(head_ablation.KINDS)}")
+        key = ("head-ablation", index)
+        if key not in self._cache:
+            with self.lock, self.waits.on(f"head-ablation: each of {info['n_layers'] * info['n_heads']} heads "
+                                          f"zeroed and mean-ablated in turn on {self.n_calibration} sequences"):
+                result = head_ablation.compute(self.model(index), n=self.n_calibration, seed=self.seed)
+                for fig in result.figures.values():
+                    style.apply(fig, subject=self.task.name, replaces=self.task.name)
+                    fig.update_layout(width=None)
+                self._cache[key] = result.figures
+        return self._cache[key][f"{kind}-ablation"]
 
     def hypothesis_marks(self, batch, kind: str) -> list[tuple[int, int]]:
         """(query, key) cells where the key token names a hypothesis the posterior at the query keeps
@@ -447,7 +520,8 @@ class Explorer:
         task's true latent class, cached per checkpoint and ablation."""
         key = ("geometry", index, tuple(sorted(choices or [])))
         if key not in self._cache:
-            with self.ablated(index, choices) as model:
+            with self.ablated(index, choices) as model, self.waits.on(
+                    f"geometry: the PCA of every layer on {self.n_geometry} sequences"):
                 figures = value_manifold.measure(model, n=self.n_geometry, seed=self.seed, max_points=1500,
                                                  readout=False).figures
                 for fig in figures.values():
@@ -475,6 +549,27 @@ def _plain(value):
 
 
 REFUSED = (UserError, AnalysisError, ConfigError)  # inputs a view refuses with a message, not a traceback
+
+
+def page_rules(info: dict) -> dict:
+    """The request rules of the attention views' controls, the status line and the head-ablation map (the
+    rest are ``requests.explorer_rules``)."""
+    from .requests import MAX_CLICKS, Refused, integer, one_of
+
+    def click(value, within: int | None = None):
+        points = value.get("points") if isinstance(value, dict) else None
+        point = points[0] if isinstance(points, list) and len(points) == 1 and isinstance(points[0], dict) else None
+        if value is None:
+            return
+        if point is None or not all(isinstance(point.get(k), str) and len(point[k]) < 200 for k in ("x", "y")):
+            raise Refused("a click on a map is one point with its row and column")
+        if within is not None:
+            integer(0, within)(point.get("curveNumber"))
+    heads = info["n_layers"] if info["scan"] else max(info["n_heads"], 1)
+    clicks = integer(0, MAX_CLICKS, optional=True)
+    return {("scale", "value"): one_of("linear", "log"), ("tick", "n_intervals"): clicks,
+            ("heads", "clickData"): lambda value: click(value, heads), ("ablation-map", "clickData"): click,
+            ("ablation-map-run", "n_clicks"): clicks}
 
 
 def _message_figure(text: str) -> go.Figure:
@@ -540,7 +635,16 @@ def build_app(explorer: Explorer):
     graph = lambda id_, height: dcc.Loading(  # noqa: E731
         dcc.Graph(id=id_, figure=_message_figure("computing…"), config=dict(displaylogo=False), responsive=True,
                   style=dict(height=f"{height}px")), type="dot", delay_show=400)
+    # a figure that sets its own size (the attention views grow with the sequence: every token is named)
+    sized_graph = lambda id_: dcc.Loading(dcc.Graph(  # noqa: E731
+        id=id_, figure=_message_figure("computing…"), config=dict(displaylogo=False)), type="dot", delay_show=400)
     n_queries = int(held_out_batch(explorer.task, 1, 0).query_mask.sum())
+    ablation_map = html.Details([
+        html.Summary("every head ablated in turn (head-ablation on the held-out sequences)"),
+        html.Div("A click on a head's cell ablates that head alone (as the map's 0 or mean) in every view, its "
+                 "answers beside Bayes's in the posterior view.", style=dict(fontSize="13px", margin="4px 0")),
+        html.Button("compute the map", id="ablation-map-run", n_clicks=0),
+        graph("ablation-map", 360)], style=dict(display="block" if info["attention"] else "none", marginTop="6px"))
     radios = lambda id_, n, label: html.Div([html.Label(label), dcc.RadioItems(  # noqa: E731
         id=id_, options=[{"label": str(i), "value": i} for i in range(n)], value=0, inline=True,
         inputStyle=dict(marginLeft="8px", marginRight="2px"))], style=inline)
@@ -549,15 +653,24 @@ def build_app(explorer: Explorer):
             _panel("posterior", graph("posterior", min(max(160 + 18 * n_queries, 300), 800)), graph("entropy", 320),
                    graph("gap", 320), graph("lens", 200 + 30 * info["n_layers"]),
                    graph("latent", 360), style=dict(minWidth="0")),
-            _panel("attention", html.Div([radios("layer", info["n_layers"], "layer"),
-                                          radios("head", max(info["n_heads"], 1), "head")],
-                                         style=dict(display="block" if info["attention"] or info["scan"] else "none")),
-                   graph("attention", 600), graph("calibration", 320), style=dict(minWidth="0")),
+            _panel("held-out calibration", graph("calibration", 320), ablation_map,
+                   style=dict(minWidth="0")),
         ], style=dict(display="grid", gridTemplateColumns="1fr 1fr", alignItems="start")),
+        # a model without attention (LSTM, MLP) has no attention panel at all
+        _panel("attention", html.Div([
+            radios("layer", info["n_layers"], "layer"),
+            html.Div(radios("head", max(info["n_heads"], 1), "head"), style=dict(
+                display="inline-block" if info["attention"] else "none")),
+            html.Div([html.Label("colour "), dcc.RadioItems(
+                id="scale", options=[{"label": "linear", "value": "linear"}, {"label": "log", "value": "log"}],
+                value="linear", inline=True, inputStyle=dict(marginLeft="8px", marginRight="2px"))], style=inline)]),
+            html.Div(sized_graph("attention"), style=dict(overflow="auto", maxHeight="1100px")),
+            sized_graph("heads"), style=dict(minWidth="0", display="block" if info["attention"] or info["scan"]
+                                             else "none")),
         _panel("geometry", dcc.RadioItems(id="stream", inline=True, value="residual",
-                                          options=[{"label": "residual stream", "value": "residual"},
-                                                   {"label": "attention output (value vectors)",
-                                                    "value": "attention_out"}],
+                                          options=[{"label": "residual stream", "value": "residual"}] + (
+                                              [{"label": "attention output (value vectors)", "value": "attention_out"}]
+                                              if info["attention_out"] else []),
                                           inputStyle=dict(marginLeft="8px", marginRight="2px")),
                dcc.RadioItems(id="colour", inline=True, value="entropy",
                               options=[{"label": "coloured by Bayes entropy", "value": "entropy"},
@@ -569,6 +682,9 @@ def build_app(explorer: Explorer):
     ], style=dict(minWidth="0"))
     app.layout = html.Div([
         html.H2(f"{explorer.source.name}: {explorer.task!r}, {info['arch']}", style=dict(margin="4px 6px")),
+        # what a slow view is waiting on (held-out calibration, a kernel build), polled twice a second
+        html.Div(id="status", style=dict(display="none")),
+        dcc.Interval(id="tick", interval=500),
         dcc.Store(id="sequence", data=dict(tokens=first, seed=0)),
         _panel("sequence", controls),
         html.Div([ablation, views], style=dict(display="grid", gridTemplateColumns="250px minmax(0, 1fr)",
@@ -629,13 +745,55 @@ def build_app(explorer: Explorer):
         return dcc.send_string(json.dumps(numbers, indent=1), name), ""
 
     @app.callback(Output("attention", "figure"), Input("step", "value"), Input("sequence", "data"), *ablations,
-                  Input("layer", "value"), Input("head", "value"))
-    def attention(index, sequence, heads, blocks, mode, layer, head):
+                  Input("layer", "value"), Input("head", "value"), Input("scale", "value"))
+    def attention(index, sequence, heads, blocks, mode, layer, head, scale):
         try:
             return explorer.attention_view(index, sequence["tokens"], sequence["seed"],
-                                           chosen_ablations(heads, blocks, mode), layer, head)
+                                           chosen_ablations(heads, blocks, mode), layer, head, scale == "log")
         except REFUSED as err:
             return _message_figure(str(err))
+
+    @app.callback(Output("heads", "figure"), Input("step", "value"), Input("sequence", "data"), *ablations,
+                  Input("layer", "value"), Input("scale", "value"))
+    def every_head(index, sequence, heads, blocks, mode, layer, scale):
+        try:
+            return explorer.heads_view(index, sequence["tokens"], sequence["seed"],
+                                       chosen_ablations(heads, blocks, mode), layer, scale == "log")
+        except REFUSED as err:
+            return _message_figure(str(err))
+
+    @app.callback(Output("layer", "value"), Output("head", "value"), Input("heads", "clickData"),
+                  prevent_initial_call=True)
+    def pick_head(click):  # a click on one head of the grid (a layer, for a selective scan) shows it above
+        if not click:
+            return no_update, no_update
+        picked = click["points"][0]["curveNumber"]
+        return (picked, no_update) if info["scan"] else (no_update, picked)
+
+    @app.callback(Output("status", "children"), Output("status", "style"), Input("tick", "n_intervals"))
+    def status(_ticks):
+        shown = explorer.waits.shown()
+        return (f"⏳ {shown}", dict(background="#fff3c4", padding="4px 8px", margin="0 6px", borderRadius="4px")) \
+            if shown else ("", dict(display="none"))
+
+    @app.callback(Output("ablation-map", "figure"), Input("ablation-map-run", "n_clicks"), Input("ablate-mode", "value"),
+                  State("step", "value"), prevent_initial_call=True)
+    def ablation_map_view(clicks, mode, index):
+        if not clicks:
+            return no_update
+        try:
+            return explorer.ablation_map_view(index, mode)
+        except REFUSED as err:
+            return _message_figure(str(err))
+
+    @app.callback(Output("ablate-heads", "value"), Output("ablate-blocks", "value"),
+                  Input("ablation-map", "clickData"), prevent_initial_call=True)
+    def ablate_clicked(click):  # that head alone, ablated as the map shows it (the mode radio stays)
+        cell = re.fullmatch(r"L(\d+)", str(click["points"][0].get("y"))) if click else None
+        head = re.fullmatch(r"H(\d+)", str(click["points"][0].get("x"))) if click else None
+        if not (cell and head):
+            return no_update, no_update
+        return [f"H{cell[1]}.{head[1]}"], []
 
     @app.callback(Output("geometry", "figure"), Input("step", "value"), *ablations, Input("stream", "value"),
                   Input("colour", "value"))
@@ -646,18 +804,54 @@ def build_app(explorer: Explorer):
             return _message_figure(str(err))
 
     explore_patching.register(app, explorer)
-    guard(app, explorer_rules(explorer, info) | explore_patching.rules(explorer))  # every request checked before a view runs (interp/requests.py)
+    guard(app, explorer_rules(explorer, info) | explore_patching.rules(explorer) | page_rules(info))  # every request checked before a view runs (interp/requests.py)
     return app
 
 
-def serve(source, host: str = "127.0.0.1", port: int = 8050) -> None:
-    """Check the port, load the model(s), then serve until interrupted."""
-    check_port(host, port)
+def print_numbers(source, seed: int | None, tokens: str | None, ablate: str | None) -> None:
+    """``interp explore --numbers``: one view's numbers as JSON on stdout, the same the page's download holds
+    (the last checkpoint of a run folder; the sequence of ``seed`` or the typed ``tokens``; ``ablate`` the
+    ablations as the page names them, comma-separated)."""
+    if (seed is None) == (tokens is None):
+        raise UserError("--numbers needs the sequence: --seed N (a held-out sequence) or --tokens '...', one of them")
+    if seed is not None and not is_seed(seed):
+        raise UserError(f"the seed must be {SEED_RANGE}, got {seed!r}")
     explorer = Explorer(source)
-    warm_up = getattr(explorer.model(len(explorer.checkpoints) - 1), "warm_up", None)
-    if warm_up is not None:
-        warm_up()  # e.g. a first kernel build (about a minute) shows its progress here, not as a page stuck at "computing"
+    index = len(explorer.checkpoints) - 1
+    ids = explorer.sample(seed) if seed is not None else explorer.typed(tokens)
+    choices = [c.strip() for c in (ablate or "").split(",") if c.strip()]
+    click.echo(json.dumps(explorer.numbers(index, ids, seed, choices), indent=1))
+
+
+def stop_at_once(_signum, _frame) -> None:
+    """Ctrl-C: the server ends now, whatever a view or a kernel build is doing (nothing is left half-written:
+    a kernel build publishes its folder atomically, and the explorer writes no other file)."""
+    sys.stderr.write("\ninterp: explorer stopped\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+def serve(source, host: str = "127.0.0.1", port: int = 8050) -> None:
+    """Check the port, load the model(s), then serve until interrupted; a model's warm-up (a first kernel build,
+    about a minute) runs while the server is up, said in the page and on the terminal."""
+    check_port(host, port)
+    signal.signal(signal.SIGINT, stop_at_once)
+    explorer = Explorer(source)
+    model = explorer.model(len(explorer.checkpoints) - 1)
+    warm_up = getattr(model, "warm_up", None)
     app = build_app(explorer)
+
+    held = threading.Event()
+
+    def warm():  # views wait for it on the explorer's lock; the page's status line says what they wait for
+        with explorer.lock, explorer.waits.on(f"preparing the {getattr(model, 'arch', 'model')} model (a first "
+                                              f"build of its kernels takes about a minute)", terminal=False):
+            held.set()
+            warm_up()  # prints its own progress on the terminal
+
+    if warm_up is not None:
+        threading.Thread(target=warm, daemon=True).start()
+        held.wait()  # the lock is the warm-up's before the first view can ask for it
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request on the terminal
     click.echo(f"explorer for {source} at http://{host}:{port}/ (Ctrl+C stops it)", err=True)
     app.run(host=host, port=port, debug=False)

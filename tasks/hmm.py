@@ -338,6 +338,18 @@ class HMM(Task):
                 names.append(f"s{t - self.answer_token_offset}")
         return names
 
+    def position_names(self, tokens: torch.Tensor) -> list[str]:
+        """Token names with the table entry each probability token is: "T[s0,s1] 0.25", "E[s2,o1] 0.10"."""
+        names = self.token_names(tokens)
+        tables = [("T", self.S, [f"s{j}" for j in range(self.S)]), ("E", self.S, [f"o{k}" for k in range(self.O)])]
+        start = 1  # after TRANS
+        for letter, rows, columns in tables:
+            for i in range(rows * len(columns)):
+                if start + i < len(names):
+                    names[start + i] = f"{letter}[s{i // len(columns)},{columns[i % len(columns)]}] {names[start + i]}"
+            start += rows * len(columns) + 1  # and the EMIT or SEP marker
+        return names
+
     def latent_tables(self, batch: Batch, row: int) -> dict:
         h = batch.hypothesis
         states = [f"s{i}" for i in range(self.S)]

@@ -89,7 +89,8 @@ def explorer_request(app, explorer, request: Request) -> bytes:
             "tokens-text.value": " ".join(explorer.task.token_names(__import__("torch").tensor(sample))),
             "step.value": last, TOKENS: {"tokens": sample, "seed": 0}, "ablate-heads.value": [],
             "ablate-blocks.value": [], "ablate-mode.value": "zero", "layer.value": 0, "head.value": 0,
-            "stream.value": "residual", "colour.value": "entropy"}
+            "stream.value": "residual", "colour.value": "entropy", "scale.value": "linear", "tick.n_intervals": 0,
+            "ablation-map-run.n_clicks": 0, "heads.clickData": None, "ablation-map.clickData": None}
     values = {k: (dict(v, tokens=sample) if isinstance(v, dict) and v.get("tokens") == "SAMPLE0" else v)
               for k, v in request.values.items()}
     if request.raw is not None and "SEED" in request.raw:
