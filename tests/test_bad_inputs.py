@@ -241,7 +241,7 @@ CATALOGUE = [
     Case("pickle given to the explorer", f"interp explore --ckpt evil.pt --port {BUSY_PORT + 1}",
          'interp: error: evil.pt looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
     Case("disk full while writing figures", "interp run calibration --ckpt tiny --format json,html",
-         'interp: error: could not write figures/tiny/calibration.html: No space left on device; it was left as it was (free some space, or write elsewhere with --out)',
+         'interp: error: could not write figures/tiny/plotly.min.js: No space left on device; it was left as it was (free some space, or write elsewhere with --out)',
          fault="full-disk"),
     # -- concurrency -------------------------------------------------------------------------------
     Case("training a run another process is training", "interp train --resume --out paused", 'interp: error: paused is in use by another training process (pid 4242); wait for it to end, or stop it first', fault="locked"),
@@ -459,7 +459,8 @@ def test_bad_input(case, workspace_template, tmp_path, monkeypatch, capsys):
 
 def test_a_real_file_size_limit_leaves_no_half_written_file(workspace_template, tmp_path):
     """Not simulated: the kernel refuses writes past RLIMIT_FSIZE (EFBIG, with SIGXFSZ ignored), so
-    the HTML (~4 MB: plotly.js inline) fails half way through while the small JSON fits."""
+    plotly.js (~4.8 MB, the bundle the folder's HTML pages share, written first) fails half way through
+    while the page and the small JSON would fit."""
     import resource
     import signal
 
@@ -480,15 +481,16 @@ def test_a_real_file_size_limit_leaves_no_half_written_file(workspace_template, 
 
     status = wait_for(fork_cli(log, "run", "calibration", "--ckpt", "tiny", "--format", "json,html", prepare=limit))
     assert os.WEXITSTATUS(status) == 1
-    assert log.read_text() == ("interp: error: could not write figures/tiny/calibration.html: File too large; it was "
+    assert log.read_text() == ("interp: error: could not write figures/tiny/plotly.min.js: File too large; it was "
                                "left as it was (free some space, or write elsewhere with --out)\n")
-    # The JSON, the result's record, is written last: with the HTML cut off, no record claims a complete
-    # result, and no temp file of the HTML is left behind.
+    # The JSON, the result's record, is written last: with the bundle cut off, no record claims a complete
+    # result, no page stands without the bundle it loads, and no temp file of the bundle is left behind.
     assert sorted(p.name for p in (root / "figures" / "tiny").iterdir()) == []
     status = wait_for(fork_cli(log, "run", "calibration", "--ckpt", "tiny", "--format", "json,html", prepare=limit_json))
     assert os.WEXITSTATUS(status) == 0, log.read_text()
     written = sorted(p.name for p in (root / "figures" / "tiny").iterdir())
-    assert written == [".interp-source", "calibration.html", "calibration.json"]
+    assert written == [".interp-source", "calibration.html", "calibration.json", "plotly.min.js"]
+    assert (root / "figures" / "tiny" / "plotly.min.js").stat().st_size > 4 << 20  # a file genuinely over the limit
 
 
 # -- the explorer's requests ---------------------------------------------------------------------
