@@ -7,8 +7,10 @@ and every model it cannot run on is refused up front with the requirement that i
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -33,6 +35,30 @@ class Result:
     metrics: dict  # JSON-serialisable numbers
     figures: dict = field(default_factory=dict)  # {name: plotly Figure}, in display order
     descriptions: dict = field(default_factory=dict)  # {metric key: one line saying what it is}, for readers
+
+    def record(self, context: dict | None = None) -> dict:
+        """The result as its JSON holds it: the analysis, ``context`` (where it came from), the definition,
+        the numbers and what each means. ``read_result`` reads it back."""
+        return dict(analysis=self.name, **(context or {}), definition=self.definition, metrics=self.metrics,
+                    **({"descriptions": self.descriptions} if self.descriptions else {}))
+
+
+def read_result(path, analysis: str | None = None) -> dict:
+    """A result's JSON as ``Result.record`` wrote it (of ``analysis`` when given); an AnalysisError
+    naming the file and the command that writes it when it is not one."""
+    path = Path(path)
+    what = f"a {analysis} result" if analysis else "an analysis result"
+    try:
+        if not path.is_file():
+            raise OSError("no such file")
+        record = json.loads(path.read_bytes().decode())
+    except (OSError, ValueError, RecursionError):
+        record = None
+    if not isinstance(record, dict) or not isinstance(record.get("metrics"), dict) \
+            or (analysis is not None and record.get("analysis") != analysis):
+        how = "interp sweep --out FOLDER" if analysis == "sweep" else f"interp run {analysis or 'NAME'}"
+        raise AnalysisError(f"{path} is not {what}; `{how}` writes one") from None
+    return record
 
 
 @dataclass(frozen=True)

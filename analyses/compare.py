@@ -4,7 +4,6 @@ The definition of every number is ``DEFINITION`` below (also written into each r
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -12,7 +11,7 @@ import plotly.graph_objects as go
 import models
 import tasks
 
-from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option
+from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, read_result, seed_option
 from .calibration import measure
 
 def primitives() -> dict[str, tuple]:
@@ -59,13 +58,11 @@ def read_sweeps(spec: str) -> dict[str, dict]:
     """primitive -> the sweep.json of each folder in the comma-separated ``spec``."""
     found = {}
     for folder in (part.strip() for part in spec.split(",") if part.strip()):
-        path = Path(folder) / "sweep.json"
         try:
-            sweep = json.loads(path.read_text())
-            found[sweep["primitive"]] = sweep
-        except (OSError, ValueError, KeyError):
-            raise AnalysisError(f"--sweeps: {path} is not a sweep's result; run `interp sweep --out {folder}` "
-                                f"first") from None
+            sweep = read_result(Path(folder) / "sweep.json", "sweep")["metrics"]
+        except AnalysisError as err:
+            raise AnalysisError(f"--sweeps: {err}") from None
+        found[sweep["primitive"]] = sweep
     return found
 
 

@@ -11,7 +11,6 @@ registries, read when a command needs it.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -199,6 +198,7 @@ def run(ctx, name, ckpt, model_spec, out, formats, device, show_help):
                             f"model name whose weights are in the local cache)")
         raise UserError(f"{name} needs --ckpt (a run folder, a .safetensors checkpoint or a shipped model name)")
 
+    from . import results
     from .catalog import locate
     from .checkpoint import load, resolve
     from .export import parse_formats
@@ -213,19 +213,20 @@ def run(ctx, name, ckpt, model_spec, out, formats, device, show_help):
     if analysis.multi_model:
         result = analysis(loaded, **options)
         run_name = name
-        context = dict(run=run_name, checkpoints=[str(f) for f in files], options=options)
+        context = results.provenance(run=run_name, checkpoints=[str(f) for f in files], options=options)
     else:
         model, file = loaded[0], files[0]
         result = analysis(model, **options)
-        run_name = run_label(Path(sources[0]), file)
-        context = dict(run=run_name, checkpoint=str(file), step=model.step, task=model.task.config(),
-                       arch=model.arch, options=options)
+        run_name = results.run_label(Path(sources[0]), file)
+        context = results.provenance(file, run=run_name, step=model.step, task=model.task.config(), arch=model.arch,
+                                     options=options)
     source = "\n".join(sorted(str(Path(f).resolve()) for f in files))
     report(result, out, run_name, source, chosen, context)
 
 
 def run_on_language_model(analysis, spec: str, extra: list[str], out: Path, formats: str, device: str) -> None:
     """``interp run NAME --model MODEL``: the analysis on a language model's prompts."""
+    from . import results
     from .export import parse_formats
     from models.language_model import LanguageModel, open_language_model
 
@@ -236,7 +237,7 @@ def run_on_language_model(analysis, spec: str, extra: list[str], out: Path, form
     lm = wind_tunnel_transformer(spec, device) or open_language_model(spec, device=device)
     result = analysis(lm, **options)
     source = str(Path(spec).resolve()) if Path(spec).is_dir() else spec
-    report(result, out, lm.name, source, chosen, dict(run=lm.name, model=spec, options=options))
+    report(result, out, lm.name, source, chosen, results.provenance(run=lm.name, model=spec, options=options))
 
 
 def wind_tunnel_transformer(spec: str, device: str):
@@ -244,6 +245,7 @@ def wind_tunnel_transformer(spec: str, device: str):
     own task's (the sanity row beside language models); None when ``spec`` is none of those."""
     from models.language_model import LanguageModel
 
+    from . import results
     from .catalog import locate
     from .checkpoint import load
 
@@ -253,81 +255,22 @@ def wind_tunnel_transformer(spec: str, device: str):
     model = load(source, device=device)
     if not model.has_attention():
         raise UserError(f"--model takes TransformerLens models; {spec} is a wind-tunnel {model.arch} (use --ckpt)")
-    return LanguageModel(model, run_label(Path(source), Path(source)), task=model.task)
+    return LanguageModel(model, results.run_label(Path(source), Path(source)), task=model.task)
 
 
 def report(result, out: Path, run_name: str, source: str, chosen, context: dict) -> None:
     """Write a result's files into its output folder and print its headline numbers and the paths."""
-    from .export import write_result
+    from . import results
 
-    folder = output_folder(out, run_name, source)
-    paths = write_result(result, folder, chosen, context)
-    claim(folder, source)
-    shown = headline(result.metrics)[:8]
+    folder = results.output_folder(out, run_name, source)
+    paths = results.write(result, folder, chosen, context, source=source)
+    shown = results.headline(result.metrics)[:8]
     click.echo("  ".join(f"{k}={v:.4g}" for k, v in shown))
     for key, _ in shown:  # what a number means, where the analysis says (e.g. sampled vs expected accuracy)
         if key in result.descriptions:
             click.echo(f"  {key}: {result.descriptions[key]}")
     for path in paths:
         click.echo(f"wrote {path}")
-
-
-SOURCE_MARK = ".interp-source"  # in each output folder: which checkpoint(s) its results are of
-
-
-def output_folder(out: Path, run_name: str, source: str) -> Path:
-    """``out/run_name``, unless it holds the results of another checkpoint: then ``out/run_name-HASH`` (HASH
-    of this source's path), so two runs that share a folder name never overwrite each other. A folder
-    without a mark (written before marks existed) is taken as it is."""
-    import hashlib
-
-    from .files import read_regular
-
-    folder = out / run_name
-    mark = folder / SOURCE_MARK
-    try:  # never through a link, nor from a pipe: such a mark is no mark (and ``claim`` says so)
-        held = read_regular(mark).decode() if os.path.lexists(mark) else None
-    except (OSError, UnicodeDecodeError, UserError):
-        held = None
-    if held is None or held == source:
-        return folder
-    other = out / f"{run_name}-{hashlib.sha256(source.encode()).hexdigest()[:8]}"
-    click.echo(f"note: {folder} holds the results of {held.splitlines()[0]}; writing to {other}", err=True)
-    return other
-
-
-def claim(folder: Path, source: str) -> None:
-    """Mark ``folder`` as holding the results of ``source`` (after they are written)."""
-    from .files import atomic_write_text
-
-    try:
-        atomic_write_text(folder / SOURCE_MARK, source)
-    except OSError:  # the results are written; a folder that takes no mark is only unprotected
-        pass
-    except UserError as err:  # e.g. a link planted at the mark: never written through, and said
-        click.echo(f"interp: warning: the results are written, but their folder is not marked: {err}", err=True)
-
-
-def headline(metrics: dict) -> list[tuple[str, float]]:
-    """The scalar numbers of a result (one level of nesting flattened), without counts and seeds."""
-    flat = []
-    for key, value in metrics.items():
-        items = value.items() if isinstance(value, dict) else [(None, value)]
-        for sub, v in items:
-            name = key if sub is None else f"{key}.{sub}"
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and not (
-                    name.split(".")[-1].startswith("n_") or name.endswith("seed")):
-                flat.append((name, v))
-    return flat
-
-
-def run_label(source: Path, file: Path) -> str:
-    """The run folder's name, with the step appended when one particular checkpoint was chosen."""
-    if source.is_dir():
-        return source.resolve().name
-    if file.parent.name == "checkpoints":
-        return f"{file.parent.parent.resolve().name}-{file.stem}"
-    return file.stem
 
 
 @main.command(name="list")

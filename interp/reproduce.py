@@ -8,8 +8,6 @@ back instead of recomputed. So an interrupted ``interp reproduce`` picks up wher
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -21,9 +19,9 @@ import analyses
 import models
 import tasks
 
+from . import results
 from .checkpoint import load, pick_device, resolve
 from .errors import UserError
-from .export import write_result
 from .files import atomic_write_json, atomic_write_text, read_json
 from .recipe import TrainSettings, preset_recipe, recorded_model, recorded_settings
 from .train import Trainer, record_problem
@@ -71,13 +69,6 @@ def dig(metrics: dict, path: str):
             return None
         value = value[key]
     return value
-
-
-def checkpoint_digest(file: Path) -> str:
-    """The checkpoint's content hash: an analysis is reused only for the very weights it was computed
-    on (a run retrained in place, or a re-shipped model, keeps its checkpoint's path and step)."""
-    with open(file, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 class Reproduction:
@@ -141,40 +132,21 @@ class Reproduction:
         """The analysis's JSON for the run's final checkpoint, computed unless already written for it."""
         run_dir = self.run_dir(task, arch)
         file = resolve(run_dir)
-        json_path = self.out / run_dir.name / f"{name}.json"
-        digest = checkpoint_digest(file)
-        if json_path.exists():
-            try:
-                saved = read_json(json_path, "result")
-            except UserError:
-                saved = {}  # a cache: a corrupt one is computed again (and rewritten whole)
-            if saved.get("checkpoint") == str(file) and saved.get("checkpoint_sha256") == digest \
-                    and isinstance(saved.get("metrics"), dict) and self.complete(json_path.parent, name, saved):
-                return saved
+        folder = self.out / run_dir.name
+        saved = results.reusable(folder, name, file)
+        if saved is not None:
+            return saved
         started = time.perf_counter()
         model = load(file, device=self.device)
         options = analysis_options(task, arch, name)
         result = analyses.run(name, model, **options)
-        context = dict(run=run_dir.name, checkpoint=str(file), checkpoint_sha256=digest, step=model.step,
-                       task=model.task.config(), arch=model.arch, options=options,
-                       figures=list(result.figures),
-                       seconds=round(time.perf_counter() - started, 1))
-        write_result(result, self.out / run_dir.name, self.FORMATS, context)
-        return json.loads(json_path.read_text())
+        context = results.provenance(file, run=run_dir.name, step=model.step, task=model.task.config(),
+                                     arch=model.arch, options=options, figures=list(result.figures),
+                                     seconds=round(time.perf_counter() - started, 1))
+        results.write(result, folder, self.FORMATS, context)
+        return results.read(folder / f"{name}.json", name)
 
     FORMATS = ("pdf", "png", "json")
-
-    @staticmethod
-    def complete(folder: Path, name: str, saved: dict) -> bool:
-        """Whether every file of a saved result is there: its JSON lists its figures, and the PDF and
-        each figure's PNG must exist as non-empty regular files (a rerun after a full disk recomputes
-        a result whose figures were never written, instead of linking to missing files)."""
-        figures = saved.get("figures")
-        if not isinstance(figures, list) or not all(isinstance(f, str) for f in figures):
-            return False
-        wanted = [f"{name}.pdf"] + [f"{name}-{figure}.png" for figure in figures]
-        return all((folder / file).is_file() and not (folder / file).is_symlink() and (folder / file).stat().st_size
-                   for file in wanted)
 
     def execute(self, progress: bool = True) -> dict:
         for step in self.steps:  # before hours of training: every run there to reuse must fit the preset
@@ -191,7 +163,7 @@ class Reproduction:
         return self.write_table()
 
     def saved(self, task: str, arch: str, name: str) -> dict:
-        return read_json(self.out / self.run_dir(task, arch).name / f"{name}.json", "result")
+        return results.read(self.out / self.run_dir(task, arch).name / f"{name}.json", name)
 
     def write_table(self) -> dict:
         done = {(s[1], s[2]) for s in self.steps}

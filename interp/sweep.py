@@ -214,7 +214,7 @@ class Sweep:
     def evaluate(self, point: Point) -> dict:
         """A trained run measured at the point's value; reused while its checkpoint is unchanged."""
         from .checkpoint import load, resolve
-        from .reproduce import checkpoint_digest
+        from .results import checkpoint_digest
 
         run = self.runs[point.run]
         file = resolve(run["folder"])
@@ -275,12 +275,11 @@ class Sweep:
     def write(self, results: list[dict]) -> dict:
         from analyses.base import Result
 
-        from .export import write_result
+        from . import results as store
 
         summary = self.summary(results)
         result = Result("sweep", DEFINITION, summary, {"curves": curve_figure(summary)})
-        write_result(result, self.out, ("pdf", "html", "png"))
-        atomic_write_json(self.out / "sweep.json", summary)
+        store.write(result, self.out, ("pdf", "html", "png", "json"), store.provenance())
         return summary
 
 

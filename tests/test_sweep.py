@@ -69,7 +69,7 @@ def test_a_tiny_sweep_resumes_and_feeds_the_matrix(tmp_path, capsys):
     failing = sorted(p["value"] for p in second["points"] if p["arch"] == "mlp" and p["metric"] > threshold)
     expected = f"breaks at V={failing[0]}" if failing else "holds to V=4"
     assert cell["curve"]["text"] == expected
-    with pytest.raises(analyses.AnalysisError, match="is not a sweep's result"):
+    with pytest.raises(analyses.AnalysisError, match="is not a sweep result"):
         analyses.run("compare", [model], sweeps=str(tmp_path / "none"))
 
 
