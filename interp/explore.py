@@ -14,8 +14,8 @@ lays the views out:
   marked (the task's hypothesis tokens, as in ``qk_alignment.hypothesis_group``);
 - geometry: residual-stream and attention-output PCA per layer coloured by Bayes entropy
   (``value_manifold.run``'s own figures);
-- ablation: heads zeroed at ``hook_z`` (``head_ablation.ablation_hook``), blocks skipped
-  (``layer_ablation.part_hooks``), applied to every view at once;
+- ablation: heads zeroed at ``hook_z`` (``activations.ablation_hook``), blocks skipped
+  (``activations.part_hooks``), applied to every view at once;
 - a step slider over the checkpoints of a run folder.
 """
 from __future__ import annotations
@@ -41,8 +41,8 @@ from plotly.subplots import make_subplots
 from analyses import logit_lens, style, value_manifold
 from analyses.base import AnalysisError, answer_probs, held_out_batch
 from analyses.calibration import error_figure, measure, staircase_figure
-from analyses.head_ablation import ablation_hook, mean_z, z_hook_name
-from analyses.layer_ablation import needed_hooks, part_hooks
+from analyses.activations import ablation_hook, mean_z, needed_hooks, part_hooks, z_hook_name
+from models.base import act_name
 from analyses.qk_alignment import hypothesis_group
 from tasks import ConfigError
 from tasks.base import SEED_RANGE, is_seed
@@ -139,7 +139,7 @@ class Explorer:
         blocks = [l for l in range(n_layers) if all(n in model.hook_dict for n in needed_hooks("block", l))]
         return dict(n_layers=n_layers, n_heads=model.cfg.n_heads if attention else 0, attention=attention,
                     scan=not attention and model.has_patterns(),
-                    attention_out=all(f"blocks.{l}.hook_attn_out" in model.hook_dict for l in range(n_layers)),
+                    attention_out=all(act_name("attn_out", l) in model.hook_dict for l in range(n_layers)),
                     blocks=blocks, arch=getattr(model, "arch", type(model).__name__))
 
     @contextmanager
@@ -296,7 +296,7 @@ class Explorer:
         if choices:
             means = any(c.startswith("M") for c in choices)
             if means:
-                lines += ["from analyses.head_ablation import mean_z",
+                lines += ["from analyses.activations import mean_z",
                           f"means = mean_z(model, held_out_batch(model.task, {self.n_calibration}, {self.seed}).tokens)"]
             lines += [f"with model.hooks(fwd_hooks=ablation_hooks({sorted(choices)!r}, model"
                       f"{', means=lambda: means' if means else ''})):"] + ["    " + line for line in body]
@@ -589,6 +589,7 @@ def build_app(explorer: Explorer):
     info = explorer.layout_info(last)
     first = explorer.sample(0)
     app = Dash(__name__, title=f"interp explore: {explorer.source.name}")
+    patching = explore_patching.WindTunnelPairs(explorer)  # the panel's pairs: the sequence shown, corrupted
 
     head_options = [{"label": f"L{l} H{h}", "value": f"H{l}.{h}"}
                     for l in range(info["n_layers"]) for h in range(info["n_heads"])]
@@ -651,10 +652,10 @@ def build_app(explorer: Explorer):
     views = html.Div([
         html.Div([
             _panel("posterior", graph("posterior", min(max(160 + 18 * n_queries, 300), 800)), graph("entropy", 320),
-                   graph("gap", 320), graph("lens", 200 + 30 * info["n_layers"]),
-                   graph("latent", 360), style=dict(minWidth="0")),
+                   graph("gap", 320), minWidth="0"),
             _panel("held-out calibration", graph("calibration", 320), ablation_map,
-                   style=dict(minWidth="0")),
+                   html.H3("this sequence", style=dict(margin="4px 0")), graph("lens", 200 + 30 * info["n_layers"]),
+                   graph("latent", 360), minWidth="0"),
         ], style=dict(display="grid", gridTemplateColumns="1fr 1fr", alignItems="start")),
         # a model without attention (LSTM, MLP) has no attention panel at all
         _panel("attention", html.Div([
@@ -664,9 +665,8 @@ def build_app(explorer: Explorer):
             html.Div([html.Label("colour "), dcc.RadioItems(
                 id="scale", options=[{"label": "linear", "value": "linear"}, {"label": "log", "value": "log"}],
                 value="linear", inline=True, inputStyle=dict(marginLeft="8px", marginRight="2px"))], style=inline)]),
-            html.Div(sized_graph("attention"), style=dict(overflow="auto", maxHeight="1100px")),
-            sized_graph("heads"), style=dict(minWidth="0", display="block" if info["attention"] or info["scan"]
-                                             else "none")),
+            html.Div(sized_graph("attention"), style=dict(overflowX="auto")),
+            sized_graph("heads"), minWidth="0", display="block" if info["attention"] or info["scan"] else "none"),
         _panel("geometry", dcc.RadioItems(id="stream", inline=True, value="residual",
                                           options=[{"label": "residual stream", "value": "residual"}] + (
                                               [{"label": "attention output (value vectors)", "value": "attention_out"}]
@@ -678,7 +678,7 @@ def build_app(explorer: Explorer):
                               inputStyle=dict(marginLeft="8px", marginRight="2px"),
                               style=dict(display="block" if explorer.task.query_latent else "none")),
                graph("geometry", 140 + 330 * math.ceil(info["n_layers"] / 3))),
-        explore_patching.panel(explorer),
+        explore_patching.panel(patching),
     ], style=dict(minWidth="0"))
     app.layout = html.Div([
         html.H2(f"{explorer.source.name}: {explorer.task!r}, {info['arch']}", style=dict(margin="4px 6px")),
@@ -803,8 +803,8 @@ def build_app(explorer: Explorer):
         except REFUSED as err:
             return _message_figure(str(err))
 
-    explore_patching.register(app, explorer)
-    guard(app, explorer_rules(explorer, info) | explore_patching.rules(explorer) | page_rules(info))  # every request checked before a view runs (interp/requests.py)
+    explore_patching.register(app, patching)
+    guard(app, explorer_rules(explorer, info) | explore_patching.rules(patching) | page_rules(info))  # every request checked before a view runs (interp/requests.py)
     return app
 
 

@@ -38,6 +38,17 @@ def colour(pattern: torch.Tensor, log: bool) -> tuple[list, dict]:
                                                  ticktext=[style.number_text(10.0 ** t) for t in ticks])))
 
 
+def weight_hover(pattern: torch.Tensor, log: bool, head: str = "") -> dict:
+    """The hover of a pattern's cell: both tokens by name and the weight (on a log scale the colour is log10 of
+    it, so the weight itself rides along as customdata); the labels are the axes' own, sent once."""
+    weight = "%{customdata:.4g}" if log else "%{z:.4f}"
+    hover = dict(hovertemplate=(f"{head}<br>" if head else "") + f"query %{{y}}<br>key %{{x}}<br>weight {weight}"
+                                                                 "<extra></extra>")
+    if log:
+        hover["customdata"] = pattern.tolist()
+    return hover
+
+
 def size_of(n_tokens: int) -> int:
     """The side of the square plot area that names every one of ``n_tokens`` tokens."""
     return max(360, PX_PER_TOKEN * n_tokens)
@@ -47,23 +58,20 @@ def pattern_figure(pattern: torch.Tensor, labels: list[str], title: str, log: bo
     """One head's [query, key] pattern; every label on both axes; the figure's width and height are set
     (``size_of``) so that none is skipped."""
     z, scale = colour(pattern, log)
-    weights = pattern.tolist()
-    custom = [[(q, k, w) for k, w in zip(labels, row)] for q, row in zip(labels, weights)]
-    fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, colorscale="Viridis", customdata=custom, **scale,
-                               hovertemplate="query %{customdata[0]}<br>key %{customdata[1]}"
-                                             "<br>weight %{customdata[2]:.4g}<extra></extra>"))
+    fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, colorscale="Viridis", **scale, **weight_hover(pattern, log)))
     every = dict(tickmode="array", tickvals=labels, ticktext=labels, tickfont=dict(size=TICK_FONT), automargin=True)
     side = size_of(len(labels))
-    fig.update_layout(title=title, xaxis=dict(title="key position", tickangle=-90, **every),
-                      yaxis=dict(title="query position", autorange="reversed", **every),
-                      width=side + 300, height=side + 260, margin=dict(t=70, l=60, r=40, b=60))
+    fig.update_layout(title=title, xaxis=dict(title="key position", tickangle=-90, constrain="domain", **every),
+                      yaxis=dict(title="query position", autorange="reversed", scaleanchor="x", constrain="domain",
+                                 **every),  # square cells
+                      width=side + 330, height=side + 250, margin=dict(t=70, l=60, r=40, b=60))
     return style.plain_numbers(style.use_template(fig))
 
 
 def heads_figure(patterns: torch.Tensor, labels: list[str], title: str, log: bool = False,
                  names: list[str] | None = None) -> go.Figure:
     """Every head's pattern ([head, query, key]) in a grid, one colour scale; ``names`` titles each head
-    ("head 3" by default). A click's point carries the head index in its customdata."""
+    ("head 3" by default). A click names the head by its curveNumber."""
     n = patterns.shape[0]
     cols = min(n, 4)
     rows = math.ceil(n / cols)
@@ -73,10 +81,7 @@ def heads_figure(patterns: torch.Tensor, labels: list[str], title: str, log: boo
     _, scale = colour(patterns[:1], log)
     for h in range(n):
         z, _ = colour(patterns[h], log)
-        custom = [[(q, k, w, h) for k, w in zip(labels, row)] for q, row in zip(labels, patterns[h].tolist())]
-        fig.add_heatmap(z=z, x=labels, y=labels, coloraxis="coloraxis", customdata=custom,
-                        hovertemplate=f"{names[h]}<br>query %{{customdata[0]}}<br>key %{{customdata[1]}}"
-                                      "<br>weight %{customdata[2]:.4g}<extra></extra>",
+        fig.add_heatmap(z=z, x=labels, y=labels, coloraxis="coloraxis", **weight_hover(patterns[h], log, names[h]),
                         row=h // cols + 1, col=h % cols + 1)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")

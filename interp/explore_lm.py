@@ -1,10 +1,12 @@
 """The explorer on a language model (``interp explore --model MODEL``): a local Dash app on typed prompts.
 
 - prompt: typed text, or a prompt of a prompt task (two-label, coin) drawn with a seed, whose exact Bayes
-  predictive over the answer tokens is shown beside the model's (both from ``analyses._prompted``);
+  predictive over the answer tokens is shown beside the model's (both from ``analyses.activations``);
 - attention of one layer and query head, tokens' text on both axes, and a grid of every head of the layer;
 - logit lens: each layer's residual stream at a chosen position decoded through the model's own final norm
-  and unembedding, its top tokens and their probabilities (the last layer's is the model's own output).
+  and unembedding, its top tokens and their probabilities (the last layer's is the model's own output);
+- activation patching on drawn prompts of a prompt task, one shown observation flipped (the wind-tunnel
+  explorer's panel, ``interp/explore_patching.py``, with ``LanguagePairs``).
 
 The wind-tunnel explorer (``interp/explore.py``) is the same idea on a model whose task gives an exact
 posterior at every position; a language model has one only at a prompt task's answer position.
@@ -12,24 +14,24 @@ posterior at every position; a language model has one only at a prompt task's an
 from __future__ import annotations
 
 import logging
-import math
 import threading
 
 import click
 import plotly.graph_objects as go
 import torch
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
-from plotly.subplots import make_subplots
 
-from analyses import _prompted, style
+from analyses import activations, style
 from analyses.base import AnalysisError
 from models.base import act_name
 from tasks import ConfigError
 from tasks.base import SEED_LIMIT, SEED_RANGE, is_seed
 from tasks import prompts as prompt_tasks
 
+from . import explore_attention, explore_patching
 from .errors import UserError
 from .requests import MAX_CLICKS, Refused, guard, integer, one_of, scalar, text
+from .waits import Waits
 
 MAX_TOKENS = 256  # a typed prompt's length limit: the views draw T x T patterns for every head
 TOP = 8  # tokens shown per layer in the logit lens
@@ -48,6 +50,7 @@ class LanguageExplorer:
         if lm.tokenizer is None:
             raise UserError(f"{lm.name} has no tokenizer: the explorer shows prompts as text")
         self.lm, self.lock, self._cache = lm, threading.RLock(), {}
+        self.waits = Waits()  # what a slow view is waiting on, said in the page and on the terminal
 
     def encode(self, text: str) -> list[int]:
         ids = self.lm.tokenizer.encode(text, add_special_tokens=False)
@@ -68,8 +71,8 @@ class LanguageExplorer:
         if key not in self._cache:
             model = self.lm.model
             names = [act_name(kind, l) for l in range(model.cfg.n_layers) for kind in ("pattern", "resid_post")]
-            with self.lock:
-                logits, cache = model.run_with_cache(torch.tensor([ids], device=_prompted.device_of(self.lm)),
+            with self.lock, self.waits.on(f"{self.lm.name} on the {len(ids)} tokens of the prompt"):
+                logits, cache = model.run_with_cache(torch.tensor([ids], device=activations.device_of(self.lm)),
                                                      names_filter=lambda name: name in names)
             self._cache = {key: dict(logits=logits[0].cpu(), cache={n: cache[n][0].cpu() for n in names})}
         return self._cache[key]
@@ -79,7 +82,7 @@ class LanguageExplorer:
         exact Bayes predictive over its answer tokens."""
         if not is_seed(seed):
             raise UserError(f"the seed must be {SEED_RANGE}, got {seed!r}")
-        prompt_set = _prompted.prompt_set(self.lm, task, "mixed", 1, 0.9, seed)
+        prompt_set = activations.prompt_set(self.lm, task, "mixed", 1, 0.9, seed)
         prompt = prompt_set.prompts[seed % len(prompt_set.prompts)]
         return dict(text=self.lm.tokenizer.decode(prompt.tokens), answers=list(prompt_set.answers),
                     bayes=prompt.bayes.tolist(), task=task)
@@ -102,39 +105,22 @@ class LanguageExplorer:
             raise UserError(f"layer {layer!r}, head {head!r} out of range: {self.lm.name} has {cfg.n_layers} layers "
                             f"of {cfg.n_heads} query heads")
 
-    def attention_view(self, ids: list[int], layer: int, head: int) -> go.Figure:
+    def attention_view(self, ids: list[int], layer: int, head: int, log: bool = False) -> go.Figure:
+        """One query head's pattern, every token's text on both axes (``explore_attention.pattern_figure``)."""
         self.check_place(layer, head)
         pattern = self.run(ids)["cache"][act_name("pattern", layer)][head]
-        labels = self.labels(ids)
-        fig = go.Figure(go.Heatmap(z=pattern.numpy(), x=labels, y=labels, zmin=0, zmax=1, colorscale="Viridis",
-                                   colorbar=dict(title="attention"),
-                                   hovertemplate="query %{y}<br>key %{x}<br>weight %{z:.3f}<extra></extra>"))
         group = self.lm.model.cfg.n_heads // (getattr(self.lm.model.cfg, "n_key_value_heads", None)
                                               or self.lm.model.cfg.n_heads)
         shared = f" (key/value head {head // group})" if group > 1 else ""
-        fig.update_layout(title=f"{self.lm.name}: attention, layer {layer} query head {head}{shared}",
-                          xaxis_title="key position", yaxis_title="query position", yaxis_autorange="reversed",
-                          width=700, height=640)
-        return style.apply(fig)
+        return explore_attention.pattern_figure(pattern, self.labels(ids), f"{self.lm.name}: attention, layer "
+                                                f"{layer} query head {head}{shared}", log)
 
-    def grid_view(self, ids: list[int], layer: int) -> go.Figure:
+    def grid_view(self, ids: list[int], layer: int, log: bool = False) -> go.Figure:
+        """Every query head of ``layer`` side by side (``explore_attention.heads_figure``)."""
         self.check_place(layer)
         patterns = self.run(ids)["cache"][act_name("pattern", layer)]
-        n = patterns.shape[0]
-        cols = math.ceil(math.sqrt(n))
-        rows = math.ceil(n / cols)
-        fig = make_subplots(rows=rows, cols=cols, subplot_titles=[f"head {h}" for h in range(n)],
-                            horizontal_spacing=0.04, vertical_spacing=0.08)
-        labels = self.labels(ids)
-        for h in range(n):
-            fig.add_heatmap(z=patterns[h].numpy(), x=labels, y=labels, zmin=0, zmax=1, coloraxis="coloraxis",
-                            hovertemplate=f"head {h}<br>query %{{y}}<br>key %{{x}}<br>weight %{{z:.3f}}<extra></extra>",
-                            row=h // cols + 1, col=h % cols + 1)
-        fig.update_xaxes(showticklabels=False, title_text="key")
-        fig.update_yaxes(showticklabels=False, autorange="reversed", title_text="query")
-        fig.update_layout(title=f"{self.lm.name}: every query head of layer {layer}", coloraxis=dict(
-            colorscale="Viridis", cmin=0, cmax=1, colorbar=dict(title="attention")), width=760, height=120 + 230 * rows)
-        return style.apply(fig)
+        return explore_attention.heads_figure(patterns, self.labels(ids), f"{self.lm.name}: every query head of "
+                                              f"layer {layer} (click one to see it named token by token)", log)
 
     @torch.no_grad()
     def lens_view(self, ids: list[int], position: int | None = None) -> go.Figure:
@@ -146,7 +132,7 @@ class LanguageExplorer:
             raise UserError(f"position {position!r} out of range: the prompt has {len(ids)} tokens")
         cache = self.run(ids)["cache"]
         resid = torch.stack([cache[act_name("resid_post", l)][position] for l in range(model.cfg.n_layers)])
-        device = _prompted.device_of(self.lm)
+        device = activations.device_of(self.lm)
         probs = torch.softmax(model.unembed(model.ln_final(resid[None].to(device)))[0].double(), -1).cpu()
         top = probs.topk(TOP, -1)
         text = [[token_text(self.lm.tokenizer.decode([t])) for t in row] for row in top.indices.tolist()]
@@ -174,7 +160,13 @@ def build_app(explorer: LanguageExplorer, initial: str = "The capital of France 
     panel = lambda title, *children: html.Div(  # noqa: E731
         [html.H3(title, style=dict(margin="4px 0")), *children],
         style=dict(border="1px solid #ddd", borderRadius="6px", padding="8px", margin="6px", minWidth="0"))
+    # a figure that sets its own size (the attention views grow with the prompt: every token is named)
+    sized_graph = lambda id_: dcc.Loading(dcc.Graph(id=id_, config=dict(displaylogo=False)),  # noqa: E731
+                                          type="dot", delay_show=400)
+    patching = explore_patching.LanguagePairs(explorer)  # the patching panel's pairs: drawn prompts, one flipped
     app.layout = html.Div([
+        html.Div(id="status", style=dict(display="none")),  # what a slow view waits on, polled twice a second
+        dcc.Interval(id="tick", interval=500),
         html.H2(f"{explorer.lm.name}: {cfg.n_layers} layers, {cfg.n_heads} query heads "
                 f"({getattr(cfg, 'n_key_value_heads', None) or cfg.n_heads} key/value heads), d_model {cfg.d_model}",
                 style=dict(margin="4px 6px")),
@@ -190,10 +182,16 @@ def build_app(explorer: LanguageExplorer, initial: str = "The capital of France 
                         html.Button("draw", id="draw", n_clicks=0, style=dict(marginLeft="6px")),
                         html.Span(id="message", style=dict(color="#b00", marginLeft="12px"))]),
               html.Div(id="answer", style=dict(marginTop="6px", fontSize="13px"))),
-        panel("layer and head", radios("layer", cfg.n_layers, "layer"), radios("head", cfg.n_heads, "query head")),
-        html.Div([panel("attention", graph("attention", 640)), panel("logit lens", graph("lens", 160 + 22 * cfg.n_layers))],
-                 style=dict(display="grid", gridTemplateColumns="1fr 1fr", alignItems="start")),
-        panel("every head of the layer", graph("grid", 120 + 230 * math.ceil(cfg.n_heads / math.ceil(math.sqrt(cfg.n_heads))))),
+        panel("layer and head", radios("layer", cfg.n_layers, "layer"), radios("head", cfg.n_heads, "query head"),
+              html.Div([html.Label("colour "), dcc.RadioItems(
+                  id="scale", options=[{"label": "linear", "value": "linear"}, {"label": "log", "value": "log"}],
+                  value="linear", inline=True, inputStyle=dict(marginLeft="6px", marginRight="2px"))],
+                  style=dict(marginTop="4px"))),
+        html.Div([panel("attention", html.Div(sized_graph("attention"), style=dict(overflowX="auto"))),
+                  panel("logit lens", graph("lens", 160 + 22 * cfg.n_layers))],
+                 style=dict(display="grid", gridTemplateColumns="minmax(0, 3fr) minmax(0, 2fr)", alignItems="start")),
+        panel("every head of the layer", sized_graph("grid")),
+        explore_patching.panel(patching),
     ], style=dict(fontFamily="sans-serif", fontSize="14px"))
 
     @app.callback(Output("prompt", "data"), Output("prompt-text", "value"), Output("message", "children"),
@@ -210,19 +208,34 @@ def build_app(explorer: LanguageExplorer, initial: str = "The capital of France 
             return no_update, no_update, str(err)
 
     @app.callback(Output("attention", "figure"), Output("grid", "figure"), Output("lens", "figure"),
-                  Output("answer", "children"), Input("prompt", "data"), Input("layer", "value"), Input("head", "value"))
-    def views(prompt, layer, head):
+                  Output("answer", "children"), Input("prompt", "data"), Input("layer", "value"), Input("head", "value"),
+                  Input("scale", "value"))
+    def views(prompt, layer, head, scale):
         try:
             ids = explorer.encode(prompt["text"])
             sampled = explorer.sample(prompt["task"], prompt["seed"]) if prompt["task"] else None
-            return (explorer.attention_view(ids, layer, head), explorer.grid_view(ids, layer), explorer.lens_view(ids),
+            log = scale == "log"
+            return (explorer.attention_view(ids, layer, head, log), explorer.grid_view(ids, layer, log),
+                    explorer.lens_view(ids),
                     explorer.answer_summary(ids, sampled if sampled and sampled["text"] == prompt["text"] else None))
         except REFUSED as err:
             message = go.Figure().add_annotation(text=str(err), showarrow=False, x=0.5, y=0.5, xref="paper",
                                                  yref="paper")
             return message, message, message, ""
 
-    guard(app, rules(explorer))  # every request checked before a view runs (interp/requests.py)
+    @app.callback(Output("head", "value"), Input("grid", "clickData"), prevent_initial_call=True)
+    def pick_head(click):  # a click on one head of the grid shows it named token by token
+        return click["points"][0]["curveNumber"] if click else no_update
+
+    @app.callback(Output("status", "children"), Output("status", "style"), Input("tick", "n_intervals"))
+    def status(_ticks):
+        shown = explorer.waits.shown()
+        return (f"⏳ {shown}", dict(background="#fff3c4", padding="4px 8px", margin="0 6px", borderRadius="4px")) \
+            if shown else ("", dict(display="none"))
+
+    explore_patching.register(app, patching)
+    # every request checked before a view runs (interp/requests.py)
+    guard(app, rules(explorer) | explore_patching.rules(patching))
     return app
 
 
@@ -230,6 +243,13 @@ def rules(explorer: LanguageExplorer) -> dict:
     """The rule of every control of the language-model explorer (see ``interp/requests.py``)."""
     cfg = explorer.lm.model.cfg
     clicks = integer(0, MAX_CLICKS, optional=True)
+
+    def head_click(value):
+        points = value.get("points") if isinstance(value, dict) else None
+        if value is not None and not (isinstance(points, list) and len(points) == 1 and isinstance(points[0], dict)):
+            raise Refused("a click on the grid of heads is one point")
+        if value is not None:
+            integer(0, cfg.n_heads)(points[0].get("curveNumber"))
 
     def prompt_rule(value):
         if not isinstance(value, dict) or set(value) != {"text", "task", "seed"}:
@@ -246,16 +266,22 @@ def rules(explorer: LanguageExplorer) -> dict:
     return {("apply", "n_clicks"): clicks, ("draw", "n_clicks"): clicks, ("prompt-text", "value"): text(),
             ("task", "value"): one_of(*prompt_tasks.NAMES), ("seed", "value"): scalar(),
             ("layer", "value"): integer(0, cfg.n_layers), ("head", "value"): integer(0, cfg.n_heads),
-            ("prompt", "data"): prompt_rule}
+            ("prompt", "data"): prompt_rule, ("scale", "value"): one_of("linear", "log"), ("tick", "n_intervals"): clicks,
+            ("grid", "clickData"): head_click}
 
 
 def serve(spec: str, host: str = "127.0.0.1", port: int = 8050) -> None:
-    """Load the language model ``spec`` (anything ``--model`` takes), then serve until interrupted."""
+    """Load the language model ``spec`` (anything ``--model`` takes), then serve until interrupted (Ctrl-C stops
+    it at once, as the wind-tunnel explorer)."""
+    import signal
+
     from models.language_model import open_language_model
 
+    from .explore import stop_at_once
     from .ports import check_port
 
     check_port(host, port)
+    signal.signal(signal.SIGINT, stop_at_once)
     explorer = LanguageExplorer(open_language_model(spec))
     app = build_app(explorer)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)

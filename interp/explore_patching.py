@@ -1,11 +1,13 @@
-"""The explorer's causal-intervention panel: activation patching on the sequence being looked at.
+"""The explorers' causal-intervention panel: activation patching on the input being looked at.
 
-The sequence shown is the clean input; the task's corruption (chosen in the panel) makes the corrupted
-one, and both are drawn side by side with the changed token marked. The heat map is activation patching
-on that one pair (``analyses.activation_patching``, the same sites, positions and Bayes scale); clicking a
-cell draws that intervention's answer at the query next to the Bayes answers of the clean and the
-corrupted input and the model's own answers on them. ``panel`` is the layout, ``register`` the callbacks:
-interp/explore.py adds both and nothing else.
+Where the pair comes from is a *source*: ``WindTunnelPairs`` (interp/explore.py) takes the sequence shown as
+the clean input and the task's corruption (chosen in the panel) makes the corrupted one; ``LanguagePairs``
+(interp/explore_lm.py) draws prompts of a prompt task (two-label, coin) with the explorer's seed and flips
+one shown observation. Both inputs are drawn side by side with the changed token marked. The heat map is
+activation patching on that pair (``analyses.activation_patching``, the same sites, positions and Bayes
+scale); clicking a cell draws that intervention's answer at the query next to the Bayes answers of the
+clean and the corrupted input and the model's own answers on them. ``panel`` is the layout, ``register``
+the callbacks and ``rules`` their request rules: an explorer adds the three and nothing else.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import plotly.graph_objects as go
 import torch
 from dash import Input, Output, State, dcc, html, no_update
 
-from analyses import _patching as P
+from analyses import interventions as P
 from analyses import style
 from analyses.activation_patching import measure
 from analyses.base import AnalysisError
@@ -22,45 +24,93 @@ from tasks import ConfigError
 from .errors import UserError
 
 CORRUPTION_SEED = 0  # which corrupted value or symbol is drawn: fixed, so a view is reproducible
+LANGUAGE_PROMPTS = 8  # prompts per number of shown examples drawn for a language model's pair
+LANGUAGE_ALPHA = 0.9  # two-label: the chance a shown label is the latent one (the analysis's default)
+
+
+class WindTunnelPairs:
+    """The wind-tunnel explorer's pairs: the sequence shown (at the step slider's checkpoint), corrupted by the
+    task's corruption ``kind`` at ``which``."""
+
+    which = "which (pair, observation, slot or output; empty: the task's default)"
+
+    def __init__(self, explorer):
+        self.explorer, self.lock, self.waits = explorer, explorer.lock, explorer.waits
+        self.kinds, self.subject = list(explorer.task.corruptions), explorer.task.name
+        self.states = (State("step", "value"), State("sequence", "data"))
+
+    def pair(self, kind: str, which: int | None, index: int, sequence: dict) -> P.Pair:
+        ex = self.explorer
+        batch = ex.batch(sequence["tokens"], sequence.get("seed"))
+        try:
+            c = ex.task.corrupt(batch, torch.Generator().manual_seed(CORRUPTION_SEED), kind or "", which)
+        except ConfigError as err:
+            raise UserError(str(err)) from None
+        return P.pair_of(ex.model(index), c)
+
+    def names(self, tokens: torch.Tensor) -> list[str]:
+        return self.explorer.task.position_names(tokens.cpu())
+
+
+class LanguagePairs:
+    """The language-model explorer's pairs: prompts of prompt task ``kind`` drawn with the explorer's seed
+    (``LANGUAGE_PROMPTS`` per number of shown examples, those with the most patched together), shown
+    observation ``which`` flipped (``analyses._patching.language_pair``, as ``interp run activation-patching
+    --model``)."""
+
+    which = "which shown observation to flip (empty: the first)"
+
+    def __init__(self, explorer):
+        from tasks import prompts as prompt_tasks
+
+        self.lm, self.lock, self.waits = explorer.lm, explorer.lock, explorer.waits
+        self.kinds = [n for n in prompt_tasks.NAMES if prompt_tasks.make(n).predictive([0], LANGUAGE_ALPHA) is not None]
+        self.subject = explorer.lm.name
+        self.states = (State("seed", "value"),)
+
+    def pair(self, kind: str, which: int | None, seed) -> P.Pair:
+        from tasks.base import SEED_RANGE, is_seed
+
+        seed = 0 if seed is None else seed
+        if not is_seed(seed):
+            raise UserError(f"the seed must be {SEED_RANGE}, got {seed!r}")
+        return P.language_pair(self.lm, kind, "mixed", LANGUAGE_PROMPTS, LANGUAGE_ALPHA, seed, which or 0)
+
+    def names(self, tokens: torch.Tensor) -> list[str]:
+        return [self.lm.tokenizer.decode([t]) for t in tokens.tolist()]
 
 
 class PatchingView:
-    """One pair's patching results, kept for the last (checkpoint, sequence, corruption) asked about."""
+    """One pair's patching results, kept for the last (kind, which, source state) asked about."""
 
-    def __init__(self, explorer):
-        self.explorer = explorer
+    def __init__(self, source):
+        self.source = source
         self._key, self._value = None, None
 
-    def computed(self, index: int, sequence: dict, kind: str, which: int | None):
-        key = (index, tuple(map(str, sequence["tokens"])), sequence.get("seed"), kind, which)
+    def computed(self, kind: str, which: int | None, *state):
+        key = (kind, which, repr(state))
         if key != self._key:
-            ex = self.explorer
-            with ex.lock:
-                model = ex.model(index)
-                batch = ex.batch(sequence["tokens"], sequence.get("seed"))
-                try:
-                    c = ex.task.corrupt(batch, torch.Generator().manual_seed(CORRUPTION_SEED), kind or "", which)
-                except ConfigError as err:
-                    raise UserError(str(err)) from None
-                pair = P.pair_of(model, c)
-                scorer = P.Scorer(pair)
-                chosen, where = P.sites(model), pair.positions("auto")
-                answers = {}
-                grid, _ = measure(pair, scorer, chosen, where, answers)
+            src = self.source
+            with src.lock:
+                pair = src.pair(kind, which, *state)
+                with src.waits.on(f"activation patching on {len(pair.clean)} input pair(s)"):
+                    scorer = P.Scorer(pair)
+                    chosen, where = P.sites(pair.model), pair.positions("auto")
+                    answers = {}
+                    grid, _ = measure(pair, scorer, chosen, where, answers)
             self._key, self._value = key, (pair, scorer, chosen, where, grid, answers)
         return self._value
 
 
-def panel(explorer) -> html.Div:
-    kinds = list(explorer.task.corruptions)
+def panel(source) -> html.Div:
+    kinds = source.kinds
     return html.Div([
         html.H3("causal interventions: activation patching", style=dict(margin="4px 0")),
         html.Div("no corruption is declared for this task" if not kinds else [
             html.Label("corruption "),
             dcc.Dropdown(id="patch-kind", options=[{"label": k, "value": k} for k in kinds], value=kinds[0],
                          clearable=False, style=dict(width="160px", display="inline-block", verticalAlign="middle")),
-            html.Label(" which (pair, observation, slot or output; empty: the task's default) ",
-                       style=dict(marginLeft="10px")),
+            html.Label(f" {source.which} ", style=dict(marginLeft="10px")),
             dcc.Input(id="patch-index", type="number", min=0, step=1, value=None, style=dict(width="70px")),
             html.Button("patch", id="patch-run", n_clicks=0, style=dict(marginLeft="8px")),
             html.Span(id="patch-message", style=dict(color="#b00", marginLeft="12px")),
@@ -76,11 +126,11 @@ def panel(explorer) -> html.Div:
                   display="block" if kinds else "none"))
 
 
-def pair_text(pair: P.Pair, task) -> list:
+def pair_text(pair: P.Pair, source) -> list:
     """The clean and the corrupted sequence, one line each, the changed tokens marked."""
     lines = []
     for label, tokens in (("clean    ", pair.clean[0]), ("corrupted", pair.corrupted[0])):
-        names = task.token_names(tokens.cpu())
+        names = source.names(tokens.cpu())
         spans = [html.B(n, style=dict(color="#b00")) if i in pair.changed else
                  html.U(n) if i == pair.query else html.Span(n) for i, n in enumerate(names)]
         lines.append(html.Div([html.Span(label + "  ")] + [x for s in spans for x in (s, html.Span(" "))]))
@@ -88,7 +138,7 @@ def pair_text(pair: P.Pair, task) -> list:
                              style=dict(fontFamily="sans-serif", color="#555"))]
 
 
-def cell_figure(pair: P.Pair, scorer: P.Scorer, task, site: str, position, answer: torch.Tensor) -> go.Figure:
+def cell_figure(pair: P.Pair, scorer: P.Scorer, subject: str, site: str, position, answer: torch.Tensor) -> go.Figure:
     """That intervention's answer next to the Bayes answers of both inputs and the model's own."""
     rows = [("Bayes, clean input", pair.bayes_clean[0]), ("Bayes, corrupted input", pair.bayes_corrupted[0]),
             ("model, clean input", scorer.clean[0]), ("model, corrupted input", scorer.corrupted[0]),
@@ -105,12 +155,12 @@ def cell_figure(pair: P.Pair, scorer: P.Scorer, task, site: str, position, answe
             fig.add_bar(x=names, y=vector[relevant].tolist(), name=name)
         fig.update_layout(barmode="group", yaxis_title="probability", legend=dict(orientation="h", y=-0.25))
     score = scorer.both(answer)
-    fig.update_layout(title=f"{task.name}: {site} at {position} patched<br><sup>Bayes scale {P.short(score['bayes'])}, "
+    fig.update_layout(title=f"{subject}: {site} at {position} patched<br><sup>Bayes scale {P.short(score['bayes'])}, "
                             f"model scale {P.short(score['model'])}</sup>")
-    return style.apply(fig, subject=task.name)
+    return style.apply(fig, subject=subject)
 
 
-def rules(explorer) -> dict:
+def rules(source) -> dict:
     """The request rules of this panel's controls (interp/requests.py checks every request with them)."""
     from .requests import MAX_CLICKS, Refused, integer, one_of
 
@@ -121,22 +171,23 @@ def rules(explorer) -> dict:
                                               for k in ("x", "y"))):
             raise Refused("a click on the patching map is one point with a site and a position")
     return {("patch-run", "n_clicks"): integer(0, MAX_CLICKS, optional=True),
-            ("patch-kind", "value"): one_of(*explorer.task.corruptions) if explorer.task.corruptions else one_of(None),
+            ("patch-kind", "value"): one_of(*source.kinds) if source.kinds else one_of(None),
             ("patch-index", "value"): integer(0, 10 ** 6, optional=True),
             ("patch-map", "clickData"): click}
 
 
-def register(app, explorer) -> None:
-    view = PatchingView(explorer)
-    if not explorer.task.corruptions:
+def register(app, source) -> None:
+    view = PatchingView(source)
+    if not source.kinds:
         return
 
     @app.callback(Output("patch-map", "figure"), Output("patch-pair", "children"), Output("patch-message", "children"),
-                  Input("patch-run", "n_clicks"), State("step", "value"), State("sequence", "data"),
+                  Input("patch-run", "n_clicks"), *source.states,
                   State("patch-kind", "value"), State("patch-index", "value"), prevent_initial_call=True)
-    def patch_map(_clicks, index, sequence, kind, which):
+    def patch_map(_clicks, *values):
+        *state, kind, which = values
         try:
-            pair, scorer, chosen, where, grid, _ = view.computed(index, sequence, kind, which)
+            pair, scorer, chosen, where, grid, _ = view.computed(kind, which, *state)
         except (UserError, AnalysisError, ConfigError) as err:
             return no_update, no_update, str(err)
         cols = [pair.labels[p] for p in where] + ["all positions"]
@@ -145,16 +196,16 @@ def register(app, explorer) -> None:
                             f"activation patching on this sequence<br><sup>Bayes scale at position {pair.query}; "
                             f"click a cell for its answer</sup>", "Bayes scale", hover)
         fig.update_layout(width=None, height=None)
-        return style.apply(fig, subject=explorer.task.name), pair_text(pair, explorer.task), ""
+        return style.apply(fig, subject=source.subject), pair_text(pair, source), ""
 
-    @app.callback(Output("patch-cell", "figure"), Input("patch-map", "clickData"), State("step", "value"),
-                  State("sequence", "data"), State("patch-kind", "value"), State("patch-index", "value"),
-                  prevent_initial_call=True)
-    def patch_cell(click, index, sequence, kind, which):
+    @app.callback(Output("patch-cell", "figure"), Input("patch-map", "clickData"), *source.states,
+                  State("patch-kind", "value"), State("patch-index", "value"), prevent_initial_call=True)
+    def patch_cell(click, *values):
+        *state, kind, which = values
         if not click:
             return no_update
         try:
-            pair, scorer, chosen, where, _, answers = view.computed(index, sequence, kind, which)
+            pair, scorer, chosen, where, _, answers = view.computed(kind, which, *state)
         except (UserError, AnalysisError, ConfigError):
             return no_update
         point = click["points"][0]
@@ -163,5 +214,5 @@ def register(app, explorer) -> None:
         answer = answers.get((point["y"], position))
         if answer is None:
             return no_update
-        return cell_figure(pair, scorer, explorer.task, point["y"], "every position" if position is None else
+        return cell_figure(pair, scorer, source.subject, point["y"], "every position" if position is None else
                            pair.labels[position], answer)

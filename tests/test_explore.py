@@ -1,6 +1,9 @@
 """The explorer (`interp explore`): its views, its errors, and an end-to-end run in headless Chromium."""
+import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -9,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
 import torch
 
@@ -408,3 +412,169 @@ def test_every_shipped_model_in_chromium(name, shared_browser):
         assert ("layer 0" in attention) == (arch in ("transformer", "mamba")), attention
     finally:
         server.shutdown()
+
+
+# --- attention views, panels that apply, the Python/terminal panel, waits ----------------------------
+def test_every_token_is_named_on_both_axes_and_the_log_scale_keeps_the_weights(run_dir):
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    tokens = explorer.sample(0)
+    labels = explorer.names(tokens)
+    pattern = explorer.patterns(1, tokens, 0, [])[1][1]
+    linear = explorer.attention_view(1, tokens, 0, [], layer=1, head=1)
+    for axis in (linear.layout.xaxis, linear.layout.yaxis):  # every tick given, none left to plotly to skip
+        assert axis.tickmode == "array" and list(axis.tickvals) == labels and list(axis.ticktext) == labels
+    np.testing.assert_allclose(np.asarray(linear.data[0].z, dtype=float), pattern.numpy(), atol=1e-6)
+    log = explorer.attention_view(1, tokens, 0, [], layer=1, head=1, log=True)
+    np.testing.assert_allclose(np.asarray(log.data[0].z, dtype=float),
+                               np.log10(np.maximum(pattern.double().numpy(), 1e-6)), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(log.data[0].customdata, dtype=float), pattern.numpy(), atol=1e-6)
+    assert list(log.data[0].colorbar.ticktext)[-2:] == ["0.1", "1"] and "customdata" in log.data[0].hovertemplate
+
+
+def test_the_grid_shows_every_head_of_the_layer_and_an_hmm_table_token_by_its_entry(run_dir, tmp_path):
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    tokens = explorer.sample(0)
+    grid = explorer.heads_view(1, tokens, 0, ["H0.1"], layer=0)
+    patterns = explorer.patterns(1, tokens, 0, ["H0.1"])[0]
+    assert [a.text for a in grid.layout.annotations] == ["head 0", "head 1"]
+    for h, trace in enumerate(grid.data):
+        np.testing.assert_allclose(np.asarray(trace.z, dtype=float), patterns[h].numpy(), atol=1e-6)
+    hmm = small_run(tmp_path, tasks.make("hmm", S=2, O=3, K=4))
+    names = hmm.names(hmm.sample(0))
+    assert names[:3] == ["0:TRANS", f"1:T[s0,s0] {names[1].split()[-1]}", f"2:T[s0,s1] {names[2].split()[-1]}"]
+    assert names[5] == "5:EMIT" and names[6].startswith("6:E[s0,o0] ") and names[11].startswith("11:E[s1,o2] ")
+    assert names[12:] == ["12:SEP"] + [f"{13 + i}:{n}" for i, n in enumerate(
+        hmm.task.token_names(torch.tensor(hmm.sample(0)[13:])))]
+
+
+def axes_and_colour_bars(fig):
+    layout = fig.layout.to_plotly_json()
+    yield from (layout[k] for k in layout if k.startswith(("xaxis", "yaxis")) and layout[k].get("visible") is not False)
+    yield from (layout[k]["colorbar"] for k in layout if k.startswith("coloraxis") and "colorbar" in layout[k])
+    yield from (t.colorbar.to_plotly_json() for t in fig.data if "colorbar" in t and t.type != "scatter")
+
+
+def test_no_view_writes_an_si_prefix(run_dir):
+    """plotly's default writes 1e-6 as "1µ": every axis and colour bar of every view writes plain numbers or
+    powers of ten (ticks, and the hover plotly formats with them), and no hover asks for an SI format."""
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    tokens = explorer.sample(0)
+    views = dict(explorer.posterior_views(1, tokens, 0, ["H0.1"]))
+    views.update(attention=explorer.attention_view(1, tokens, 0, [], 0, 0, log=True),
+                 heads=explorer.heads_view(1, tokens, 0, [], 0, log=True),
+                 geometry=explorer.geometry_view(1, [], "residual"), ablation=explorer.ablation_map_view(1, "zero"))
+    for name, fig in views.items():
+        if not isinstance(fig, go.Figure):
+            continue
+        for part in axes_and_colour_bars(fig):
+            assert part.get("exponentformat") == "power", (name, part)
+        for trace in fig.data:
+            assert not re.search(r"%\{[^}]*:[^}]*s\}", trace.hovertemplate or ""), (name, trace.hovertemplate)
+            assert not (trace.type == "bar" and fig.layout.yaxis.type == "log"), name
+
+
+def tiny_arch_run(tmp_path, arch, task=None):
+    import models
+
+    task = task or tasks.make("bijection", V=4, L=4)
+    config = {"mlp": {"d_model": 16, "n_layers": 2}, "lstm": {"d_model": 16, "n_layers": 2},
+              "mamba": {"d_model": 16, "n_layers": 2}}[arch]
+    model = models.build(arch, task, config, seed=0).eval()
+    checkpoint.save(tmp_path / "checkpoints" / checkpoint.checkpoint_name(0), model, step=0, seed=0)
+    return Explorer(tmp_path, n_calibration=8, n_geometry=8)
+
+
+def component(layout, id_):
+    """The component of ``layout`` with id ``id_``, and the chain of its parents."""
+    stack = [(layout, [])]
+    while stack:
+        node, parents = stack.pop()
+        if getattr(node, "id", None) == id_:
+            return node, parents
+        children = getattr(node, "children", None)
+        for child in children if isinstance(children, (list, tuple)) else [children]:
+            if child is not None and not isinstance(child, (str, int, float)):
+                stack.append((child, parents + [node]))
+    raise KeyError(id_)
+
+
+@pytest.mark.parametrize("arch", ["lstm", "mlp", "mamba"])
+def test_panels_and_options_that_do_not_apply_are_hidden(arch, tmp_path):
+    explorer = tiny_arch_run(tmp_path, arch)
+    app = build_app(explorer)
+    _, parents = component(app.layout, "attention")
+    hidden = any((getattr(p, "style", None) or {}).get("display") == "none" for p in parents)
+    assert hidden == (arch != "mamba")  # a selective scan's effective attention is shown; no attention, no panel
+    streams, _ = component(app.layout, "stream")
+    assert [o["value"] for o in streams.options] == ["residual"]  # no "attention output" without attention
+    code = explorer.equivalent_code(0, explorer.sample(0), 0, ["B1"])
+    assert "head-ablation" not in code and "interp run layer-ablation" in code and "--ablate B1" in code
+
+
+def test_the_python_and_the_terminal_command_give_the_numbers_the_page_shows(run_dir, capsys):
+    import shlex
+
+    explorer = Explorer(run_dir)  # the command's explorer has the page's own held-out batch
+    tokens = explorer.sample(4)
+    for seed, choices in ((4, ["M0.1", "B1"]), (None, ["H1.0"])):
+        numbers = explorer.numbers(1, tokens, seed, choices)
+        command = next(line for line in numbers["python"].splitlines() if "interp explore" in line)
+        args = shlex.split(command.lstrip("# "))
+        assert args[:2] == ["interp", "explore"] and "--ablate" in args
+        shown = run_cli(capsys, *args[1:])
+        assert shown.code == 0, shown.err
+        assert json.loads(shown.out) == json.loads(json.dumps(numbers))  # the same view, ablations included
+        namespace = {}
+        exec(numbers["python"], namespace)
+        assert namespace["held_out"]["entropy_mae_bits"] == pytest.approx(
+            numbers["held_out_calibration"]["entropy_mae_bits"], abs=1e-7)
+        rows = numbers["query_positions"]
+        np.testing.assert_allclose(namespace["probs"][rows].numpy(), np.asarray(numbers["model_distribution"]),
+                                   atol=1e-6)
+    refused = run_cli(capsys, "explore", "--ckpt", run_dir, "--numbers", "--seed", 1, "--ablate", "H7.0")
+    assert refused.code == 1 and refused.err.startswith("interp: error: unknown ablation 'H7.0'")
+
+
+def test_a_wait_over_a_second_is_said_in_the_page_and_on_the_terminal(capfd):
+    from interp.waits import Waits
+
+    waits = Waits(after_s=0.2)
+    with waits.on("quick"):
+        assert waits.shown() == ""
+    with waits.on("held-out calibration on 100 sequences"):
+        time.sleep(0.35)
+        assert waits.shown().startswith("held-out calibration on 100 sequences… ")
+    assert waits.shown() == ""
+    err = capfd.readouterr().err
+    assert "quick" not in err
+    assert "interp: held-out calibration on 100 sequences...\n" in err
+    assert re.search(r"interp: held-out calibration on 100 sequences: done in 0\.\d s", err)
+
+
+def test_a_click_on_the_head_ablation_map_ablates_that_head_in_every_view(run_dir):
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    app = build_app(explorer)
+    client = app.server.test_client()
+
+    def post(output, outputs, inputs, state=()):
+        body = dict(output=output, outputs=outputs, inputs=inputs, state=list(state),
+                    changedPropIds=[f"{inputs[0]['id']}.{inputs[0]['property']}"])
+        answer = client.post("/_dash-update-component", json=body)
+        assert answer.status_code == 200, answer.data
+        return json.loads(answer.data)["response"]
+
+    shown = post("ablation-map.figure", dict(id="ablation-map", property="figure"),
+                 [dict(id="ablation-map-run", property="n_clicks", value=1),
+                  dict(id="ablate-mode", property="value", value="mean")], [dict(id="step", property="value", value=1)])
+    heat = shown["ablation-map"]["figure"]["data"][0]
+    assert heat["x"] == ["H0", "H1"] and heat["y"] == ["L0", "L1"]
+    assert "mean" in shown["ablation-map"]["figure"]["layout"]["title"]["text"]
+    picked = post("..ablate-heads.value...ablate-blocks.value..",
+                  [dict(id="ablate-heads", property="value"), dict(id="ablate-blocks", property="value")],
+                  [dict(id="ablation-map", property="clickData", value=dict(points=[dict(x="H1", y="L0")]))])
+    assert picked["ablate-heads"]["value"] == ["H0.1"] and picked["ablate-blocks"]["value"] == []
+    bad = dict(output="..ablate-heads.value...ablate-blocks.value..",
+               outputs=[dict(id="ablate-heads", property="value"), dict(id="ablate-blocks", property="value")],
+               inputs=[dict(id="ablation-map", property="clickData", value=dict(points="H1"))], state=[],
+               changedPropIds=["ablation-map.clickData"])
+    assert client.post("/_dash-update-component", json=bad).status_code == 400

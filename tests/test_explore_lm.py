@@ -68,12 +68,14 @@ def test_a_forged_request_is_refused_before_a_view_runs(explorer):
     app = build_app(explorer, TEXT)
     output = next(k for k in app.callback_map if "attention.figure" in k)
     good = [dict(id="prompt", property="data", value=dict(text=TEXT, task=None, seed=None)),
-            dict(id="layer", property="value", value=1), dict(id="head", property="value", value=0)]
+            dict(id="layer", property="value", value=1), dict(id="head", property="value", value=0),
+            dict(id="scale", property="value", value="linear")]
     outputs = [dict(id=i, property=p) for i, p in (("attention", "figure"), ("grid", "figure"), ("lens", "figure"),
                                                    ("answer", "children"))]
     body = dict(output=output, outputs=outputs, inputs=good, state=[], changedPropIds=[])
     check_request(body, app.callback_map, rules(explorer))
-    for i, bad in ((1, 7), (2, 1.0), (0, dict(text=TEXT, task="coin", seed=None)), (0, dict(text=3, task=None, seed=None))):
+    for i, bad in ((1, 7), (2, 1.0), (0, dict(text=TEXT, task="coin", seed=None)), (0, dict(text=3, task=None, seed=None)),
+                   (3, "logarithmic")):
         forged = [dict(item) for item in good]
         forged[i]["value"] = bad
         with pytest.raises(Refused):
