@@ -12,7 +12,8 @@ projected output added to the residual stream). The recurrence is PyTorch's own 
 ``hook_gates``, ``hook_hidden`` or ``hook_cell`` is hooked the gates and cells of every position are
 recomputed from the hidden states. A hidden or cell state a hook changes is carried on: the recurrence
 continues from the changed (h_t, c_t), so patching one step's state is an intervention on the recurrence
-(``LSTMMixer.carried``). ``hook_gates`` is for reading: editing it does not change the output.
+(``LSTMMixer.carried``), and the gradient a hooked state gets is the total derivative through every later
+step. ``hook_gates`` is for reading: editing it does not change the output.
 """
 from __future__ import annotations
 
@@ -61,11 +62,19 @@ class LSTMMixer(nn.Module):
         """The hidden states after ``hook_hidden``'s and ``hook_cell``'s hooks, with what they return carried on:
         where a hook changes (h_t, c_t), the recurrence continues from the changed pair and the hooks see the
         new later states, so patching one step's state is an intervention on the recurrence. The hooks are
-        called once more per changed step (each call can change only steps after the last one committed)."""
+        called once more per changed step (each call can change only steps after the last one committed).
+
+        Gradients follow the same reading (when autograd records): the gradient the hooks' outputs receive at
+        step t is the total derivative through every later step (``read_through``), not only through h_t's
+        own read-out; what the hooks receive has gradient paths only into its own step (``step_only``), so the
+        weights' gradients are those of the unhooked model, counted once."""
         gates, cell = self.gates_and_cells(x, hidden)
+        grads = torch.is_grad_enabled()
+        local = grads and (x.requires_grad or any(p.requires_grad for p in self.lstm.parameters()))
         done, T = 0, x.shape[1]
         while True:
-            new_h, new_c = self.hook_hidden(hidden), self.hook_cell(cell)
+            seen = self.step_only(x, hidden, cell) if local else (hidden, cell)
+            new_h, new_c = self.hook_hidden(seen[0]), self.hook_cell(seen[1])
             moved = ((new_h[:, done:] != hidden[:, done:]).any(-1) | (new_c[:, done:] != cell[:, done:]).any(-1))
             moved = moved.any(0).nonzero()
             if not len(moved) or done + int(moved[0]) == T - 1:
@@ -77,7 +86,44 @@ class LSTMMixer(nn.Module):
             hidden, done = torch.cat([new_h[:, :t + 1], tail], 1), t + 1
             cell, gates = torch.cat([new_c[:, :t + 1], tail_cell], 1), torch.cat([gates[:, :t + 1], tail_gates], 1)
         self.hook_gates(gates)
+        if grads and (new_h.requires_grad or new_c.requires_grad):
+            return self.read_through(x, new_h, new_c)
         return new_h
+
+    def step(self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor,
+             weights=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """One LSTM step from (h, c) = (h_{t-1}, c_{t-1}) on input x_t, over any leading dimensions; ``weights``
+        (w_ih, w_hh, bias) in place of the module's own."""
+        lstm = self.lstm
+        w_ih, w_hh, bias = weights or (lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
+        i, f, g, o = (x @ w_ih.T + h @ w_hh.T + bias).chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    def step_only(self, x: torch.Tensor, hidden: torch.Tensor, cell: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden, cell)'s values with gradient paths only into each step's own x_t and weights ((h_{t-1},
+        c_{t-1}) held fixed): the path back through earlier steps is the one ``read_through`` gives."""
+        hidden, cell = hidden.detach(), cell.detach()
+        previous = lambda s: torch.cat([torch.zeros_like(s[:, :1]), s[:, :-1]], 1)  # noqa: E731
+        h, c = self.step(x, previous(hidden), previous(cell))
+        return hidden + (h - h.detach()), cell + (c - c.detach())
+
+    def read_through(self, x: torch.Tensor, new_h: torch.Tensor, new_c: torch.Tensor) -> torch.Tensor:
+        """``new_h``'s values exactly, read so that the gradient (new_h, new_c) get at step t is the total
+        derivative through the recurrence: r_t = new_t + step(r_{t-1}) - step(new_{t-1}) equals new_t and
+        carries r_{t-1}'s gradient back through one step (weights and inputs held fixed here: their own
+        gradients come through ``step_only``)."""
+        lstm = self.lstm
+        weights = (lstm.weight_ih_l0.detach(), lstm.weight_hh_l0.detach(), (lstm.bias_ih_l0 + lstm.bias_hh_l0).detach())
+        x, held_h, held_c = x.detach(), new_h.detach(), new_c.detach()
+        r_h, r_c, out = new_h[:, 0], new_c[:, 0], [new_h[:, 0]]
+        for t in range(1, x.shape[1]):
+            moved_h, moved_c = self.step(x[:, t], r_h, r_c, weights)
+            still_h, still_c = self.step(x[:, t], held_h[:, t - 1], held_c[:, t - 1], weights)
+            r_h, r_c = new_h[:, t] + (moved_h - still_h), new_c[:, t] + (moved_c - still_c)
+            out.append(r_h)
+        r = torch.stack(out, 1)
+        return held_h + (r - r.detach())
 
     def gates_and_cells(self, x: torch.Tensor, hidden: torch.Tensor, h0: torch.Tensor | None = None,
                         c0: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,7 +17,8 @@ Hooks, per block l (``blocks.{l}.mixer.``): ``hook_in_proj`` (x and z, [B, T, 2E
 (the conv output before SiLU, [B, T, E]), ``hook_delta`` (after softplus), ``hook_B``, ``hook_C``
 ([B, T, N]), ``hook_h`` (the state at every position, [B, T, E, N]; y is read from the hooked
 states, and a state a hook changes is carried on by the recurrence to every later position, so
-patching one step's state is an intervention on the recurrence), ``hook_y`` (scan output with the
+patching one step's state is an intervention on the recurrence; likewise the gradient a hooked state
+gets is the total derivative through every later step, ``carried``), ``hook_y`` (scan output with the
 D skip, before the gate) and ``hook_out_proj``.
 
 Scan. On CPU the recurrence runs in a small C++ kernel (``models/mamba_kernels.cpp``, built on
@@ -198,17 +199,50 @@ def carried(h: torch.Tensor, hook_h, decay: torch.Tensor, drive: torch.Tensor) -
     the state at step t, the recurrence continues from the changed state (h_{t+1} = a_{t+1} h'_t + b_{t+1}),
     and the hooks see the new later states. So patching one step's state is an intervention on the
     recurrence, not only on that step's read-out. The hooks are called once more per changed step; each
-    call can change only steps after the last one committed, so this ends within T + 1 calls."""
+    call can change only steps after the last one committed, so this ends within T + 1 calls.
+
+    Gradients follow the same reading (when autograd records): the gradient a hook's output receives at
+    step t is the total derivative through every later step, as a change there would be carried on, not
+    only through y_t's read-out; and what a hook receives has gradient paths only into its own step's
+    decay and drive (``step_only``), so the weights' gradients are those of the unhooked model, counted once.
+    """
     done, T = 0, h.shape[1]
+    decay_t, drive_t = decay.transpose(0, 1), drive.transpose(0, 1)  # [B, T, E, N]
+    grads = bool(hook_h.fwd_hooks) and torch.is_grad_enabled()  # unhooked, y's own graph is the same
+    local = grads and (decay.requires_grad or drive.requires_grad)
     while True:
-        new = hook_h(h)
+        new = hook_h(step_only(h, decay_t, drive_t) if local else h)
         moved = (new[:, done:] != h[:, done:]).flatten(2).any(-1).any(0).nonzero()
         if not len(moved) or done + int(moved[0]) == T - 1:
-            return new
+            return read_through(new, decay) if grads and new.requires_grad else new
         t = done + int(moved[0])
         start = drive[t + 1:t + 2] + decay[t + 1:t + 2] * new[:, t][None]  # the step after t, from the new h_t
         tail = LinearRecurrence.apply(decay[t + 1:], torch.cat([start, drive[t + 2:]]))
         h, done = torch.cat([new[:, :t + 1], tail.transpose(0, 1)], 1), t + 1
+
+
+def _previous(h: torch.Tensor) -> torch.Tensor:
+    """h_{t-1} at every t of [B, T, ...] (zero before the first)."""
+    return torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1)
+
+
+def step_only(h: torch.Tensor, decay: torch.Tensor, drive: torch.Tensor) -> torch.Tensor:
+    """``h``'s values with gradient paths only into each step's own a_t h_{t-1} + b_t (h_{t-1} held fixed):
+    the path back through earlier steps is the one ``read_through`` gives the hooked states."""
+    h = h.detach()
+    one_step = decay * _previous(h) + drive
+    return h + (one_step - one_step.detach())
+
+
+def read_through(new: torch.Tensor, decay: torch.Tensor) -> torch.Tensor:
+    """``new``'s values exactly, read so that the gradient ``new`` gets at step t is the total derivative
+    through the recurrence: r_t = a_t r_{t-1} + (new_t - a_t new_{t-1}) equals new_t, and carries r_{t-1}'s
+    gradient back with a_t (a held fixed: its own gradient comes through ``step_only``)."""
+    a = decay.detach()  # [T, B, E, N]
+    held = new.detach()
+    innovation = (new - a.transpose(0, 1) * _previous(held)).transpose(0, 1).contiguous()
+    r = LinearRecurrence.apply(a, innovation).transpose(0, 1)
+    return held + (r - r.detach())
 
 
 def gate(y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
