@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tqdm import tqdm
 
-from . import _patching as P
+from . import interventions as P
 from .base import Analysis, AnalysisError, Option, Result
 
 DEFINITION = " ".join("""

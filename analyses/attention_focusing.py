@@ -12,7 +12,7 @@ import torch
 from models.base import act_name
 from tasks.base import entropy_bits
 
-from . import _prompted
+from . import activations
 from .base import Analysis, AnalysisError, Result, n_option, seed_option
 
 DEFINITION = " ".join("""
@@ -36,10 +36,10 @@ def normalised_entropy(rows: torch.Tensor) -> torch.Tensor:
 
 
 def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int) -> Result:
-    prompt_set = _prompted.prompt_set(lm, prompts, words, per_shot, alpha, seed)
+    prompt_set = activations.prompt_set(lm, prompts, words, per_shot, alpha, seed)
     cfg = lm.model.cfg
     names = [act_name("pattern", l) for l in range(cfg.n_layers)]
-    _, caught = _prompted.last_positions(lm, prompt_set, names)
+    _, caught = activations.last_positions(lm, prompt_set, names)
     keep = [i for i, p in enumerate(prompt_set.prompts) if len(p.tokens) >= 2]
     if not keep:
         raise AnalysisError("every prompt is one token long: no attention to measure")
@@ -90,7 +90,7 @@ WIND_TUNNEL_DEFINITION = DEFINITION.replace("On a language model, at", "At") + (
 
 def compute(model, n: int = 50, seed: int = 1234) -> Result:
     """On a wind-tunnel transformer: the same numbers on its own held-out sequences, cut at every query."""
-    result = on_language_model(_prompted.as_language_model(model), prompts="wind-tunnel", words="mixed", per_shot=n,
+    result = on_language_model(activations.as_language_model(model), prompts="wind-tunnel", words="mixed", per_shot=n,
                                alpha=0.9, seed=seed)
     result.definition = WIND_TUNNEL_DEFINITION
     return result
@@ -100,5 +100,5 @@ ANALYSIS = Analysis(
     "attention-focusing", "attention entropy at the answer position, normalised by context length, per head",
     WIND_TUNNEL_DEFINITION, compute,
     options=(n_option(50), seed_option()), requires=("attention", "discrete"), order=20,
-    on_language_model=on_language_model, language_options=_prompted.language_options(),
+    on_language_model=on_language_model, language_options=activations.language_options(),
     language_definition=DEFINITION)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _patching as P
+from . import interventions as P
 from .activation_patching import POSITIONS
 from .base import Analysis, Option, Result
 
@@ -18,9 +18,12 @@ Bayes(corrupted)). Patching x at one position from the clean run changes the met
 <x_clean - x_corrupted, g> (summed over the batch and the activation's features; a token-shift tap's x is
 its term W_shift[j-1] x_{t-j}); divided by the scale's denominator and added to the corrupted answer's
 score, that is the estimate of the activation-patching cell. The metric is linear in a, so the estimate
-is exact to first order in the activation change; its error is second order. Recurrent states are
-left out: the recurrence does not read the hooked state tensor back, so its gradient misses the path
-through later steps. With exact=true the activation-patching cells are measured too, and gap is the
+is exact to first order in the activation change; its error is second order. A recurrent state (Mamba
+blocks.l.mixer.hook_h; the LSTM's hidden and cell states together, their two terms summed) is estimated
+as activation-patching patches it, carried on by the recurrence: the gradient a hooked state gets at step
+t is the total derivative through every later step (the model reads the hooked states back into the
+recurrence), so the estimate is that of the carried patch; its column "all" is left empty, as in
+activation-patching. With exact=true the activation-patching cells are measured too, and gap is the
 estimate minus the measured value (model scale): mean_abs_gap and max_abs_gap over the cells.
 """.split())
 
@@ -66,26 +69,27 @@ def estimates(pair: P.Pair, chosen: list, where: list[int], scorer: P.Scorer) ->
             "model": ((scorer.clean - scorer.corrupted) * pair.delta).sum().item()}
     out = {"bayes": [], "model": []}
     for site in chosen:
-        name = site.hooks[0]
-        if site.kind == "tap":
-            diff = P.tap_term(pair.model, clean, site.head) - P.tap_term(pair.model, corrupted, site.head)
-        else:
-            diff = clean[name] - corrupted[name]
-            if site.head is not None:
-                diff = torch.zeros_like(diff).index_copy_(2, torch.tensor([site.head], device=diff.device),
-                                                          diff[:, :, site.head:site.head + 1])
-        per_position = (diff.double() * grads[name].double()).flatten(2).sum(-1).sum(0)  # [T]
-        cells = [per_position[p].item() for p in where] + [per_position.sum().item()]
+        per_position = 0
+        for name in site.hooks:  # the LSTM's state: its hidden and cell terms add
+            if site.kind == "tap":
+                diff = P.tap_term(pair.model, clean, site.head) - P.tap_term(pair.model, corrupted, site.head)
+            else:
+                diff = clean[name] - corrupted[name]
+                if site.head is not None:
+                    diff = torch.zeros_like(diff).index_copy_(2, torch.tensor([site.head], device=diff.device),
+                                                              diff[:, :, site.head:site.head + 1])
+            per_position = per_position + (diff.double() * grads[name].double()).flatten(2).sum(-1).sum(0)  # [T]
+        cells = [per_position[p].item() for p in where] + [None if site.kind == "state" else per_position.sum().item()]
         for scale in out:
             ok = base[scale] is not None and abs(dens[scale]) > 0
-            out[scale].append([base[scale] + c / dens[scale] if ok else None for c in cells])
+            out[scale].append([base[scale] + c / dens[scale] if ok and c is not None else None for c in cells])
     return out
 
 
 def attribute(model, options: dict, positions: str, exact: bool) -> Result:
     pair = P.make_pair(model, options)
     scorer = P.Scorer(pair)
-    chosen = P.sites(pair.model, states=False)
+    chosen = P.sites(pair.model)
     where = pair.positions(positions)
     est = estimates(pair, chosen, where, scorer)
     metrics = dict(subject=pair.subject, corruption=pair.what, query=pair.query, changed=list(pair.changed),
@@ -96,7 +100,9 @@ def attribute(model, options: dict, positions: str, exact: bool) -> Result:
     if exact:
         names = P.cache_names(pair.model, chosen)
         clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
-        measured = [[scorer.model(a) for a in P.patched_answers(pair, site, [*where, None], clean, corrupted)]
+        state = lambda site: site.kind == "state"  # noqa: E731  (patched at one step at a time only)
+        measured = [[scorer.model(a) for a in P.patched_answers(pair, site, [*where] + [None] * (not state(site)),
+                                                                clean, corrupted)] + [None] * state(site)
                     for site in chosen]
         gaps = [[None if e is None or m is None else e - m for e, m in zip(er, mr)]
                 for er, mr in zip(est["model"], measured)]

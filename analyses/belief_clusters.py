@@ -10,6 +10,7 @@ import torch
 
 from models.base import act_name
 
+from .activations import collect
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 
 DEFINITION = " ".join("""
@@ -79,13 +80,8 @@ def resid_name(layer: int) -> str:
 def residuals_at_queries(model, batch) -> list[np.ndarray]:
     """Per layer, the residual stream at query positions [N, d_model], row-major (sequence, position)."""
     names = [resid_name(l) for l in range(model.cfg.n_layers)]
-    parts = [[] for _ in names]
-    for i in range(0, len(batch), CHUNK):
-        mask = batch.query_mask[i:i + CHUNK]
-        _, cache = model.run_with_cache(batch.tokens[i:i + CHUNK], names_filter=names)
-        for l, name in enumerate(names):
-            parts[l].append(cache[name][mask].double().cpu())
-    return [torch.cat(p).numpy() for p in parts]
+    cache = collect(model, batch.tokens, names, CHUNK, mask=batch.query_mask)
+    return [cache[name].double().numpy() for name in names]
 
 
 def compute(model, n: int = 500, seed: int = 1234) -> Result:

@@ -12,7 +12,7 @@ import torch
 from tasks import entropy_bits
 from tasks.regression import gaussian_entropy_bits
 
-from . import _prompted
+from . import activations
 from .base import Analysis, Result, answer_probs, eval_batch, n_option, seed_option
 
 DEFINITION = """\
@@ -211,7 +211,7 @@ def answer_distribution(lm, prompt_set) -> tuple[torch.Tensor, torch.Tensor]:
     """The renormalised answer distribution [n, answers] (float64) and the unrenormalised mass on the answers."""
     n = len(prompt_set.prompts)
     probs, mass = torch.zeros(n, len(prompt_set.answers), dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
-    for rows, tokens in _prompted.equal_length_batches(lm, prompt_set):
+    for rows, tokens in activations.equal_length_batches(lm, prompt_set):
         log_p = torch.log_softmax(lm.model(tokens)[:, -1].double(), -1)[:, list(prompt_set.answers)].cpu()
         probs[rows], mass[rows] = torch.softmax(log_p, -1), log_p.exp().sum(-1)
     return probs, mass
@@ -219,9 +219,9 @@ def answer_distribution(lm, prompt_set) -> tuple[torch.Tensor, torch.Tensor]:
 
 def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int) -> Result:
     """Answer-token calibration of a language model against the exact Bayes predictive, per number shown."""
-    prompt_set = _prompted.prompt_set(lm, prompts, words, per_shot, alpha, seed)
+    prompt_set = activations.prompt_set(lm, prompts, words, per_shot, alpha, seed)
     probs, mass = answer_distribution(lm, prompt_set)
-    numbers = _prompted.calibration(probs, prompt_set)
+    numbers = activations.calibration(probs, prompt_set)
     bayes, shots = prompt_set.bayes, prompt_set.shots
     decided = (bayes[:, 0] - 0.5).abs() > 1e-9
     agree = (probs.argmax(-1) == bayes.argmax(-1)).double()
@@ -277,5 +277,5 @@ def answers_figure(model_first: torch.Tensor, bayes_first: torch.Tensor, shots: 
 
 ANALYSIS = Analysis("calibration", "entropy MAE, KL and accuracy against the exact Bayes posterior", DEFINITION,
                     compute, options=(n_option(2000), seed_option()), order=0,
-                    on_language_model=on_language_model, language_options=_prompted.language_options(),
+                    on_language_model=on_language_model, language_options=activations.language_options(),
                     language_definition=LANGUAGE_DEFINITION)

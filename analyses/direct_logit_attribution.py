@@ -9,7 +9,7 @@ import torch
 
 from models.base import act_name
 
-from . import _patching as P
+from . import interventions as P
 from .base import Analysis, Result
 
 DEFINITION = " ".join("""

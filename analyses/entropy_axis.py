@@ -11,7 +11,7 @@ import torch
 
 from models.base import act_name
 
-from . import _prompted
+from . import activations
 from .base import Analysis, AnalysisError, Option, Result
 from sklearn.linear_model import RidgeCV
 
@@ -49,13 +49,13 @@ def measure(lm, prompt_set, layer: int, fit, test, direction: np.ndarray | None)
     name = act_name("resid_post", layer)
     entropy = prompt_set.posterior_entropy.numpy()
     if direction is None:
-        probs, caught = _prompted.last_positions(lm, prompt_set, [name])
+        probs, caught = activations.last_positions(lm, prompt_set, [name])
     else:
-        with _prompted.projected_out(lm, layer, torch.from_numpy(direction)):
-            probs, caught = _prompted.last_positions(lm, prompt_set, [name])
+        with activations.projected_out(lm, layer, torch.from_numpy(direction)):
+            probs, caught = activations.last_positions(lm, prompt_set, [name])
     X = torch.stack(caught[name]).numpy()
     share, r = pca_share_and_r(X, entropy)
-    calibration = _prompted.calibration(probs, prompt_set)
+    calibration = activations.calibration(probs, prompt_set)
     return dict(readout_r2=readout_r2(X, entropy, fit, test, ridge=True), pc1_pearson_abs=r, pc12_variance=share,
                 entropy_mae_bits=calibration["entropy_mae_bits"], kl_bits=calibration["kl_bits"],
                 along_axis=None if direction is None else float(np.abs(X @ direction).max())), X
@@ -70,7 +70,7 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
     if not -n_layers <= layer < n_layers:
         raise AnalysisError(f"--layer {layer} out of range: {lm.name} has {n_layers} layers")
     layer %= n_layers
-    prompt_set = _prompted.prompt_set(lm, prompts, words, per_shot, alpha, seed)
+    prompt_set = activations.prompt_set(lm, prompts, words, per_shot, alpha, seed)
     entropy = prompt_set.posterior_entropy.numpy()
     if np.ptp(entropy) == 0:
         raise AnalysisError(f"every prompt has the same posterior entropy ({entropy[0]:.4g} bits): there is no "
@@ -147,6 +147,6 @@ ANALYSIS = Analysis(
     "entropy-axis", "project the posterior-entropy axis out of the residual stream: manifold and calibration "
     "against random axes (language models)", DEFINITION, None, order=21,
     on_language_model=on_language_model, language_definition=DEFINITION,
-    language_options=_prompted.language_options(
+    language_options=activations.language_options(
         Option("layer", -1, "layer whose residual stream is ablated (-1: the last)", low=-1000, high=1000),
         Option("controls", 10, "random axes ablated as controls", low=0, high=1000)))

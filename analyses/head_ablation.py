@@ -10,8 +10,8 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from models.base import act_name
 
+from .activations import ablation_hook, mean_z, z_hook_name
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .calibration import measure
 
@@ -32,37 +32,6 @@ The reference implementation used zero ablation only.
 """.split())
 
 KINDS = ("zero", "mean")
-
-
-def z_hook_name(layer: int) -> str:
-    return act_name("z", layer)
-
-
-@torch.no_grad()
-def mean_z(model, tokens: torch.Tensor, chunk: int = 1024) -> list[torch.Tensor]:
-    """Per layer, the [n_heads, d_head] mean of z over all sequences and positions of ``tokens``."""
-    names = [z_hook_name(l) for l in range(model.cfg.n_layers)]
-    sums, count = [None] * len(names), 0
-    for i in range(0, len(tokens), chunk):
-        _, cache = model.run_with_cache(tokens[i:i + chunk], names_filter=names)
-        for l, name in enumerate(names):
-            # float64 running sums: the mean must not depend on how the batch is chunked
-            s = cache[name].double().sum((0, 1))
-            sums[l] = s if sums[l] is None else sums[l] + s
-        count += cache[names[0]].shape[0] * cache[names[0]].shape[1]
-    return [s / count for s in sums]
-
-
-def ablation_hook(head: int, replacement: torch.Tensor | None):
-    """A hook_z hook that overwrites one head's z with 0 (``replacement`` None) or a fixed vector."""
-    def hook(z, hook):
-        z = z.clone()  # do not write into a tensor another hook or the cache may hold
-        if replacement is None:
-            z[:, :, head] = 0
-        else:
-            z[:, :, head] = replacement.to(z.dtype)
-        return z
-    return hook
 
 
 def measure_ablated(model, batch, layer: int, head: int, replacement: torch.Tensor | None) -> dict:

@@ -11,7 +11,7 @@ import torch
 
 from models.base import act_name
 
-from . import _prompted, style
+from . import activations, style
 from .base import Analysis, AnalysisError, Option, Result, untrained_twin
 
 DEFINITION = " ".join("""
@@ -132,7 +132,7 @@ def context_key_scores(lm, prompts) -> torch.Tensor:
     names = [act_name("k", l) for l in range(cfg.n_layers)]
     biases = [kv_weights(lm.model, l)["b_K"] for l in range(cfg.n_layers)]
     total, count = 0.0, 0
-    for _, tokens in _prompted.equal_length_batches(lm, prompts):
+    for _, tokens in activations.equal_length_batches(lm, prompts):
         if tokens.shape[1] < 2:
             continue
         _, cache = lm.model.run_with_cache(tokens, names_filter=lambda name: name in names)
@@ -153,11 +153,11 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
     from models.language_model import LanguageModel, n_kv_heads, quiet_deprecation
     from transformer_lens import HookedTransformer
 
-    prompt_set = _prompted.prompt_set(lm, prompts, words, per_shot, alpha, seed)
+    prompt_set = activations.prompt_set(lm, prompts, words, per_shot, alpha, seed)
     trained = context_key_scores(lm, prompt_set)
     torch.manual_seed(0)  # (a config that names its own seed re-seeds with it)
     with quiet_deprecation():
-        fresh = HookedTransformer(lm.model.cfg).to(_prompted.device_of(lm), print_details=False).eval()
+        fresh = HookedTransformer(lm.model.cfg).to(activations.device_of(lm), print_details=False).eval()
     untrained = context_key_scores(LanguageModel(fresh, lm.name), prompt_set)
     d_head = lm.model.cfg.d_head
     metrics = dict(trained=trained.tolist(), init=untrained.tolist(), trained_layer_mean=trained.mean(1).tolist(),
@@ -210,5 +210,5 @@ ANALYSIS = Analysis(
              Option("layer", 0, "layer of the cosine matrix drawn", low=0),
              Option("head", 0, "head of the cosine matrix drawn", low=0)),
     requires=("attention", "frame"), order=1,
-    on_language_model=on_language_model, language_options=_prompted.language_options(),
+    on_language_model=on_language_model, language_options=activations.language_options(),
     language_definition=LANGUAGE_DEFINITION)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from models.base import act_name
 
 from . import style
+from .activations import needed_hooks, part_hooks
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .calibration import measure
 
@@ -29,36 +29,7 @@ this number.
 """.split())
 
 PARTS = {"block": "whole block", "attention_only": "attention only", "mlp_only": "MLP only"}
-SUBLAYER_OUT = {"attention_only": "attn_out", "mlp_only": "mlp_out"}  # TransformerLens's sublayer outputs
 CLAIMED_RATIO = 10.0
-
-
-def skip_block_hooks(layer: int) -> list:
-    """Hooks that make block ``layer`` an identity: resid_post := resid_pre of the same forward pass."""
-    seen = {}
-
-    def capture(resid_pre, hook):
-        seen["resid_pre"] = resid_pre  # the block never writes into its input, so a reference is enough
-        return resid_pre
-
-    def replace(resid_post, hook):
-        return seen.pop("resid_pre")  # pop: a stale input from an earlier chunk can never be reused
-
-    return [(act_name("resid_pre", layer), capture), (act_name("resid_post", layer), replace)]
-
-
-def zero_hooks(name: str) -> list:
-    return [(name, lambda x, hook: x.new_zeros(x.shape))]
-
-
-def part_hooks(part: str, layer: int) -> list:
-    if part == "block":
-        return skip_block_hooks(layer)
-    return zero_hooks(act_name(SUBLAYER_OUT[part], layer))
-
-
-def needed_hooks(part: str, layer: int) -> list[str]:
-    return [name for name, _ in part_hooks(part, layer)]
 
 
 def measure_with(model, batch, hooks: list) -> dict:

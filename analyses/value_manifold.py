@@ -15,7 +15,7 @@ from sklearn.decomposition import PCA
 
 from models.base import act_name
 
-from . import _prompted
+from . import activations
 from .base import (Analysis, AnalysisError, Option, Result, eval_batch, n_option, readout_r2, seed_option,
                    untrained_twin)
 
@@ -58,13 +58,8 @@ def hook_name(stream: str, layer: int) -> str:
 @torch.no_grad()
 def collect(model, batch, names: list[str], chunk: int = 256) -> dict[str, np.ndarray]:
     """Activations at the query positions, [n_points, d] per hook, points in (row, position) order."""
-    parts = {name: [] for name in names}
-    for start in range(0, len(batch), chunk):
-        mask = batch.query_mask[start:start + chunk]
-        _, cache = model.run_with_cache(batch.tokens[start:start + chunk], names_filter=names)
-        for name in names:
-            parts[name].append(cache[name][mask].float().cpu().numpy())
-    return {name: np.concatenate(p) for name, p in parts.items()}
+    cache = activations.collect(model, batch.tokens, names, chunk, mask=batch.query_mask)
+    return {name: values.float().numpy() for name, values in cache.items()}
 
 
 def _finite(x) -> float | None:
@@ -349,10 +344,10 @@ def bootstrap_intervals(X: np.ndarray, entropy: np.ndarray, draws: int, seed: in
 def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int,
                       bootstrap: int) -> Result:
     """Per layer: the PCA of the residual stream at the prompts' last positions against the posterior entropy."""
-    prompt_set = _prompted.prompt_set(lm, prompts, words, per_shot, alpha, seed)
+    prompt_set = activations.prompt_set(lm, prompts, words, per_shot, alpha, seed)
     n_layers = lm.model.cfg.n_layers
     names = [hook_name("residual", l) for l in range(n_layers)]
-    _, caught = _prompted.last_positions(lm, prompt_set, names)
+    _, caught = activations.last_positions(lm, prompt_set, names)
     entropy = prompt_set.posterior_entropy.numpy()
     if np.ptp(entropy) == 0:
         raise AnalysisError(f"every prompt has the same posterior entropy ({entropy[0]:.4g} bits): there is no "
@@ -404,5 +399,5 @@ ANALYSIS = Analysis(
     DEFINITION, compute,
     options=(n_option(1000), seed_option(), Option("max_points", 2000, "points drawn in each scatter", low=1)), order=6,
     on_language_model=on_language_model, language_definition=LANGUAGE_DEFINITION,
-    language_options=_prompted.language_options(Option("bootstrap", 200, "bootstrap resamples of the prompts",
+    language_options=activations.language_options(Option("bootstrap", 200, "bootstrap resamples of the prompts",
                                                        low=0, high=100_000)))

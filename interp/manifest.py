@@ -101,7 +101,7 @@ def build(fp: str | None = None) -> dict:
 
     from .catalog import shipped, summary
     from .checkpoint import load
-    from .train import PRESETS
+    from .recipe import PRESETS
 
     loaded = {name: load(path) for name, path in shipped().items()}
     applies = {name: {model: (analysis.unmet(m) or [None])[0] for model, m in loaded.items()}

@@ -7,7 +7,7 @@ import torch
 import analyses
 import models
 import tasks
-from analyses import head_ablation, layer_ablation
+from analyses import activations, head_ablation, layer_ablation
 from analyses.base import eval_batch
 from analyses.calibration import measure
 
@@ -61,7 +61,7 @@ def test_the_mean_is_over_all_sequences_and_positions():
     _, cache = model.run_with_cache(batch.tokens)
     expected = cache["blocks.0.attn.hook_z"].mean((0, 1))
     for chunk in (N, 10):  # chunking must not change the mean
-        assert torch.allclose(head_ablation.mean_z(model, batch.tokens, chunk=chunk)[0].float(), expected, atol=1e-6)
+        assert torch.allclose(activations.mean_z(model, batch.tokens, chunk=chunk)[0].float(), expected, atol=1e-6)
 
 
 def identity_block_model():
@@ -87,9 +87,9 @@ def test_skipping_a_block_equals_zeroing_its_attention_and_mlp():
     model = tiny_model(n_layers=2, seed=3)
     batch = eval_batch(model, N, 0)
     for l in range(2):
-        skipped = layer_ablation.measure_with(model, batch, layer_ablation.skip_block_hooks(l))
-        zeroed = layer_ablation.measure_with(model, batch, layer_ablation.zero_hooks(f"blocks.{l}.hook_attn_out")
-                                             + layer_ablation.zero_hooks(f"blocks.{l}.hook_mlp_out"))
+        skipped = layer_ablation.measure_with(model, batch, activations.skip_block_hooks(l))
+        zeroed = layer_ablation.measure_with(model, batch, activations.zero_hooks(f"blocks.{l}.hook_attn_out")
+                                             + activations.zero_hooks(f"blocks.{l}.hook_mlp_out"))
         assert skipped["entropy_mae_bits"] == pytest.approx(zeroed["entropy_mae_bits"], abs=1e-6)
         assert skipped["kl_bits"] == pytest.approx(zeroed["kl_bits"], abs=1e-6)
     # and the hooks are gone afterwards: the model is intact again

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import analyses
-from analyses import _prompted
+from analyses import activations
 from analyses.attention_focusing import normalised_entropy
 from analyses.base import AnalysisError
 from analyses.value_manifold import bootstrap_intervals, pca_share_and_r
@@ -118,17 +118,17 @@ def test_ablating_an_axis_removes_it_and_a_direction_the_answer_does_not_read_ch
     model = hooked(d_vocab=16)
     lm = LanguageModel(model, "one-layer")
     prompt_set = two_label.token_prompts(range(2, 16), (0, 1), per_shot=6, seed=0)
-    intact, _ = _prompted.last_positions(lm, prompt_set, [])
+    intact, _ = activations.last_positions(lm, prompt_set, [])
     # the renormalised answer reads the residual only through W_U[:, 0] - W_U[:, 1]
     readout = (model.W_U[:, 0] - model.W_U[:, 1]).detach()
     direction = torch.randn(16, generator=torch.Generator().manual_seed(1))
     direction -= (direction @ readout) / (readout @ readout) * readout
-    with _prompted.projected_out(lm, 0, direction):
-        kept, caught = _prompted.last_positions(lm, prompt_set, ["blocks.0.hook_resid_post"])
+    with activations.projected_out(lm, 0, direction):
+        kept, caught = activations.last_positions(lm, prompt_set, ["blocks.0.hook_resid_post"])
     assert torch.allclose(kept, intact, atol=1e-6)
     assert max(abs(x @ direction.double() / direction.norm()) for x in caught["blocks.0.hook_resid_post"]) < 1e-5
-    with _prompted.projected_out(lm, 0, readout):  # the one direction it reads: the answer is a coin toss
-        moved, _ = _prompted.last_positions(lm, prompt_set, [])
+    with activations.projected_out(lm, 0, readout):  # the one direction it reads: the answer is a coin toss
+        moved, _ = activations.last_positions(lm, prompt_set, [])
     assert torch.allclose(moved, torch.full_like(moved, 0.5), atol=1e-5)
 
 
@@ -246,7 +246,7 @@ def test_the_cli_takes_a_shipped_wind_tunnel_transformer_as_a_model(tmp_path, ca
 def test_calibration_on_a_language_model_is_the_brute_force_one(prompts):
     lm = family("llama-gqa")
     result = analyses.run("calibration", lm, prompts=prompts, per_shot=6, alpha=0.8, seed=2)
-    prompt_set = _prompted.prompt_set(lm, prompts, "mixed", 6, 0.8, 2)
+    prompt_set = activations.prompt_set(lm, prompts, "mixed", 6, 0.8, 2)
     mae, kl = brute_force_calibration(lm, prompt_set, 0.8 if prompts == "two-label" else None)
     assert result.metrics["entropy_mae_bits"] == pytest.approx(mae, rel=1e-6)
     assert result.metrics["kl_bits"] == pytest.approx(kl, rel=1e-6)

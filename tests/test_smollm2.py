@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import analyses
-from analyses import _prompted
+from analyses import activations
 from models import gguf_model
 from tasks import ConfigError
 from tests.cli import run_cli
@@ -140,7 +140,7 @@ def test_every_language_analysis_writes_finite_numbers_on_it(lm):
 @pytest.mark.parametrize("prompts", ["two-label", "coin"])
 def test_its_calibration_is_computed_against_the_brute_force_posterior(lm, prompts):
     result = analyses.run("calibration", lm, prompts=prompts, per_shot=2, seed=4)
-    prompt_set = _prompted.prompt_set(lm, prompts, "mixed", 2, 0.9, 4)
+    prompt_set = activations.prompt_set(lm, prompts, "mixed", 2, 0.9, 4)
     mae, kl = brute_force_calibration(lm, prompt_set, 0.9 if prompts == "two-label" else None)
     assert result.metrics["entropy_mae_bits"] == pytest.approx(mae, rel=1e-5)
     assert result.metrics["kl_bits"] == pytest.approx(kl, rel=1e-5)

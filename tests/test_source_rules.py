@@ -43,3 +43,27 @@ def test_hook_names_are_spelled_only_by_act_name():
                      if isinstance(node, ast.JoinedStr) else [])
             found += [f"{name}:{node.lineno}: {p!r}" for p in parts if spelled.search(p)]
     assert not found, "\n".join(found)
+
+
+def test_interp_uses_only_public_names_of_analyses():
+    """The explorer and the CLI build on the analyses' public views (analyses.activations,
+    analyses.interventions, each analysis's public functions), never on a private name."""
+    private = re.compile(r"from analyses(\.\w+)? import ([^\n]*\b_\w+)|analyses\._\w+|from analyses\._")
+    found = [(name, m.group(0)) for name, text in sources() if name.startswith("interp/")
+             for m in private.finditer(text)]
+    assert found == [], found
+
+
+def test_the_shared_layers_live_in_one_module_each():
+    """One recipe (interp/recipe.py), one results store (interp/results.py), one activation layer
+    (analyses/activations.py): what they define is defined nowhere else."""
+    owners = {"def resolve(task": "interp/recipe.py", "class TrainSettings": "interp/recipe.py",
+              "PRESETS = {": "interp/recipe.py", "def output_folder(": "interp/results.py",
+              "def checkpoint_digest(": "interp/results.py", "SOURCE_MARK = ": "interp/results.py",
+              "def ablation_hook(": "analyses/activations.py", "def part_hooks(": "analyses/activations.py",
+              "def mean_z(": "analyses/activations.py", "def read_result(": "analyses/base.py"}
+    for needle, owner in owners.items():
+        found = [name for name, text in sources() if needle in text]
+        assert found == [owner], (needle, found)
+    assert not [name for name, text in sources() if name.startswith("analyses/") and re.search(
+        r"open\([^)]*sweep\.json|json\.loads\([^)]*sweep", text)]  # sweeps are read through read_result

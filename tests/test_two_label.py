@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from analyses import _prompted
+from analyses import activations
 from tasks import prompts
 from tasks.prompts import coin, two_label
 
@@ -101,16 +101,16 @@ def test_the_answer_distribution_is_renormalised_over_the_two_answers():
 
     prompt_set = two_label.token_prompts(list(range(10)), (20, 21), shots=(0, 1, 4), per_shot=4, seed=0)
     lm = LanguageModel(constant_model(math.log(3)), "constant")
-    probs, _ = _prompted.last_positions(lm, prompt_set, [])
+    probs, _ = activations.last_positions(lm, prompt_set, [])
     assert torch.allclose(probs, torch.tensor([[0.75, 0.25]] * len(prompt_set.prompts), dtype=torch.float64),
                           atol=1e-6)
     # the exact predictive scores zero against itself, and a constant model does not
-    perfect = _prompted.calibration(prompt_set.bayes, prompt_set)
+    perfect = activations.calibration(prompt_set.bayes, prompt_set)
     assert perfect["entropy_mae_bits"] < 1e-12 and perfect["kl_bits"] < 1e-12
-    constant = _prompted.calibration(probs, prompt_set)
+    constant = activations.calibration(probs, prompt_set)
     assert sorted(constant["by_shots"]) == [0, 1, 4] and constant["by_shots"][4]["kl_bits"] > 0.1
     assert constant["by_shots"][0]["entropy_mae_bits"] == pytest.approx(
-        1 - _prompted.entropy_bits(torch.tensor([0.75, 0.25])).item(), abs=1e-6)
+        1 - activations.entropy_bits(torch.tensor([0.75, 0.25])).item(), abs=1e-6)
 
 
 def test_word_lists_are_shipped_or_read_from_a_file(tmp_path):

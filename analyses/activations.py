@@ -1,9 +1,16 @@
-"""What the analyses share on a language model: the prompt options, the prompt set, and one batched
-forward pass that keeps each prompt's last position (where the answer is predicted).
+"""The activation layer the analyses and the explorer share: activations by one naming function
+(``models.base.act_name``), collected once per batch; the hooks that ablate heads and blocks; and one
+interface over a model's inputs, whether a wind tunnel's batches or a language model's prompt sets.
+
+    cache = collect(model, tokens, [act_name("z", 0), act_name("resid_post", 1)])
+    with model.hooks(fwd_hooks=part_hooks("block", 1) + [(z_hook_name(0), ablation_hook(2, None))]):
+        ...
 
 A wind-tunnel model's query positions and posterior come from its task; a language model's come from a
 prompt task (tasks/prompts/): every prompt ends where one of two answer tokens is predicted, and the
-model's answer is its next-token distribution there, renormalised over the two.
+model's answer is its next-token distribution there, renormalised over the two (``prompt_set``,
+``last_positions``). The numeric helpers every analysis uses live beside the data they read:
+``tasks.base.entropy_bits`` and ``analyses.base.readout_r2``.
 """
 from __future__ import annotations
 
@@ -116,3 +123,86 @@ def as_language_model(model):
 def language_options(*own: Option) -> tuple[Option, ...]:
     """An analysis's options on language models: the prompt options, then its own."""
     return PROMPT_OPTIONS + own
+
+
+# -- collection and hooks -------------------------------------------------------------------------
+
+@torch.no_grad()
+def collect(model, tokens: torch.Tensor, names: list[str], chunk: int = 1024,
+            mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The named activations of one forward pass over ``tokens`` (in chunks), on the CPU: name -> tensor
+    [B, T, ...]; with ``mask`` [B, T] (e.g. a batch's query_mask) only those positions, [N, ...] in
+    (sequence, position) order."""
+    parts: dict[str, list] = {name: [] for name in names}
+    for i in range(0, len(tokens), chunk):
+        _, cache = model.run_with_cache(tokens[i:i + chunk], names_filter=list(names))
+        for name in names:
+            values = cache[name] if mask is None else cache[name][mask[i:i + chunk]]
+            parts[name].append(values.cpu())
+    return {name: torch.cat(values) for name, values in parts.items()}
+
+
+def z_hook_name(layer: int) -> str:
+    """The hook of layer ``layer``'s per-head attention outputs z [batch, pos, head, d_head]."""
+    return act_name("z", layer)
+
+
+@torch.no_grad()
+def mean_z(model, tokens: torch.Tensor, chunk: int = 1024) -> list[torch.Tensor]:
+    """Per layer, the [n_heads, d_head] mean of z over all sequences and positions of ``tokens``."""
+    names = [z_hook_name(l) for l in range(model.cfg.n_layers)]
+    sums, count = [None] * len(names), 0
+    for i in range(0, len(tokens), chunk):
+        _, cache = model.run_with_cache(tokens[i:i + chunk], names_filter=names)
+        for l, name in enumerate(names):
+            # float64 running sums: the mean must not depend on how the batch is chunked
+            s = cache[name].double().sum((0, 1))
+            sums[l] = s if sums[l] is None else sums[l] + s
+        count += cache[names[0]].shape[0] * cache[names[0]].shape[1]
+    return [s / count for s in sums]
+
+
+def ablation_hook(head: int, replacement: torch.Tensor | None):
+    """A hook_z hook that overwrites one head's z with 0 (``replacement`` None) or a fixed vector."""
+    def hook(z, hook):
+        z = z.clone()  # do not write into a tensor another hook or the cache may hold
+        if replacement is None:
+            z[:, :, head] = 0
+        else:
+            z[:, :, head] = replacement.to(z.dtype)
+        return z
+    return hook
+
+
+SUBLAYER_OUT = {"attention_only": "attn_out", "mlp_only": "mlp_out"}  # TransformerLens's sublayer outputs
+
+
+def skip_block_hooks(layer: int) -> list:
+    """Hooks that make block ``layer`` an identity: resid_post := resid_pre of the same forward pass."""
+    seen = {}
+
+    def capture(resid_pre, hook):
+        seen["resid_pre"] = resid_pre  # the block never writes into its input, so a reference is enough
+        return resid_pre
+
+    def replace(resid_post, hook):
+        return seen.pop("resid_pre")  # pop: a stale input from an earlier chunk can never be reused
+
+    return [(act_name("resid_pre", layer), capture), (act_name("resid_post", layer), replace)]
+
+
+def zero_hooks(name: str) -> list:
+    return [(name, lambda x, hook: x.new_zeros(x.shape))]
+
+
+def part_hooks(part: str, layer: int) -> list:
+    """Hooks that remove one part of block ``layer``: the whole block, or its attention or MLP output."""
+    if part == "block":
+        return skip_block_hooks(layer)
+    return zero_hooks(act_name(SUBLAYER_OUT[part], layer))
+
+
+def needed_hooks(part: str, layer: int) -> list[str]:
+    """The hook names ``part_hooks`` needs (a model without them cannot have that part removed)."""
+    return [name for name, _ in part_hooks(part, layer)]
+

@@ -33,7 +33,7 @@ import torch
 from models.base import act_name
 from tasks import ConfigError
 
-from ._prompted import PROMPT_OPTIONS, device_of, prompt_set
+from .activations import PROMPT_OPTIONS, device_of, prompt_set
 from .base import AnalysisError, Option, held_out_batch, is_language_model, n_option, seed_option
 
 ALL = "all"  # the column of a site patched at every position at once
