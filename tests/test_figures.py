@@ -193,7 +193,8 @@ def unexplained_colours(fig) -> list[str]:
     if len({colour for _, colour in single}) < 2:  # one colour (or plotly's own by trace): nothing to explain
         return broken
     entries = [trace for trace in fig.data if shown(trace)]  # legend entries of any kind (bars too)
-    explained = {str(trace.marker.color) for trace in entries if "marker" in trace and not _is_array(trace.marker.color)}
+    explained = {str(trace.marker.color) for trace in entries
+                 if "marker" in trace and not _is_array(trace.marker.color)}
     groups = {trace.legendgroup for trace in entries if trace.legendgroup}
     broken += [f"{trace.name or 'a scatter'}: colour {colour} with no legend entry" for trace, colour in single
                if not shown(trace) and colour not in explained and not (trace.legendgroup in groups)]
