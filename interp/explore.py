@@ -516,24 +516,27 @@ class Explorer:
         return marks
 
     def geometry_view(self, index: int, choices: list[str], stream: str, colour: str = "entropy") -> go.Figure:
-        """value-manifold's PCA figure of one stream, coloured by Bayes entropy or (``colour="latent"``) by the
-        task's true latent class, cached per checkpoint and ablation."""
+        """value-manifold's PCA figure of one stream, coloured by Bayes entropy, by token position
+        (``colour="position"``) or by the task's true latent class (``"latent"``), cached per checkpoint and
+        ablation; a figure is styled the first time it is shown (value-manifold draws several)."""
         key = ("geometry", index, tuple(sorted(choices or [])))
         if key not in self._cache:
             with self.ablated(index, choices) as model, self.waits.on(
                     f"geometry: the PCA of every layer on {self.n_geometry} sequences"):
-                figures = value_manifold.measure(model, n=self.n_geometry, seed=self.seed, max_points=1500,
-                                                 readout=False).figures
-                for fig in figures.values():
-                    style.apply(fig, subject=self.task.name)  # as the analysis's own run would
-                    fig.update_layout(width=None, height=460, margin=dict(t=80))  # the page's size, not a PDF's
-                self._cache[key] = figures
-        figures = self._cache[key]
+                self._cache[key] = (value_manifold.measure(model, n=self.n_geometry, seed=self.seed, max_points=1500,
+                                                           readout=False).figures, set())
+        figures, styled = self._cache[key]
         name = f"{stream.replace('_', '-')}-pca"
         if colour == "latent" and self.task.query_latent is not None:
             name += f"-by-{self.task.query_latent}"
+        elif colour == "position" and f"{name}-by-position" in figures:
+            name += "-by-position"
         if name not in figures:
             return _message_figure("this model has no attention output to look at; see the residual stream")
+        if name not in styled:
+            style.apply(figures[name], subject=self.task.name)  # as the analysis's own run would
+            figures[name].update_layout(width=None, height=460, margin=dict(t=80))  # the page's size, not a PDF's
+            styled.add(name)
         return figures[name]  # cached as shown: views never change a figure they return
 
 
@@ -674,9 +677,10 @@ def build_app(explorer: Explorer):
                                           inputStyle=dict(marginLeft="8px", marginRight="2px")),
                dcc.RadioItems(id="colour", inline=True, value="entropy",
                               options=[{"label": "coloured by Bayes entropy", "value": "entropy"},
-                                       {"label": f"by the true {explorer.task.query_latent}", "value": "latent"}],
-                              inputStyle=dict(marginLeft="8px", marginRight="2px"),
-                              style=dict(display="block" if explorer.task.query_latent else "none")),
+                                       {"label": "by token position", "value": "position"}] + (
+                                  [{"label": f"by the true {explorer.task.query_latent}", "value": "latent"}]
+                                  if explorer.task.query_latent else []),
+                              inputStyle=dict(marginLeft="8px", marginRight="2px")),
                graph("geometry", 140 + 330 * math.ceil(info["n_layers"] / 3))),
         explore_patching.panel(patching),
     ], style=dict(minWidth="0"))

@@ -218,7 +218,7 @@ def explorer_rules(explorer, info: dict) -> dict[tuple[str, str], Rule]:
         ("layer", "value"): integer(0, max(info["n_layers"], 1)),
         ("head", "value"): integer(0, max(info["n_heads"], 1)),
         ("stream", "value"): one_of("residual", "attention_out"),
-        ("colour", "value"): one_of("entropy", "latent"),
+        ("colour", "value"): one_of("entropy", "position", "latent"),
     }
 
 
