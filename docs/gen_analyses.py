@@ -50,8 +50,9 @@ interp run NAME --model HF-FOLDER|CACHED-NAME|FILE.gguf [--OPTION VALUE ...]   #
 ```
 
 or from Python with `analyses.run(NAME, model, **options)`. Each writes `OUT/RUN-NAME/NAME.pdf` (one page
-per figure), `.html` (interactive, works offline) and `.json` (its numbers and the exact definition
-below). What each requirement means, and what a refusal says, is under [Requirements](#requirements).
+per figure), `.html` (interactive, works offline; the pages of a folder share one `plotly.min.js` beside
+them) and `.json` (its numbers and the exact definition below). What each requirement means, and what
+a refusal says, is under [Requirements](#requirements).
 Every analysis is tested on a constructed model or matrix whose answer is known.
 
 """
