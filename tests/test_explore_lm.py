@@ -80,3 +80,35 @@ def test_a_forged_request_is_refused_before_a_view_runs(explorer):
         forged[i]["value"] = bad
         with pytest.raises(Refused):
             check_request(dict(body, inputs=forged), app.callback_map, rules(explorer))
+
+
+def test_the_patching_panel_patches_drawn_prompts_and_a_click_draws_that_intervention(explorer):
+    """The wind-tunnel explorer's patching panel on a language model, through the app's request route: drawn
+    two-label prompts, one shown observation flipped, the heat map of every site and position, a clicked cell."""
+    import json
+
+    app = build_app(explorer, TEXT)
+    client = app.server.test_client()
+    state = [dict(id="seed", property="value", value=3), dict(id="patch-kind", property="value", value="two-label"),
+             dict(id="patch-index", property="value", value=1)]
+
+    def post(output, outputs, inputs):
+        body = dict(output=output, outputs=outputs, inputs=inputs, state=state,
+                    changedPropIds=[f"{inputs[0]['id']}.{inputs[0]['property']}"])
+        answer = client.post("/_dash-update-component", json=body)
+        assert answer.status_code == 200, answer.data
+        return json.loads(answer.data)["response"]
+
+    outs = [dict(id=i, property=p) for i, p in (("patch-map", "figure"), ("patch-pair", "children"),
+                                                 ("patch-message", "children"))]
+    shown = post("..patch-map.figure...patch-pair.children...patch-message.children..", outs,
+                 [dict(id="patch-run", property="n_clicks", value=1)])
+    heat = shown["patch-map"]["figure"]["data"][0]
+    assert heat["y"][0] == "resid before L0" and "L0H0" in heat["y"] and heat["x"][-1] == "all positions"
+    assert "shown observation 1 flipped" in json.dumps(shown["patch-pair"]["children"])
+    click = dict(points=[dict(x=heat["x"][-1], y="resid before L0")])  # the whole residual: the clean answer back
+    cell = post("patch-cell.figure", dict(id="patch-cell", property="figure"),
+                [dict(id="patch-map", property="clickData", value=click)])["patch-cell"]["figure"]
+    assert [t["name"] for t in cell["data"]][:2] == ["Bayes, clean input", "Bayes, corrupted input"]
+    clean, patched = cell["data"][2]["y"], cell["data"][4]["y"]
+    assert patched == pytest.approx(clean, abs=1e-5) and "model scale 1.000" in cell["layout"]["title"]["text"]
