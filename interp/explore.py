@@ -52,7 +52,7 @@ from .checkpoint import list_checkpoints, load, resolve
 from .errors import UserError
 from .ports import check_port
 from .requests import explorer_rules, guard
-from .waits import Waits
+from .waits import Waits, register_status, status_line
 
 
 def parse_tokens(task, text: str) -> list[int]:
@@ -686,9 +686,7 @@ def build_app(explorer: Explorer):
     ], style=dict(minWidth="0"))
     app.layout = html.Div([
         html.H2(f"{explorer.source.name}: {explorer.task!r}, {info['arch']}", style=dict(margin="4px 6px")),
-        # what a slow view is waiting on (held-out calibration, a kernel build), polled twice a second
-        html.Div(id="status", style=dict(display="none")),
-        dcc.Interval(id="tick", interval=500),
+        *status_line(),  # what a slow view is waiting on (held-out calibration, a kernel build)
         dcc.Store(id="sequence", data=dict(tokens=first, seed=0)),
         _panel("sequence", controls),
         html.Div([ablation, views], style=dict(display="grid", gridTemplateColumns="250px minmax(0, 1fr)",
@@ -774,11 +772,7 @@ def build_app(explorer: Explorer):
         picked = click["points"][0]["curveNumber"]
         return (picked, no_update) if info["scan"] else (no_update, picked)
 
-    @app.callback(Output("status", "children"), Output("status", "style"), Input("tick", "n_intervals"))
-    def status(_ticks):
-        shown = explorer.waits.shown()
-        return (f"⏳ {shown}", dict(background="#fff3c4", padding="4px 8px", margin="0 6px", borderRadius="4px")) \
-            if shown else ("", dict(display="none"))
+    register_status(app, explorer.waits)
 
     @app.callback(Output("ablation-map", "figure"), Input("ablation-map-run", "n_clicks"), Input("ablate-mode", "value"),
                   State("step", "value"), prevent_initial_call=True)
@@ -827,9 +821,27 @@ def print_numbers(source, seed: int | None, tokens: str | None, ablate: str | No
     click.echo(json.dumps(explorer.numbers(index, ids, seed, choices), indent=1))
 
 
+def children() -> list[int]:
+    """The processes this one started (a kernel build's ninja), from /proc; none where there is no /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
 def stop_at_once(_signum, _frame) -> None:
-    """Ctrl-C: the server ends now, whatever a view or a kernel build is doing (nothing is left half-written:
-    a kernel build publishes its folder atomically, and the explorer writes no other file)."""
+    """Ctrl-C: the server ends now, whatever a view or a kernel build is doing, and so do the processes it
+    started (a build's ninja stops its compilers); nothing is left half-written: a kernel build publishes
+    its folder atomically, and the explorer writes no other file."""
+    for pid in children():
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
     sys.stderr.write("\ninterp: explorer stopped\n")
     sys.stderr.flush()
     os._exit(130)

@@ -31,7 +31,7 @@ from tasks import prompts as prompt_tasks
 from . import explore_attention, explore_patching
 from .errors import UserError
 from .requests import MAX_CLICKS, Refused, guard, integer, one_of, scalar, text
-from .waits import Waits
+from .waits import Waits, register_status, status_line
 
 MAX_TOKENS = 256  # a typed prompt's length limit: the views draw T x T patterns for every head
 TOP = 8  # tokens shown per layer in the logit lens
@@ -165,8 +165,7 @@ def build_app(explorer: LanguageExplorer, initial: str = "The capital of France 
                                           type="dot", delay_show=400)
     patching = explore_patching.LanguagePairs(explorer)  # the patching panel's pairs: drawn prompts, one flipped
     app.layout = html.Div([
-        html.Div(id="status", style=dict(display="none")),  # what a slow view waits on, polled twice a second
-        dcc.Interval(id="tick", interval=500),
+        *status_line(),  # what a slow view is waiting on
         html.H2(f"{explorer.lm.name}: {cfg.n_layers} layers, {cfg.n_heads} query heads "
                 f"({getattr(cfg, 'n_key_value_heads', None) or cfg.n_heads} key/value heads), d_model {cfg.d_model}",
                 style=dict(margin="4px 6px")),
@@ -227,11 +226,7 @@ def build_app(explorer: LanguageExplorer, initial: str = "The capital of France 
     def pick_head(click):  # a click on one head of the grid shows it named token by token
         return click["points"][0]["curveNumber"] if click else no_update
 
-    @app.callback(Output("status", "children"), Output("status", "style"), Input("tick", "n_intervals"))
-    def status(_ticks):
-        shown = explorer.waits.shown()
-        return (f"⏳ {shown}", dict(background="#fff3c4", padding="4px 8px", margin="0 6px", borderRadius="4px")) \
-            if shown else ("", dict(display="none"))
+    register_status(app, explorer.waits)
 
     explore_patching.register(app, patching)
     # every request checked before a view runs (interp/requests.py)

@@ -54,3 +54,24 @@ class Waits:
         with self._lock:
             waits = sorted(self._now.values(), key=lambda w: w[1])
         return "; ".join(f"{text}… {now - started:.0f} s" for text, started in waits if now - started >= self.after_s)
+
+
+STATUS_STYLE = dict(position="sticky", top="0", zIndex="10", background="#fff3c4", padding="4px 8px", margin="0 6px",
+                    borderRadius="4px")
+
+
+def status_line() -> list:
+    """The page's status line (hidden while nothing is slow) and the half-second tick that refreshes it."""
+    from dash import dcc, html
+
+    return [html.Div(id="status", style=dict(display="none")), dcc.Interval(id="tick", interval=500)]
+
+
+def register_status(app, waits: Waits) -> None:
+    """The status line's callback: the waits over a second, or hidden."""
+    from dash import Input, Output
+
+    @app.callback(Output("status", "children"), Output("status", "style"), Input("tick", "n_intervals"))
+    def status(_ticks):
+        shown = waits.shown()
+        return (f"waiting: {shown}", STATUS_STYLE) if shown else ("", dict(display="none"))
