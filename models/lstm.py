@@ -62,7 +62,9 @@ class LSTMMixer(nn.Module):
         """The hidden states after ``hook_hidden``'s and ``hook_cell``'s hooks, with what they return carried on:
         where a hook changes (h_t, c_t), the recurrence continues from the changed pair and the hooks see the
         new later states, so patching one step's state is an intervention on the recurrence. The hooks are
-        called once more per changed step (each call can change only steps after the last one committed).
+        called once more per changed step, each time on the states as they were before any hook up to the
+        last committed step (a hook that adds to a state adds once) and the recomputed ones after it; a
+        call can change only steps after the last one committed.
 
         Gradients follow the same reading (when autograd records): the gradient the hooks' outputs receive at
         step t is the total derivative through every later step (``read_through``), not only through h_t's
@@ -83,8 +85,9 @@ class LSTMMixer(nn.Module):
             start = (new_h[:, t][None].contiguous(), new_c[:, t][None].contiguous())
             tail, _ = self.lstm(x[:, t + 1:], start)
             tail_gates, tail_cell = self.gates_and_cells(x[:, t + 1:], tail, *(s[0] for s in start))
-            hidden, done = torch.cat([new_h[:, :t + 1], tail], 1), t + 1
-            cell, gates = torch.cat([new_c[:, :t + 1], tail_cell], 1), torch.cat([gates[:, :t + 1], tail_gates], 1)
+            # the next call sees the steps up to t as the first did (a hook that adds is applied once), then the tail
+            hidden, done = torch.cat([hidden[:, :t + 1], tail], 1), t + 1
+            cell, gates = torch.cat([cell[:, :t + 1], tail_cell], 1), torch.cat([gates[:, :t + 1], tail_gates], 1)
         self.hook_gates(gates)
         if grads and (new_h.requires_grad or new_c.requires_grad):
             return self.read_through(x, new_h, new_c)

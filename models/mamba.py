@@ -198,8 +198,10 @@ def carried(h: torch.Tensor, hook_h, decay: torch.Tensor, drive: torch.Tensor) -
     """The states [B, T, E, N] after ``hook_h``'s hooks, with what they return carried on: where a hook changes
     the state at step t, the recurrence continues from the changed state (h_{t+1} = a_{t+1} h'_t + b_{t+1}),
     and the hooks see the new later states. So patching one step's state is an intervention on the
-    recurrence, not only on that step's read-out. The hooks are called once more per changed step; each
-    call can change only steps after the last one committed, so this ends within T + 1 calls.
+    recurrence, not only on that step's read-out. The hooks are called once more per changed step, each
+    time on the states as they were before any hook up to the last committed step (so a hook that adds to
+    a state adds once) and the recomputed ones after it; a call can change only steps after the last one
+    committed, so this ends within T + 1 calls.
 
     Gradients follow the same reading (when autograd records): the gradient a hook's output receives at
     step t is the total derivative through every later step, as a change there would be carried on, not
@@ -218,7 +220,8 @@ def carried(h: torch.Tensor, hook_h, decay: torch.Tensor, drive: torch.Tensor) -
         t = done + int(moved[0])
         start = drive[t + 1:t + 2] + decay[t + 1:t + 2] * new[:, t][None]  # the step after t, from the new h_t
         tail = LinearRecurrence.apply(decay[t + 1:], torch.cat([start, drive[t + 2:]]))
-        h, done = torch.cat([new[:, :t + 1], tail.transpose(0, 1)], 1), t + 1
+        # the next call sees the steps up to t as the first did (a hook that adds is applied once), then the tail
+        h, done = torch.cat([h[:, :t + 1], tail.transpose(0, 1)], 1), t + 1
 
 
 def _previous(h: torch.Tensor) -> torch.Tensor:

@@ -122,3 +122,36 @@ def test_the_agreement_fails_when_the_estimate_is_misplaced(arch, wrong, monkeyp
         monkeypatch.setattr(lstm.LSTMMixer, "read_through", lambda self, x, new_h, new_c: new_h)
     misplaced = worst_gap(*state_grid(model, 0.05, None if wrong == "path" else wrong))
     assert misplaced > 0.2 and misplaced > 10 * right, (right, misplaced)
+
+
+@pytest.mark.parametrize("arch", ["mamba", "lstm"])
+def test_a_hook_that_adds_to_one_step_adds_once_and_the_recurrence_carries_it(arch):
+    """The hooks are called again after a change is carried on; a hook that adds (not sets) must still
+    change the step it targets once, in what the model reads and in what a cache records."""
+    model, x = smooth_model(arch, torch.float64), inputs(torch.float64)
+    name = STATE_HOOKS[arch][0]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(x, names_filter=[name])
+    before = cache[name]
+    bump = torch.randn_like(before[:, 2])
+
+    def add(act, hook):
+        act = act.clone()
+        act[:, 2] += bump
+        return act
+
+    def set_to(act, hook):
+        act = act.clone()
+        act[:, 2] = before[:, 2] + bump
+        return act
+
+    answers, states = [], []
+    for hook in (add, set_to):
+        with torch.no_grad(), model.hooks(fwd_hooks=[(name, hook)]):
+            out, patched = model.run_with_cache(x, names_filter=[name])
+        answers.append(out)
+        states.append(patched[name])
+    torch.testing.assert_close(states[0][:, 2] - before[:, 2], bump)  # once, not once per call
+    torch.testing.assert_close(states[0], states[1])  # adding and setting the same state are one intervention
+    torch.testing.assert_close(answers[0], answers[1])
+    assert (states[0][:, 3:] - before[:, 3:]).abs().max() > 1e-6  # and it is carried on
