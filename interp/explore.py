@@ -337,7 +337,7 @@ class Explorer:
         Bayes-MAP class and the model's arg-max), as the task declares them."""
         tables = self.task.latent_tables(batch, 0)
         path = self.task.latent_path(batch, 0)
-        panels = list(tables) + ([path[0] + " vs Bayes MAP"] if path else [])
+        panels = list(tables) + ([path[0] + "<br>vs Bayes MAP"] if path else [])  # two lines: no overlap
         if not panels:
             typed = bool((batch.targets[batch.query_mask] == -100).all())  # typed: its true answers are unknown
             return _message_figure("a typed sequence keeps no latent truth: sample one by seed to see it" if typed
