@@ -58,6 +58,7 @@ def main() -> None:
     import plotly.graph_objects as go
 
     from analyses import style
+    from interp import results
     from interp.export import figure_image, figure_pdf
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -72,7 +73,7 @@ def main() -> None:
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
     i = 0
     for folder in args.tunes:
-        summary = json.loads((folder / "tune.json").read_text())
+        summary = results.read(folder / "tune.json", "tune")["metrics"]
         for trial in summary["trials"]:
             run_file = Path(trial["run"]) / "run.json" if trial["run"] else None
             if run_file is not None and run_file.exists():

@@ -31,8 +31,8 @@ on several machines with ``--storage`` naming one database (``postgresql://...``
 finds a trial it was running when it was killed by its host and process id.
 
 Written after every trial: ``<out>/trials.json`` and ``trials.csv`` (every trial's settings, state,
-score and the run folder) and ``tune.json`` (the search: task, architecture, space, budget, metric,
-best trial).
+score and the run folder) and ``tune.json`` (a result record read with ``interp.results.read``: its
+``metrics`` hold the search: task, architecture, space, budget, metric, every trial, the best one).
 """
 from __future__ import annotations
 
@@ -52,6 +52,9 @@ import models
 import tasks
 
 from .errors import UserError
+from analyses.base import Result
+
+from . import results as store
 from .files import atomic_write_bytes, atomic_write_json
 from .recipe import TrainSettings, fitted_curriculum, recorded_settings, resolve
 from .train import Trainer
@@ -59,6 +62,12 @@ from .train import Trainer
 NOT_IN_SPACE = ("steps", "batch_size", "eval_every", "eval_size", "seed", "curriculum", "resume_every",
                 "checkpoint_every")  # the budget and the evaluation are the same for every trial
 PRUNERS = ("median", "halving", "none")
+
+
+DEFINITION = ("Every combination of the search space is one `interp train` run with the same budget (steps x "
+              "batch, evaluation size, seed); a trial's score is its held-out value of the task primitive's metric "
+              "at the end of the budget; the pruner stops a trial whose score at an evaluation is behind the "
+              "median (or the halving rung) of the trials before it, after prune_after steps.")
 
 
 def parse_space(specs: tuple[str, ...]) -> dict[str, list[str]]:
@@ -352,7 +361,7 @@ class Tune:
                        n_trials=len(self.grid), best=best, trials=rows,
                        complete=all(any(r["name"] == trial_name(p) and r["state"] in ("complete", "pruned")
                                         for r in rows) for p in self.grid))
-        atomic_write_json(self.out / "tune.json", summary)
+        store.write(Result("tune", DEFINITION, summary), self.out, ("json",), store.provenance())
         atomic_write_json(self.out / "trials.json", rows)
         buffer = io.StringIO()
         writer = csv.writer(buffer)

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from interp import results
+
 from interp.tune import parse_space
 from interp.errors import UserError
 from tests.cli import fork_cli, run_cli, wait_for
@@ -28,7 +30,7 @@ def test_a_tiny_search_trains_every_trial_with_one_budget_and_resumes(tmp_path, 
                      "--space", "lr=1e-3,1e-2", "warmup=0,2")
     assert result.code == 0, result.err
     assert "budget per trial: 6 steps x 4 sequences; 4 of 4 trials done" in result.out
-    summary = json.loads((out / "tune.json").read_text())
+    summary = results.read(out / "tune.json", "tune")["metrics"]
     assert summary["complete"] and summary["best"] is not None and summary["direction"] == "minimize"
     rows = summary["trials"]
     assert sorted(r["name"] for r in rows) == ["lr=1e-2_warmup=0", "lr=1e-2_warmup=2", "lr=1e-3_warmup=0",
@@ -58,12 +60,12 @@ def test_the_median_pruner_stops_a_trial_that_is_behind(tmp_path, capsys):
     result = run_cli(capsys, "tune", *TINY, "--steps", "200", "--out", out, "--prune-after", "0",
                      "--space", "lr=1e-2,3e-2,1e-6")
     assert result.code == 0, result.err
-    rows = {r["name"]: r for r in json.loads((out / "tune.json").read_text())["trials"]}
+    rows = {r["name"]: r for r in results.read(out / "tune.json", "tune")["metrics"]["trials"]}
     assert rows["lr=1e-6"]["state"] == "pruned" and rows["lr=1e-6"]["steps_trained"] == 100
     assert rows["lr=1e-2"]["state"] == rows["lr=3e-2"]["state"] == "complete"
     kept = json.loads((out / "trials" / "lr=1e-6" / "run.json").read_text())  # its run folder stays, resumable
     assert kept["status"] == "running" and (out / "trials" / "lr=1e-6" / "resume.safetensors").exists()
-    assert json.loads((out / "tune.json").read_text())["best"]["name"] in ("lr=1e-2", "lr=3e-2")
+    assert results.read(out / "tune.json", "tune")["metrics"]["best"]["name"] in ("lr=1e-2", "lr=3e-2")
 
 
 @pytest.mark.slow
@@ -96,7 +98,7 @@ def test_two_workers_share_one_study(tmp_path):
     done = [t for t in study(out).trials if t.state.name == "COMPLETE"]
     assert sorted(t.params["lr"] for t in done) == ["1e-2", "1e-3", "2e-3", "5e-3"]  # each trial once
     assert {t.user_attrs["pid"] for t in done} == {first, second}  # two processes, two trials each
-    summary = json.loads((out / "tune.json").read_text())
+    summary = results.read(out / "tune.json", "tune")["metrics"]
     assert summary["complete"] and len(summary["trials"]) == 4
 
 
