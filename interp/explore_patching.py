@@ -55,7 +55,7 @@ class WindTunnelPairs:
 class LanguagePairs:
     """The language-model explorer's pairs: prompts of prompt task ``kind`` drawn with the explorer's seed
     (``LANGUAGE_PROMPTS`` per number of shown examples, those with the most patched together), shown
-    observation ``which`` flipped (``analyses._patching.language_pair``, as ``interp run activation-patching
+    observation ``which`` flipped (``analyses.interventions.language_pair``, as ``interp run activation-patching
     --model``)."""
 
     which = "which shown observation to flip (empty: the first)"
