@@ -240,6 +240,13 @@ CATALOGUE = [
          f"interp: error: port {BUSY_PORT} on 127.0.0.1 is already in use; pick another with --port", fault="port-in-use"),
     Case("pickle given to the explorer", f"interp explore --ckpt evil.pt --port {BUSY_PORT + 1}",
          'interp: error: evil.pt looks like a pickle/torch.save file; pickles can run arbitrary code when loaded, so only .safetensors checkpoints are accepted (re-save with safetensors)'),
+    Case("the explorer's numbers without a sequence", "interp explore --ckpt tiny --numbers --ablate H0.0",
+         "interp: error: --numbers needs the sequence: --seed N (a held-out sequence) or --tokens '...', one of them"),
+    Case("a sequence for the explorer without --numbers", "interp explore --ckpt tiny --seed 3",
+         "interp: error: --seed, --tokens and --ablate go with --numbers and --ckpt"),
+    Case("the explorer's numbers with an ablation the model lacks", "interp explore --ckpt tiny --numbers --seed 3 --ablate H5.0",
+         "interp: error: unknown ablation 'H5.0'; heads are H<layer>.<head> (zero) or M<layer>.<head> (mean), blocks "
+         "B<layer>, within the model's 1 layers of 2 heads"),
     Case("disk full while writing figures", "interp run calibration --ckpt tiny --format json,html",
          'interp: error: could not write figures/tiny/plotly.min.js: No space left on device; it was left as it was (free some space, or write elsewhere with --out)',
          fault="full-disk"),
