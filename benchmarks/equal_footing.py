@@ -7,7 +7,7 @@ Each argument is an ``interp tune`` folder; ``--tables`` takes ``interp run cont
 (``--sizes 1,2,4,8,16,32,64 --queries 3``) and draws their accuracy against table size into
 figures/readme/equal-footing/table-size.{pdf,png}, beside 1/n (answering with any value of the table). Writes figures/readme/equal-footing/curves.{pdf,png} (every
 trial's held-out score against the tokens it trained on: a short-table stage costs what its shorter
-sequences cost) and trials-STUDY.{json,csv} (every trial of each search: settings, state, score, curve,
+sequences cost) and trials-FOLDER.{json,csv} (every trial of each search: settings, state, score, curve,
 budget), and prints one line per search with its best trial.
 """
 from __future__ import annotations
@@ -96,7 +96,8 @@ def main() -> None:
                 steps = sorted(seen)
                 fig.add_scatter(x=[seen[s] / 1e6 for s in steps], y=[trial["curve"][str(s)] if str(s) in trial["curve"]
                                                               else trial["curve"][s] for s in steps],
-                                mode="lines+markers", name=f"{label(summary, trial)} ({state(trial)})",
+                                mode="lines+markers", name=f"{label(summary, trial)}, {summary['budget']['steps']:,}-step "
+                                                           f"budget ({state(trial)})",
                                 line=dict(color=colours[i % len(colours)],
                                           dash="dash" if trial["state"] == "pruned" else "solid"))
                 i += 1
@@ -104,8 +105,8 @@ def main() -> None:
             trial["run"] = trial["run"] and str(Path(trial["run"]).relative_to(folder.parent.parent)
                                                 if Path(trial["run"]).is_absolute() else trial["run"])
         record = {k: v for k, v in summary.items() if k != "storage"}
-        (OUT / f"trials-{summary['study']}.json").write_text(json.dumps(record, indent=1) + "\n")
-        shutil.copyfile(folder / "trials.csv", OUT / f"trials-{summary['study']}.csv")
+        (OUT / f"trials-{folder.name}.json").write_text(json.dumps(record, indent=1) + "\n")
+        shutil.copyfile(folder / "trials.csv", OUT / f"trials-{folder.name}.csv")
         best = summary["best"]
         done = sum(t["state"] in ("complete", "pruned") for t in summary["trials"])
         print(f"{summary['study']}: {done} of {summary['n_trials']} trials, budget {summary['budget']['steps']:,} steps x "
@@ -124,8 +125,9 @@ def main() -> None:
     style.reference_line(fig, 1 / 256, "chance 0.4%", color="black")
     fig.update_layout(title="recall: held-out accuracy against training tokens, every trial of the equal search",
                       xaxis_title="training tokens, millions (sequences x their length)",
-                      yaxis_title="held-out accuracy (tables of 1-64 pairs)", height=520, width=980)
+                      yaxis_title="held-out accuracy (tables of 1-64 pairs)", height=700, width=980)
     style.apply(fig)
+    fig.update_layout(legend=dict(orientation="v", yanchor="top", y=-0.18, xanchor="left", x=0))  # below: the plot keeps its width
     (OUT / "curves.pdf").write_bytes(figure_pdf(fig))
     (OUT / "curves.png").write_bytes(figure_image(fig, "png"))
     print(f"wrote {OUT / 'curves.pdf'} and .png")
@@ -133,15 +135,16 @@ def main() -> None:
         table_sizes(args.tables, args.names, figure_pdf, figure_image)
 
 
-def table_sizes(results: list[Path], names: list[str], figure_pdf, figure_image) -> None:
+def table_sizes(paths: list[Path], names: list[str], figure_pdf, figure_image) -> None:
     import plotly.graph_objects as go
 
     from analyses import style
+    from interp import results
 
     fig = go.Figure()
     sizes = set()
-    for i, path in enumerate(results):
-        numbers = json.loads(path.read_text())
+    for i, path in enumerate(paths):
+        numbers = results.read(path, "content-addressing")
         by_size = {int(k): v for k, v in numbers["metrics"]["accuracy_by_table_size"].items()}
         sizes |= set(by_size)
         name = names[i] if i < len(names) else numbers["run"]
@@ -150,12 +153,12 @@ def table_sizes(results: list[Path], names: list[str], figure_pdf, figure_image)
     sizes = sorted(sizes)
     fig.add_scatter(x=sizes, y=[1 / n for n in sizes], mode="lines", name="1/n: any value of the table",
                     line=dict(color="black", dash="dot"))
-    fig.add_hline(y=1 / 256, line_dash="dash", line_color="gray", annotation_text="chance 0.4%",
-                  annotation_position="top right")
     fig.update_layout(title="recall: accuracy against table size at the paper's length (d_model 64)",
                       xaxis=dict(title="pairs in the table", type="log", tickvals=sizes, ticktext=[str(n) for n in sizes]),
-                      yaxis=dict(title="accuracy of bound queries", type="log"), height=500, width=900)
+                      yaxis=dict(title="accuracy of bound queries", type="log"), height=700, width=900)
+    style.reference_line(fig, 1 / 256, "chance 0.4%")  # after the axis type: the label's place depends on it
     style.apply(fig)
+    fig.update_layout(legend=dict(orientation="v", yanchor="top", y=-0.18, xanchor="left", x=0))
     (OUT / "table-size.pdf").write_bytes(figure_pdf(fig))
     (OUT / "table-size.png").write_bytes(figure_image(fig, "png"))
     print(f"wrote {OUT / 'table-size.pdf'} and .png")
