@@ -847,27 +847,46 @@ def stop_at_once(_signum, _frame) -> None:
     os._exit(130)
 
 
+def prepare_in_background(explorer: Explorer) -> threading.Thread:
+    """The model's warm-up (a first build of its kernels, about a minute, printing its own progress) and then
+    the first sequence's views, in a thread that holds the explorer's lock from before this returns: the
+    server answers meanwhile, its views wait for the lock, and the page's status line says what they wait for."""
+    index = len(explorer.checkpoints) - 1
+    model = explorer.model(index)
+    held = threading.Event()
+
+    def prepare():
+        with explorer.lock:
+            held.set()
+            warm_up = getattr(model, "warm_up", None)
+            if warm_up is not None:
+                with explorer.waits.on(f"preparing the {getattr(model, 'arch', 'model')} model (a first build of its "
+                                       f"kernels takes about a minute)", terminal=False):
+                    warm_up()
+            try:  # what the page asks for first: seed 0, nothing ablated
+                tokens = explorer.sample(0)
+                explorer.posterior_views(index, tokens, 0, [])
+                explorer.geometry_view(index, [], "residual")
+                info = explorer.layout_info(index)
+                if info["attention"] or info["scan"]:
+                    explorer.patterns(index, tokens, 0, [])
+            except REFUSED:
+                pass  # the page's own request says why
+
+    thread = threading.Thread(target=prepare, daemon=True)
+    thread.start()
+    held.wait()
+    return thread
+
+
 def serve(source, host: str = "127.0.0.1", port: int = 8050) -> None:
     """Check the port, load the model(s), then serve until interrupted; a model's warm-up (a first kernel build,
     about a minute) runs while the server is up, said in the page and on the terminal."""
     check_port(host, port)
     signal.signal(signal.SIGINT, stop_at_once)
     explorer = Explorer(source)
-    model = explorer.model(len(explorer.checkpoints) - 1)
-    warm_up = getattr(model, "warm_up", None)
     app = build_app(explorer)
-
-    held = threading.Event()
-
-    def warm():  # views wait for it on the explorer's lock; the page's status line says what they wait for
-        with explorer.lock, explorer.waits.on(f"preparing the {getattr(model, 'arch', 'model')} model (a first "
-                                              f"build of its kernels takes about a minute)", terminal=False):
-            held.set()
-            warm_up()  # prints its own progress on the terminal
-
-    if warm_up is not None:
-        threading.Thread(target=warm, daemon=True).start()
-        held.wait()  # the lock is the warm-up's before the first view can ask for it
+    prepare_in_background(explorer)
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request on the terminal
     click.echo(f"explorer for {source} at http://{host}:{port}/ (Ctrl+C stops it)", err=True)
     app.run(host=host, port=port, debug=False)
