@@ -578,6 +578,16 @@ def test_a_click_on_the_head_ablation_map_ablates_that_head_in_every_view(run_di
                inputs=[dict(id="ablation-map", property="clickData", value=dict(points="H1"))], state=[],
                changedPropIds=["ablation-map.clickData"])
     assert client.post("/_dash-update-component", json=bad).status_code == 400
+    pick = dict(output="..layer.value...head.value..", outputs=[dict(id="layer", property="value"),
+                                                               dict(id="head", property="value")],
+                state=[], changedPropIds=["heads.clickData"])
+    def pick_head(number):  # a click on the grid of heads
+        click = dict(points=[dict(x="0:k0", y="0:k0", curveNumber=number)])
+        return client.post("/_dash-update-component", json=dict(pick, inputs=[
+            dict(id="heads", property="clickData", value=click)]))
+
+    assert json.loads(pick_head(1).data)["response"]["head"]["value"] == 1
+    assert pick_head(2).status_code == 400 and pick_head("1").status_code == 400  # the run's layers have 2 heads
 
 
 @pytest.mark.slow
