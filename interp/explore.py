@@ -221,8 +221,8 @@ class Explorer:
         intact = self.held_out_calibration(index, [])
         mark = " (ablated)" if choices else ""
         views = dict(
-            entropy=staircase_figure(curves["per_position"], f"this sequence: model{mark} vs Bayes entropy "
-                                     f"(MAE {curves['entropy_mae_bits']:.4f} bits)",
+            entropy=staircase_figure(curves["per_position"], f"this sequence: model{mark} vs Bayes entropy"
+                                     f"<br><sup>MAE {curves['entropy_mae_bits']:.4f} bits</sup>",  # fits half a page
                                      intact=self.sequence_numbers(index, tokens, seed, [])["curves"]["per_position"]
                                      if choices else None),
             gap=error_figure(curves["per_position"]),

@@ -252,6 +252,7 @@ def test_end_to_end_in_chromium(server, browser, tmp_path):
     shot = Path(os.environ.get("EXPLORE_ARTIFACTS", tmp_path)) / "explorer.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     wait.until(lambda d: d.execute_script("return !document.querySelector('[data-dash-is-loading]')"))
+    browser.execute_script("window.scrollTo(0, 0)")  # the page from its top (the clicks above scrolled it)
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     if os.environ.get("UPDATE_README_FIGURES") == "1":
         shutil.copyfile(shot, REPO / "figures" / "readme" / "explorer.png")
