@@ -10,13 +10,21 @@ lays the views out:
 - posterior: per query position the model's answer distribution beside the Bayes posterior, and
   model vs Bayes entropy with the gap (``calibration.measure`` and its staircase/error figures);
 - calibration on held-out sequences (``calibration.measure``), intact and as ablated;
-- attention pattern of one layer and head, keys naming a feasible or an eliminated hypothesis
-  marked (the task's hypothesis tokens, as in ``qk_alignment.hypothesis_group``);
-- geometry: residual-stream and attention-output PCA per layer coloured by Bayes entropy
-  (``value_manifold.run``'s own figures);
+- attention pattern of one layer and head, every token named on both axes (``Task.position_names``),
+  keys naming a feasible or an eliminated hypothesis marked (the task's hypothesis tokens, as in
+  ``qk_alignment.hypothesis_group``), and every head of the layer side by side, on a linear or log colour
+  scale (``explore_attention``); shown only where the model has attention (or a selective scan);
+- geometry: residual-stream and attention-output PCA per layer coloured by Bayes entropy, token position
+  or the true latent class (``value_manifold``'s own figures);
 - ablation: heads zeroed at ``hook_z`` (``activations.ablation_hook``), blocks skipped
-  (``activations.part_hooks``), applied to every view at once;
+  (``activations.part_hooks``), applied to every view at once; head-ablation's map, whose cells ablate
+  their head when clicked;
+- activation patching on the sequence shown (``explore_patching``);
+- the Python and the ``interp explore --numbers`` command that give the view's numbers;
 - a step slider over the checkpoints of a run folder.
+
+Slow views say what they wait for in the page and on the terminal (``waits``); the server prepares the
+model and the first views in the background (``prepare_in_background``) and stops at once on Ctrl-C.
 """
 from __future__ import annotations
 
