@@ -111,8 +111,13 @@ def load_language_model(name: str, device: str = "cpu"):
     """``name`` (e.g. ``EleutherAI/pythia-410m``) from the local Hugging Face cache, without network."""
     from transformer_lens import HookedTransformer
 
+    import huggingface_hub.constants as hub
+
     saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    # huggingface_hub reads the variable once, at import: without its constant set too, a model missing
+    # from the cache is first looked up on the network (about 20 s of retries here before the error)
+    was_offline, hub.HF_HUB_OFFLINE = hub.HF_HUB_OFFLINE, True
     try:
         with quiet_deprecation():
             return HookedTransformer.from_pretrained(name, device=device, **RAW_WEIGHTS).eval()
@@ -125,6 +130,7 @@ def load_language_model(name: str, device: str = "cpu"):
                         f"import AutoModelForCausalLM as M; M.from_pretrained('{name}')\" (then copy "
                         f"~/.cache/huggingface here)") from None
     finally:
+        hub.HF_HUB_OFFLINE = was_offline
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
