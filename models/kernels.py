@@ -243,6 +243,10 @@ def build(name: str, sources: list[Path], cflags: list[str], ldflags: list[str],
                 return import_module(name, module)
             if state == "held" and folder.exists():  # an incomplete folder from before builds were atomic
                 shutil.rmtree(folder)
+            # Temporary folders of builds that were killed before their own cleanup (SIGKILL, or Ctrl-C in
+            # the explorer, which exits at once): nobody else builds this key while we hold its lock.
+            for leftover in folder.parent.glob(f".{folder.name}.*.building"):
+                shutil.rmtree(leftover, ignore_errors=True)
             with ticking(f"compiling the {what} (once per machine and version, about a minute)"):
                 module, _ = compile_into(folder, name, sources, cflags, ldflags)
             return module

@@ -104,6 +104,20 @@ def test_a_lock_left_by_a_killed_build_never_hangs_training(fresh_builds, tmp_pa
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
 
 
+def test_the_temporary_folder_of_a_killed_build_is_removed_by_the_next_build(fresh_builds, capfd):
+    import models.mamba
+    from models.kernels import folder_for
+
+    folder = folder_for(models.mamba.KERNELS_NAME, [models.mamba.KERNELS_SOURCE], models.mamba.KERNELS_FLAGS[0])
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    left = folder.parent / f".{folder.name}.k1ll3d.building"  # what a build killed half way leaves
+    (left / "objects").mkdir(parents=True)
+    other = folder.parent / ".another-key.k1ll3d.building"  # another key's build may be running: kept
+    other.mkdir()
+    assert kernel_build() is None  # the compiler fails at once here: eager torch
+    assert not left.exists() and other.exists()
+
+
 def test_a_lock_held_too_long_ends_in_eager_torch_with_one_warning(fresh_builds, capfd):
     holder = hold_lock(lambda: time.sleep(60))
     try:
