@@ -1,6 +1,7 @@
 """What a run trains, resolved in one place: the task, the model and the training settings.
 
-    spec = recipe.resolve("recall", "mamba", "cpu", task={"N": 32}, model={"d_model": 96}, train={"lr": 1e-3})
+    spec = recipe.resolve("recall", "mamba", "cpu", task_options={"N": 32}, model_options={"d_model": 96},
+                          train_options={"lr": 1e-3})
     spec.task, spec.model, spec.train      # a Task, a model config dict, TrainSettings
     spec.record()                          # what run.json records of it
 
