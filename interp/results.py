@@ -6,7 +6,8 @@ and reads them back.
     saved = results.reusable(folder, "calibration", checkpoint_file)   # None unless computed on these weights
 
 A result's JSON (``analyses.base.Result.record``) is the record: the analysis, where it came from
-(``provenance``: the checkpoint and its SHA-256, the command, the package versions) and the numbers.
+(``provenance``: the checkpoint and its SHA-256, the ``interp`` command when one made it, the
+package versions) and the numbers.
 It is written last, so a JSON on disk means every file of the result was written. ``interp run``,
 ``interp reproduce`` and ``interp sweep`` write through here; ``compare`` reads sweeps back with
 ``analyses.base.read_result``, the reader of the same format.
@@ -81,8 +82,16 @@ def provenance(checkpoint: Path | None = None, **context) -> dict:
     where = dict(context)
     if checkpoint is not None:
         where.update(checkpoint=str(checkpoint), checkpoint_sha256=checkpoint_digest(Path(checkpoint)))
-    argv = [Path(sys.argv[0]).name if sys.argv and sys.argv[0].endswith("interp") else "interp", *sys.argv[1:]]
-    return where | dict(command=shlex.join(argv), versions=versions())
+    return where | dict(command=command_line(), versions=versions())
+
+
+def command_line() -> str | None:
+    """The ``interp ...`` command this process runs (as ``interp`` or ``python -m interp``); None when the
+    result is made from Python (a notebook, a script, a test), where no command line made it."""
+    program = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if program is None or not (program.name == "interp" or program.parts[-2:] == ("interp", "__main__.py")):
+        return None
+    return shlex.join(["interp", *sys.argv[1:]])
 
 
 def write(result, folder: Path, formats, context: dict, source: str | None = None) -> list[Path]:
@@ -141,5 +150,5 @@ def headline(metrics: dict) -> list[tuple[str, float]]:
     return flat
 
 
-__all__ = ["SOURCE_MARK", "checkpoint_digest", "claim", "complete", "headline", "output_folder", "provenance", "read",
-           "reusable", "run_label", "write"]
+__all__ = ["SOURCE_MARK", "checkpoint_digest", "claim", "command_line", "complete", "headline", "output_folder",
+           "provenance", "read", "reusable", "run_label", "write"]

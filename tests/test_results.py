@@ -23,11 +23,15 @@ def checkpoint(path, value: float):
     return path
 
 
-def test_a_result_json_holds_its_provenance_and_reads_back(tmp_path):
+def test_a_result_json_holds_its_provenance_and_reads_back(tmp_path, monkeypatch):
     file = checkpoint(tmp_path / "step.safetensors", 1.0)
     context = results.provenance(file, run="tiny", options={"n": 3})
     assert context["checkpoint_sha256"] == hashlib.sha256(file.read_bytes()).hexdigest()
-    assert context["command"].startswith("interp") and context["versions"]["torch"]
+    assert context["command"] is None and context["versions"]["torch"]  # made from Python (here pytest): no command
+    monkeypatch.setattr("sys.argv", ["/venv/bin/interp", "run", "calibration", "--ckpt", "my run"])
+    assert results.provenance()["command"] == "interp run calibration --ckpt 'my run'"
+    monkeypatch.setattr("sys.argv", ["/repo/interp/__main__.py", "reproduce"])  # python -m interp
+    assert results.provenance()["command"] == "interp reproduce"
     results.write(result(), tmp_path / "out", ("json",), context)
     saved = read_result(tmp_path / "out" / "calibration.json", "calibration")
     assert saved["metrics"] == {"entropy_mae_bits": 0.25, "n_sequences": 3}
