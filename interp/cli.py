@@ -93,12 +93,14 @@ def main():
 @click.option("--bf16/--no-bf16", "bf16", default=None,
               help="bf16 autocast on the CPU too (overrides the preset; CUDA always uses it); weights and "
               "evaluation stay float32. Fast only on CPUs with bf16 units (AMX, avx512_bf16)")
+@click.option("--init", "init", metavar="CKPT", help="start from this checkpoint's weights (fine-tuning): the same "
+              "architecture and weight shapes; run.json records its SHA-256")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="task setting, e.g. -T V=10 -T L=9")
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="model setting, e.g. -M d_model=128")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 @click.option("--resume", is_flag=True, help="continue an interrupted run in --out exactly where it stopped")
 def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, checkpoint_every, curriculum,
-          compile_step, bf16, task_options, model_options, device, resume):
+          compile_step, bf16, init, task_options, model_options, device, resume):
     """Train a model on a wind tunnel; writes run.json, metrics.jsonl and safetensors checkpoints."""
     import models
     import tasks
@@ -115,7 +117,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
                                           ("--checkpoint-every", checkpoint_every),
                                           ("--curriculum", curriculum is not None),
                                           ("--bf16/--no-bf16", bf16 is not None),
-                                          ("-T", task_options),
+                                          ("--init", init), ("-T", task_options),
                                           ("-M", model_options)) if value]
         if given:
             raise UserError(f"--resume continues with the settings in {out / 'run.json'}; drop {', '.join(given)}")
@@ -123,7 +125,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
     else:
         given = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, warmup=warmup,
                                        checkpoint_every=checkpoint_every, curriculum=parse_curriculum(curriculum),
-                                       compile=compile_step, bf16=bf16).items() if v is not None}
+                                       compile=compile_step, bf16=bf16, init=init).items() if v is not None}
         spec = resolve(task_name, arch, preset, task_options=parse_assignments(task_options, "task option"),
                        model_options=parse_assignments(model_options, "model option"), train_options=given)
         for note in spec.notes:

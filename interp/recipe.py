@@ -61,6 +61,10 @@ class TrainSettings:
     # EPYC with avx512_bf16; without them it may be slower (not measured). What it costs in precision is what a
     # run measures.
     bf16: bool = False
+    # Start from the weights of this checkpoint instead of a fresh init (fine-tuning): the same
+    # architecture and weight shapes, any task settings or model options that leave the shapes alone
+    # (e.g. training a shipped model on with position offsets). run.json records the file's SHA-256.
+    init: str | None = None
 
     def validate(self) -> "TrainSettings":
         if isinstance(self.checkpoint_every, bool) or not isinstance(self.checkpoint_every, int) \
@@ -88,6 +92,8 @@ class TrainSettings:
             raise UserError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
         if not is_seed(self.seed):
             raise UserError(f"seed must be {SEED_RANGE}, got {self.seed!r}")
+        if self.init is not None and (not isinstance(self.init, str) or not self.init):
+            raise UserError(f"init must be a checkpoint's path, got {self.init!r}")
         for name in ("compile", "bf16"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")

@@ -282,6 +282,8 @@ class Trainer:
             self.model = models.build(arch, self.task, config=model_config, seed=self.settings.seed)
         except tasks.ConfigError as err:
             raise UserError(f"{run_file}: {err}; it cannot be resumed" if resume else str(err)) from None
+        if self.settings.init:  # before any resume state, which replaces these weights
+            init = self._start_from(self.settings.init, arch)
         self.model.to(self.device)
         s = self.settings
         self.stages = [(end, self._stage_task(settings)) for end, settings in s.curriculum]
@@ -297,6 +299,8 @@ class Trainer:
                                threads=torch.get_num_threads(), world_size=self.dist.world_size,
                                versions=versions(), status="running",
                                started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            if s.init:
+                self.record["init"] = init
 
     def _note_changed_machine(self) -> None:
         """A resume on another thread count or device continues correctly but not bit for bit."""
@@ -378,6 +382,23 @@ class Trainer:
                                 f"the log of the steps so far") from None
             kept = [line for line in lines if _step_of(line) <= self.step]  # bytes: a non-UTF-8 line is dropped
             atomic_write_bytes(metrics, b"".join(line + b"\n" for line in kept))
+
+    def _start_from(self, path: str, arch: str) -> dict:
+        """Load a checkpoint's weights as the starting point; what it was, for run.json."""
+        from .results import checkpoint_digest
+
+        path = checkpoint.resolve(path)  # a run folder means its last checkpoint
+        meta, tensors = checkpoint.read(path)
+        if meta["arch"] != arch:
+            raise UserError(f"--init {path} is a {meta['arch']} checkpoint; this run trains a {arch}")
+        if meta["task"].get("name") != self.task.name:
+            raise UserError(f"--init {path} was trained on {meta['task'].get('name')}; this run trains "
+                            f"{self.task.name}")
+        weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
+        checkpoint.check_weights(self.model, weights, f"--init {path}")
+        self.model.load_state_dict(weights)
+        return dict(path=str(path), sha256=checkpoint_digest(Path(path)), step=meta["step"],
+                    task=meta["task"], model=meta["model"])
 
     def _same_run(self, meta: dict) -> bool:
         """Whether a checkpoint's metadata describes this run's task, architecture, model and seed."""
@@ -475,6 +496,7 @@ class Trainer:
                 for group in self.opt.param_groups:
                     group["lr"] = lr
                 generator = torch.Generator().manual_seed(s.seed * 1_000_003 + self.step)
+                torch.manual_seed(s.seed * 1_000_003 + self.step)  # any draw inside the model, e.g. position offsets
                 # Every process draws the same full batch and trains on its own rows of it.
                 batch = self.dist.shard(self.task_at(self.step).sample(s.batch_size, generator=generator)).to(self.device)
                 with autocast:

@@ -18,8 +18,10 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 from transformer_lens import HookedTransformer, HookedTransformerConfig
+from transformer_lens.components import PosEmbed
 from transformer_lens.hook_points import HookPoint
 
 from tasks import ConfigError, Task
@@ -52,11 +54,19 @@ class TransformerConfig(ModelConfig):
     # transformer learn recall on a CPU budget: without it no probe left the copy-any-value plateau
     # (models/pretrained/recall-transformer-cpu/README.md).
     shift: int | None = None
+    # Train with every sequence's positions moved by a random offset in [0, n_ctx - length] (learned
+    # positions only): every row of the position table is trained, at every offset, so the model must
+    # read positions relative to each other, and a sequence longer than the training length meets
+    # no untrained row (randomised positions, Ruoss et al. 2023). Evaluation uses offset 0.
+    position_offsets: bool = False
 
     ARCH = "transformer"
     CHOICES = {"act_fn": ACT_FNS, "normalization": ("LN", "RMS"), "positional": ("learned", "rotary")}
 
     def check(self) -> None:
+        if self.position_offsets and self.positional != "learned":
+            raise ConfigError("transformer: position_offsets=true moves a learned position table; rotary positions "
+                              "are relative already (drop one of -M positional=rotary, -M position_offsets=true)")
         if self.d_model % self.n_heads:
             raise ConfigError(f"transformer: d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
 
@@ -75,6 +85,18 @@ class TiedUnembed(nn.Module):
 
     def forward(self, residual):
         return residual @ self.W_U + self.b_U
+
+
+class RandomOffsetPosEmbed(PosEmbed):
+    """The learned position table, read from a random offset per sequence while training."""
+
+    def forward(self, tokens, past_kv_pos_offset=0, attention_mask=None):
+        batch, length = tokens.size(0), tokens.size(-1)
+        if not self.training or past_kv_pos_offset or attention_mask is not None:
+            return super().forward(tokens, past_kv_pos_offset, attention_mask)
+        # torch's global generator: the trainer seeds it from (seed, step), so a run still replays itself
+        offsets = torch.randint(0, self.cfg.n_ctx - length + 1, (batch, 1), device=self.W_pos.device)
+        return self.W_pos[offsets + torch.arange(length, device=self.W_pos.device)]
 
 
 class WindTunnelTransformer(AnswerHead, HookedTransformer):
@@ -116,6 +138,14 @@ class WindTunnelTransformer(AnswerHead, HookedTransformer):
             self.embed = InputProjection(task.input_dim, config.d_model)
         elif config.tied:
             self.unembed = TiedUnembed(self.embed, self.unembed.b_U)
+        if config.position_offsets:
+            if n_ctx == task.seq_len:
+                raise ConfigError(f"transformer: position_offsets=true needs a position table longer than the "
+                                  f"training sequences ({task.seq_len} tokens): set -M n_ctx to the longest "
+                                  f"sequence it should read, e.g. -M n_ctx={2 * task.seq_len}")
+            offset_table = RandomOffsetPosEmbed(self.cfg)
+            offset_table.W_pos = self.pos_embed.W_pos  # the same (initialised) parameter, read differently
+            self.pos_embed = offset_table
         if config.shift:
             self.token_shift = TokenShift(config.shift, config.d_model, seed)
             self.hook_token_shift = HookPoint()  # the embeddings after the shift: the residual stream's start

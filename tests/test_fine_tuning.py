@@ -1,0 +1,97 @@
+"""Training on from a checkpoint (`--init`) and random position offsets (`-M position_offsets=true`)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import models
+import tasks
+from interp import checkpoint
+from interp.errors import UserError
+from interp.results import checkpoint_digest
+from interp.train import Trainer, TrainSettings
+
+TASK = dict(name="hmm", S=2, O=2, K=4)
+SMALL = dict(d_model=16, n_layers=1, n_heads=2)
+SETTINGS = dict(steps=3, batch_size=8, lr=1e-3, warmup=1, eval_every=1000, eval_size=8)
+
+
+def offsets_model(**config):
+    task = tasks.from_config(TASK)
+    return models.build("transformer", task, config=dict(SMALL, n_ctx=task.seq_len + 6, position_offsets=True,
+                                                         **config))
+
+
+def test_offsets_read_consecutive_rows_from_a_random_start_while_training_and_row_0_in_evaluation():
+    model = offsets_model()
+    tokens = tasks.from_config(TASK).sample(64, generator=torch.Generator().manual_seed(0)).tokens
+    table = model.pos_embed.W_pos
+    length = tokens.shape[1]
+    model.train()
+    torch.manual_seed(0)
+    read = model.pos_embed(tokens)
+    starts = []
+    for row in read:  # each sequence: `length` consecutive rows of the table, from some start in 0..6
+        match = [o for o in range(7) if torch.equal(row, table[o:o + length])]
+        assert len(match) == 1
+        starts.append(match[0])
+    assert set(starts) == set(range(7))  # 64 draws of 7 starts: every one occurs
+    model.eval()
+    assert torch.equal(model.pos_embed(tokens), table[:length].expand(64, -1, -1))
+    # the training gradient reaches every row the offsets read, past the training length too
+    model.train()
+    model(tokens).sum().backward()
+    assert (table.grad.abs().sum(-1) > 0).all()
+
+
+def test_offsets_are_refused_with_rotary_positions_or_a_table_no_longer_than_the_sequences():
+    with pytest.raises(tasks.ConfigError, match="rotary positions are relative already"):
+        offsets_model(positional="rotary")
+    task = tasks.from_config(TASK)
+    with pytest.raises(tasks.ConfigError, match=rf"-M n_ctx={2 * task.seq_len}"):
+        models.build("transformer", task, config=dict(SMALL, position_offsets=True))
+
+
+def test_a_run_with_offsets_replays_itself_bit_for_bit(tmp_path):
+    config = offsets_model().config.to_dict()
+    weights = []
+    for name in ("a", "b"):
+        trainer = Trainer(tmp_path / name, TASK, "transformer", config, TrainSettings(**SETTINGS), progress=False)
+        trainer.run()
+        weights.append(trainer.model.state_dict())
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_init_starts_from_the_checkpoint_and_records_it(tmp_path):
+    first = Trainer(tmp_path / "first", TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**SETTINGS),
+                    progress=False)
+    first.run()
+    start = checkpoint.resolve(tmp_path / "first")
+    # the fine-tune changes a model option that leaves the weights' shapes alone
+    tuned = Trainer(tmp_path / "tuned", TASK, "transformer", dict(SMALL, n_ctx=20, position_offsets=True),
+                    TrainSettings(**SETTINGS, init=str(tmp_path / "first")), progress=False)
+    _, init_weights = checkpoint.read(start)
+    assert all(torch.equal(tuned.model.state_dict()[k], init_weights[k]) for k in init_weights)
+    tuned.run()
+    _, at_start = checkpoint.read(tmp_path / "tuned" / "checkpoints" / checkpoint.checkpoint_name(0))
+    assert all(torch.equal(at_start[k], init_weights[k]) for k in init_weights)
+    record = json.loads((tmp_path / "tuned" / "run.json").read_text())
+    assert record["init"]["sha256"] == checkpoint_digest(start) and record["init"]["step"] == 3
+    assert record["train"]["init"] == str(tmp_path / "first")
+
+
+@pytest.mark.parametrize("arch, task, match", [
+    ("mlp", TASK, "is a transformer checkpoint; this run trains a mlp"),
+    ("transformer", dict(name="bijection", V=4, L=3), "was trained on hmm; this run trains bijection"),
+    ("transformer", dict(TASK, O=3), "weights do not match"),
+])
+def test_init_of_another_architecture_task_or_shape_is_refused_in_one_line(tmp_path, arch, task, match):
+    Trainer(tmp_path / "first", TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**dict(SETTINGS, steps=1)),
+            progress=False).run()
+    config = dict(SMALL, n_ctx=20) if arch == "transformer" else None
+    with pytest.raises(UserError, match=match):
+        Trainer(tmp_path / "second", task, arch, config, TrainSettings(**SETTINGS, init=str(tmp_path / "first")),
+                progress=False)
+    assert not (tmp_path / "second" / "run.json").exists()
