@@ -330,14 +330,17 @@ def reproduce(preset, only, archs, runs, out, device):
 @click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
 @click.option("--steps", type=int, help="training steps of every point [default: the capacity reference's preset]")
 @click.option("--batch-size", type=int, help="sequences per step of every point [default: the preset's]")
+@click.option("--lr", type=float, help="peak learning rate of every point [default: the capacity reference's preset]")
+@click.option("--curriculum", metavar="JSON", help="stages before the task itself, for every point, as JSON "
+              "(default: the capacity reference's preset; '[]' for none)")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="a fixed task setting")
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="a fixed model setting")
 @click.option("--n", "n_eval", type=click.IntRange(1), default=1000, show_default=True, help="held-out sequences per point")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of every init and training batch")
 @click.option("--out", type=click.Path(path_type=Path), help="sweep folder [sweeps/TASK-SETTING]")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
-def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, task_options, model_options, n_eval, seed, out,
-          device):
+def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, curriculum, task_options, model_options,
+          n_eval, seed, out, device):
     """Difficulty curves: train every architecture at every axis value with one budget, measure the
     task's primitive metric, and write OUT/sweep.json (curves, break points) and sweep.pdf/html/png.
     Rerunning resumes: finished points are read back."""
@@ -356,7 +359,8 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, task_
     out = out or Path("sweeps") / f"{task_name or Path(run_names[0]).name.split('-')[0]}-{parse_axis(axis)[0]}"
     job = Sweep(task_name, axis, split(archs) if archs else models.ARCHS, out, width_values, preset, steps,
                 batch_size, parse_assignments(task_options, "task option"),
-                parse_assignments(model_options, "model option"), n_eval, seed, device, run_names)
+                parse_assignments(model_options, "model option"), n_eval, seed, device, run_names, lr=lr,
+                curriculum=parse_curriculum(curriculum))
     summary = job.execute()
     for arch, by_width in summary["break_points"].items():
         for width, brk in by_width.items():

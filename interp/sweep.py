@@ -90,7 +90,8 @@ class Sweep:
     def __init__(self, task: str | None, axis: str, archs: tuple[str, ...], out: Path, widths: tuple[int, ...] = (),
                  preset: str = "cpu", steps: int | None = None, batch_size: int | None = None,
                  task_options: dict | None = None, model_options: dict | None = None, n: int = 1000,
-                 seed: int = 0, device: str | None = None, runs: tuple[str, ...] = ()):
+                 seed: int = 0, device: str | None = None, runs: tuple[str, ...] = (), lr: float | None = None,
+                 curriculum: list | None = None):
         self.setting, self.values = parse_axis(axis)
         self.out, self.preset, self.widths = Path(out), preset, tuple(widths)
         self.task_options, self.model_options = dict(task_options or {}), dict(model_options or {})
@@ -98,9 +99,9 @@ class Sweep:
         self.runs = self.read_runs(runs, task) if runs else {}
         self._loaded = {}  # an evaluated sweep's model in use (points come run by run)
         if self.runs:
-            if widths or steps or batch_size or task_options or model_options:
+            if widths or steps or batch_size or task_options or model_options or lr or curriculum is not None:
                 raise UserError("an evaluated sweep (--runs) measures the runs as trained; drop --widths, --steps, "
-                                "--batch-size, -T and -M, or drop --runs to train one model per point")
+                                "--batch-size, --lr, --curriculum, -T and -M, or drop --runs to train one model per point")
             task = next(iter(self.runs.values()))["task"]["name"]
             archs = tuple(dict.fromkeys(r["arch"] for r in self.runs.values()))
         if task not in tasks.NAMES:
@@ -124,7 +125,8 @@ class Sweep:
             raise UserError(f"-M {', '.join(unknown)}: no swept architecture has that setting; valid: "
                             f"{', '.join(sorted(known))}")
         reference = models.REFERENCE or models.ARCHS[0]
-        given = {k: v for k, v in dict(steps=steps, batch_size=batch_size).items() if v is not None}
+        given = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, curriculum=curriculum).items()
+                 if v is not None}
         budget = resolve(self.task_at(self.points()[0]), reference, preset, train_options=given | {"seed": seed}).train
         self.budget = replace(budget, eval_size=min(budget.eval_size, 256)).validate()
 
@@ -278,9 +280,51 @@ class Sweep:
         from . import results as store
 
         summary = self.summary(results)
-        result = Result("sweep", DEFINITION, summary, {"curves": curve_figure(summary)})
+        figures = {"curves": curve_figure(summary)}
+        if len(self.widths) > 1:
+            figures["grid"] = grid_figure([summary])
+        result = Result("sweep", DEFINITION, summary, figures)
         store.write(result, self.out, ("pdf", "html", "png", "json"), store.provenance())
         return summary
+
+
+def grid_figure(summaries: list[dict], names: list[str] | None = None) -> go.Figure:
+    """The MQAR-style grid: the metric over axis value x width, one panel per architecture of each
+    trained sweep (``names`` label the sweeps' panels, e.g. a model option that tells two apart)."""
+    from plotly.subplots import make_subplots
+
+    from analyses.style import use_template
+
+    panels = [(summary, arch, f"{arch}{f' ({names[i]})' if names else ''}") for i, summary in enumerate(summaries)
+              for arch in summary["archs"]]
+    first = summaries[0]
+    values = sorted({r["value"] for summary in summaries for r in summary["points"]})
+    widths = sorted({r["width"] for summary in summaries for r in summary["points"] if r["width"]})
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[title for *_, title in panels],
+                        horizontal_spacing=0.06, shared_yaxes=True)
+    metric = {"entropy_mae_bits": "entropy MAE (bits)"}.get(first["metric"], first["metric"].replace("_", " "))
+    ascending = first["direction"] == "min"  # accuracy: more is better
+    accuracy = first["metric"] == "accuracy"
+    # one colour scale for every panel, so equal colours are equal numbers
+    top = 1 if accuracy else max((r["metric"] for summary in summaries for r in summary["points"]
+                                  if r["metric"] is not None), default=1)
+    for col, (summary, arch, _) in enumerate(panels, start=1):
+        cell = {(r["width"], r["value"]): r["metric"] for r in summary["points"] if r["arch"] == arch}
+        z = [[cell.get((w, v)) for v in values] for w in widths]
+        text = [[("" if m is None else f"{m:.0%}" if accuracy else f"{m:.3f}") for m in row] for row in z]
+        fig.add_heatmap(x=[str(v) for v in values], y=[str(w) for w in widths], z=z, text=text,
+                        texttemplate="%{text}", zmin=0, zmax=top,
+                        colorscale="Viridis" if ascending else "Viridis_r", showscale=col == len(panels),
+                        colorbar=dict(title=metric), row=1, col=col)
+        fig.update_xaxes(title_text=first["axis"], type="category", row=1, col=col)
+    fig.update_yaxes(title_text="d_model", type="category", row=1, col=1)
+    budgets = {json.dumps({k: summary["budget"].get(k) for k in ("steps", "batch_size", "lr")}) for summary in summaries}
+    budget = "; ".join(f"{b['steps']} steps x batch {b['batch_size']}, lr {b['lr']:g}"
+                       for b in map(json.loads, sorted(budgets)))
+    fig.update_layout(title=f"{first['primitive']} ({first['task']}): {metric} by {first['axis']} and width"
+                            f"<br><sub>every cell: {budget}; threshold {first['threshold']:g}</sub>",
+                      width=max(420, 300 * len(panels)), height=440, margin=dict(t=120))
+    return use_template(fig)
 
 
 def curve_figure(summary: dict) -> go.Figure:

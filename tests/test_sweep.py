@@ -1,5 +1,6 @@
 """interp sweep: break points on known curves, and a real (tiny) sweep that resumes and feeds compare."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -7,7 +8,7 @@ import analyses
 import models
 import tasks
 from interp.errors import UserError
-from interp.sweep import Sweep, break_point, parse_axis
+from interp.sweep import Sweep, break_point, grid_figure, parse_axis
 
 
 def test_break_points_of_known_curves():
@@ -71,6 +72,25 @@ def test_a_tiny_sweep_resumes_and_feeds_the_matrix(tmp_path, capsys):
     assert cell["curve"]["text"] == expected
     with pytest.raises(analyses.AnalysisError, match="is not a sweep result"):
         analyses.run("compare", [model], sweeps=str(tmp_path / "none"))
+
+
+def test_a_grid_sweep_takes_one_lr_and_curriculum_for_every_point_and_draws_each_cell(tmp_path):
+    out = tmp_path / "grid"
+    summary = Sweep("bijection", "V=3,4", ("mlp",), out, widths=(8, 16), steps=5, task_options=dict(L=2), n=16,
+                    lr=1e-3, curriculum=[[2, {"L": 1}]]).execute(progress=False)
+    assert summary["budget"]["lr"] == 1e-3 and summary["budget"]["curriculum"] == [[2, {"L": 1}]]
+    for point in summary["points"]:  # every run trained on exactly that budget
+        train = json.loads((Path(point["run"]) / "run.json").read_text())["train"]
+        assert (train["lr"], train["curriculum"], train["steps"]) == (1e-3, [[2, {"L": 1}]], 5)
+    assert (out / "sweep-grid.png").stat().st_size > 0
+    fig = grid_figure([summary])
+    heat = fig.data[0]
+    assert list(heat.x) == ["3", "4"] and list(heat.y) == ["8", "16"]
+    cell = {(p["width"], p["value"]): p["metric"] for p in summary["points"]}
+    assert [list(row) for row in heat.z] == [[cell[(w, v)] for v in (3, 4)] for w in (8, 16)]
+    assert heat.text[1][0] == f"{cell[(16, 3)]:.3f}"
+    with pytest.raises(UserError, match="drop --widths, --steps, --batch-size, --lr"):
+        Sweep(None, "N=1,2", (), out, runs=("recall-mlp-cpu",), lr=1e-3)
 
 
 def tiny_run(folder, task, arch, **task_settings):
