@@ -11,6 +11,8 @@ import plotly.graph_objects as go
 import models
 import tasks
 
+from interp.checkpoint import budget_text, training_budget
+
 from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, read_result, seed_option
 from .calibration import measure
 
@@ -46,12 +48,14 @@ def run_label(model) -> str:
 
 def primitive_cell(rows: list[dict], arch: str, primitive: str) -> dict:
     task, metric, direction, threshold = primitives()[primitive]
-    values = [r[metric] for r in rows if r["arch"] == arch and r["task"] == task and r.get(metric) is not None]
-    if not values:
+    candidates = [r for r in rows if r["arch"] == arch and r["task"] == task and r.get(metric) is not None]
+    if not candidates:
         return dict(status="not measured", value=None, threshold=threshold, metric=metric, task=task)
-    best = min(values) if direction == "max" else max(values)
+    chosen = (min if direction == "max" else max)(candidates, key=lambda r: r[metric])
+    best = chosen[metric]
     passed = best <= threshold if direction == "max" else best >= threshold
-    return dict(status="pass" if passed else "fail", value=best, threshold=threshold, metric=metric, task=task)
+    return dict(status="pass" if passed else "fail", value=best, threshold=threshold, metric=metric, task=task,
+                run=chosen["run"], budget=chosen.get("budget"), n_params=chosen["n_params"])
 
 
 def read_sweeps(spec: str) -> dict[str, dict]:
@@ -90,7 +94,8 @@ def compute(model, n: int = 1000, seed: int = 1234, sweeps: str = "") -> Result:
     rows = []
     for m in runs:
         numbers = measure(m, eval_batch(m, n, seed))
-        rows.append(dict(run=run_label(m), task=m.task.name, arch=m.arch,
+        budget = training_budget(getattr(m, "run_dir", None), getattr(m, "step", 0))
+        rows.append(dict(run=run_label(m), task=m.task.name, arch=m.arch, budget=budget,
                          n_params=sum(p.numel() for p in m.parameters()),
                          entropy_mae_bits=numbers["entropy_mae_bits"], kl_bits=numbers["kl_bits"],
                          accuracy=numbers.get("accuracy")))
@@ -127,8 +132,13 @@ def matrix_figure(matrix: dict) -> go.Figure:
     score = {"pass": 1, "fail": 0, "not measured": 0.5}
     def label(cell: dict) -> str:
         single = cell["status"] + (f" {cell['value']:.3g}" if cell["value"] is not None else "")
+        if cell["value"] is not None:  # the budget of the run the cell is judged from, in every cell
+            single += f"<br><sub>{budget_text(cell.get('budget'))} · {cell['n_params'] / 1e3:.0f}k params</sub>"
         curve = cell.get("curve")
-        return f"<b>{curve['text']}</b><br>{single}" if curve else single
+        if not curve:
+            return single
+        per_point = f" ({curve['budget_steps']:,} x {curve['budget_batch_size']} per point)" if curve["budget_steps"] else ""
+        return f"<b>{curve['text']}</b>{per_point}<br>{single}"
 
     text = [[label(matrix[a][p]) for p in prims] for a in archs]
     fig = go.Figure(go.Heatmap(
@@ -137,8 +147,8 @@ def matrix_figure(matrix: dict) -> go.Figure:
         colorscale=[[0, "#f4a6a6"], [0.5, "#e8e8e8"], [1, "#9fd8a4"]],
         hovertemplate="%{y} · %{x}<br>%{text}<extra></extra>"))
     fig.update_layout(yaxis_autorange="reversed",
-                      title="Inference primitives, measured (thresholds and budgets in the JSON)",
-                      width=720, height=160 + 70 * len(archs))
+                      title="Inference primitives, measured (training steps x batch and parameters in each cell; "
+                            "thresholds in the JSON)", width=860, height=160 + 90 * len(archs))
     return fig
 
 

@@ -397,8 +397,10 @@ class Trainer:
         weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
         checkpoint.check_weights(self.model, weights, f"--init {path}")
         self.model.load_state_dict(weights)
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+        before = checkpoint.training_budget(run_dir, meta["step"])  # what these weights had already seen
         return dict(path=str(path), sha256=checkpoint_digest(Path(path)), step=meta["step"],
-                    task=meta["task"], model=meta["model"])
+                    sequences=before["sequences"] if before else None, task=meta["task"], model=meta["model"])
 
     def _same_run(self, meta: dict) -> bool:
         """Whether a checkpoint's metadata describes this run's task, architecture, model and seed."""

@@ -95,3 +95,26 @@ def test_init_of_another_architecture_task_or_shape_is_refused_in_one_line(tmp_p
         Trainer(tmp_path / "second", task, arch, config, TrainSettings(**SETTINGS, init=str(tmp_path / "first")),
                 progress=False)
     assert not (tmp_path / "second" / "run.json").exists()
+
+
+def test_a_fine_tuned_models_budget_counts_what_its_start_had_seen_and_the_matrix_prints_it(tmp_path):
+    import analyses
+
+    Trainer(tmp_path / "first", TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**SETTINGS),
+            progress=False).run()
+    Trainer(tmp_path / "tuned", TASK, "transformer", dict(SMALL, n_ctx=20),
+            TrainSettings(**dict(SETTINGS, steps=2, init=str(tmp_path / "first"))), progress=False).run()
+    assert checkpoint.training_budget(tmp_path / "first", 3) == dict(steps=3, batch_size=8, init_sequences=0,
+                                                                      sequences=24)
+    tuned = checkpoint.load(tmp_path / "tuned")
+    budget = checkpoint.training_budget(tuned.run_dir, tuned.step)
+    assert budget == dict(steps=2, batch_size=8, init_sequences=24, sequences=40)
+    assert checkpoint.budget_text(budget) == "2 x 8 after 24 sequences"
+    assert checkpoint.budget_text(dict(budget, steps=6000, batch_size=64, init_sequences=1_600_000)) == \
+        "6,000 x 64 after 1.6M sequences"
+    result = analyses.run("compare", [tuned], n=16)
+    cell = result.metrics["primitives"]["transformer"]["transport"]
+    assert cell["budget"] == budget and cell["run"].startswith("tuned")
+    heat = result.figures["primitives"].data[0]
+    row, col = list(heat.y).index("transformer"), list(heat.x).index("transport")
+    assert "2 x 8 after" in heat.text[row][col] and "params" in heat.text[row][col]
