@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -22,6 +23,11 @@ from .errors import UserError
 from .recipe import preset_recipe, recorded_settings
 
 
+def shown(value) -> str:
+    """A setting as -T/-M read it back: JSON for true/false/null, the value itself otherwise."""
+    return json.dumps(value) if isinstance(value, bool) or value is None else str(value)
+
+
 def train_command(record: dict, preset: str) -> str:
     """The ``interp train`` command that reproduces the run: the preset plus whatever differs from it."""
     task_name, arch = record["task"]["name"], record["arch"]
@@ -31,11 +37,15 @@ def train_command(record: dict, preset: str) -> str:
     flags = dict(steps="--steps", batch_size="--batch-size", lr="--lr", seed="--seed", loss="--loss",
                  warmup="--warmup", checkpoint_every="--checkpoint-every")
     return " ".join([f"interp train --task {task_name} --arch {arch} --preset {preset}"]
-                    + [f"-T {k}={v}" for k, v in record["task"].items() if k != "name" and default_task.get(k) != v]
-                    + [f"-M {k}={v}" for k, v in record["model"].items() if recipe["model"].get(k) != v]
+                    + [f"-T {k}={shown(v)}" for k, v in record["task"].items() if k != "name" and default_task.get(k) != v]
+                    + [f"-M {k}={shown(v)}" for k, v in record["model"].items() if recipe["model"].get(k) != v]
                     + [f"{flag} {ran[k]}" for k, flag in flags.items() if ran[k] != recipe["train"][k]]
                     + [f"--{k}" if ran[k] else f"--no-{k}" for k in ("compile", "bf16")  # on/off switches
-                       if ran[k] != recipe["train"][k]])
+                       if ran[k] != recipe["train"][k]]
+                    + ([f"--curriculum {shlex.quote(json.dumps(ran['curriculum'], separators=(',', ':')))}"]
+                       if list(map(list, ran["curriculum"] or ())) != list(map(list, recipe["train"]["curriculum"] or ()))
+                       else [])
+                    + ([f"--init {shlex.quote(ran['init'])}"] if ran.get("init") else []))
 
 
 def _fmt(value: float) -> str:

@@ -54,10 +54,11 @@ class TransformerConfig(ModelConfig):
     # transformer learn recall on a CPU budget: without it no probe left the copy-any-value plateau
     # (models/pretrained/recall-transformer-cpu/README.md).
     shift: int | None = None
-    # Train with every sequence's positions moved by a random offset in [0, n_ctx - length] (learned
-    # positions only): every row of the position table is trained, at every offset, so the model must
-    # read positions relative to each other, and a sequence longer than the training length meets
-    # no untrained row (randomised positions, Ruoss et al. 2023). Evaluation uses offset 0.
+    # Train with every sequence's stream moved by a random offset in [0, n_ctx - length] (learned
+    # positions only; a task's fixed header, such as the HMM's tables, keeps its rows): every row of
+    # the position table is trained, so the model must read the stream's positions relative to each
+    # other, and a sequence longer than the training length meets no untrained row (randomised
+    # positions, Ruoss et al. 2023). Evaluation uses offset 0.
     position_offsets: bool = False
 
     ARCH = "transformer"
@@ -88,7 +89,12 @@ class TiedUnembed(nn.Module):
 
 
 class RandomOffsetPosEmbed(PosEmbed):
-    """The learned position table, read from a random offset per sequence while training."""
+    """The learned position table, the stream read from a random offset per sequence while training
+    (positions before ``stream_start``, a task's header, stay where they are)."""
+
+    def __init__(self, cfg, stream_start: int):
+        super().__init__(cfg)
+        self.stream_start = stream_start
 
     def forward(self, tokens, past_kv_pos_offset=0, attention_mask=None):
         batch, length = tokens.size(0), tokens.size(-1)
@@ -96,7 +102,8 @@ class RandomOffsetPosEmbed(PosEmbed):
             return super().forward(tokens, past_kv_pos_offset, attention_mask)
         # torch's global generator: the trainer seeds it from (seed, step), so a run still replays itself
         offsets = torch.randint(0, self.cfg.n_ctx - length + 1, (batch, 1), device=self.W_pos.device)
-        return self.W_pos[offsets + torch.arange(length, device=self.W_pos.device)]
+        rows = torch.arange(length, device=self.W_pos.device)
+        return self.W_pos[rows + offsets * (rows >= self.stream_start)]
 
 
 class WindTunnelTransformer(AnswerHead, HookedTransformer):
@@ -143,7 +150,7 @@ class WindTunnelTransformer(AnswerHead, HookedTransformer):
                 raise ConfigError(f"transformer: position_offsets=true needs a position table longer than the "
                                   f"training sequences ({task.seq_len} tokens): set -M n_ctx to the longest "
                                   f"sequence it should read, e.g. -M n_ctx={2 * task.seq_len}")
-            offset_table = RandomOffsetPosEmbed(self.cfg)
+            offset_table = RandomOffsetPosEmbed(self.cfg, task.stream_start)
             offset_table.W_pos = self.pos_embed.W_pos  # the same (initialised) parameter, read differently
             self.pos_embed = offset_table
         if config.shift:

@@ -185,6 +185,10 @@ class Task:
     n_classes: int  # C: the answer classes the posterior ranges over
     seq_len: int  # T of a sampled batch
     length_setting: str | None = None  # the setting that sets the sequence length (length generalisation)
+    # Tokens before this position are a fixed-length header (the HMM's tables), the stream that grows
+    # with the length setting starts here; a transformer trained with position offsets keeps the
+    # header's positions and moves only the stream's.
+    stream_start: int = 0
     # Continuous tasks feed float vectors [B, T, input_dim] instead of tokens and are answered with
     # a Gaussian (mean, variance) instead of C classes.
     continuous: bool = False

@@ -228,6 +228,7 @@ class HMM(Task):
         self.n_classes = S
         self.answer_token_offset = OBS0 + O  # the state tokens, which never appear in the input
         self.obs_offset = 3 + S * S + S * O  # position of o_1
+        self.stream_start = self.obs_offset
         self.seq_len = self.obs_offset + K
 
     def config(self) -> dict:

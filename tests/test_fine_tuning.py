@@ -24,20 +24,31 @@ def offsets_model(**config):
                                                          **config))
 
 
-def test_offsets_read_consecutive_rows_from_a_random_start_while_training_and_row_0_in_evaluation():
+def test_offsets_move_the_stream_to_a_random_start_while_training_keep_the_header_and_read_row_0_in_evaluation():
     model = offsets_model()
-    tokens = tasks.from_config(TASK).sample(64, generator=torch.Generator().manual_seed(0)).tokens
+    task = tasks.from_config(TASK)
+    tokens = task.sample(64, generator=torch.Generator().manual_seed(0)).tokens
     table = model.pos_embed.W_pos
-    length = tokens.shape[1]
+    length, header = tokens.shape[1], task.stream_start
+    assert header == 11  # the HMM's tables: TRANS, 4 entries, EMIT, 4 entries, SEP
     model.train()
     torch.manual_seed(0)
     read = model.pos_embed(tokens)
     starts = []
-    for row in read:  # each sequence: `length` consecutive rows of the table, from some start in 0..6
-        match = [o for o in range(7) if torch.equal(row, table[o:o + length])]
+    for row in read:  # the header's own rows, then the stream's consecutive rows from a start in 0..6
+        assert torch.equal(row[:header], table[:header])
+        match = [o for o in range(7) if torch.equal(row[header:], table[header + o:length + o])]
         assert len(match) == 1
         starts.append(match[0])
     assert set(starts) == set(range(7))  # 64 draws of 7 starts: every one occurs
+    # a task without a header moves every position
+    bijection = tasks.make("bijection", V=4, L=3)
+    plain = models.build("transformer", bijection, config=dict(SMALL, n_ctx=bijection.seq_len + 3,
+                                                                position_offsets=True)).train()
+    keys = bijection.sample(64, generator=torch.Generator().manual_seed(0)).tokens
+    starts = {next(o for o in range(4) if torch.equal(row, plain.pos_embed.W_pos[o:o + keys.shape[1]]))
+              for row in plain.pos_embed(keys)}
+    assert starts == set(range(4))
     model.eval()
     assert torch.equal(model.pos_embed(tokens), table[:length].expand(64, -1, -1))
     # the training gradient reaches every row the offsets read, past the training length too
@@ -118,3 +129,25 @@ def test_a_fine_tuned_models_budget_counts_what_its_start_had_seen_and_the_matri
     heat = result.figures["primitives"].data[0]
     row, col = list(heat.y).index("transformer"), list(heat.x).index("transport")
     assert "2 x 8 after" in heat.text[row][col] and "params" in heat.text[row][col]
+
+
+def test_a_model_cards_command_trains_the_same_run_again_with_init_curriculum_and_a_switch(tmp_path, capsys):
+    import shlex
+
+    from interp.pretrained import train_command
+    from tests.cli import run_cli
+
+    tiny = ["--no-bf16", "--no-compile", "-M", "d_model=16", "-M", "n_heads=2", "-M", "n_layers=1", "-M", "n_ctx=80",
+            "-T", "K=5"]
+    assert run_cli(capsys, "train", "--task", "hmm", "--out", tmp_path / "start", "--steps", "2", *tiny).code == 0
+    done = run_cli(capsys, "train", "--task", "hmm", "--out", tmp_path / "first", "--steps", "3", *tiny,
+                   "-M", "position_offsets=true", "--curriculum", '[[2, {"K": 3}]]', "--init", tmp_path / "start")
+    assert done.code == 0, done.err
+    record = json.loads((tmp_path / "first" / "run.json").read_text())
+    command = train_command(record, "cpu")
+    assert "-M position_offsets=true" in command and "--curriculum '[[2,{\"K\":3}]]'" in command
+    again = run_cli(capsys, *shlex.split(command)[1:], "--out", tmp_path / "again")
+    assert again.code == 0, again.err
+    other = json.loads((tmp_path / "again" / "run.json").read_text())
+    assert (other["task"], other["model"], other["train"]) == (record["task"], record["model"], record["train"])
+    assert other["init"]["sha256"] == record["init"]["sha256"]
