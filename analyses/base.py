@@ -330,3 +330,25 @@ def untrained_twin(model):
     on the model's device, for baselines that separate what training did from what the shape gives."""
     twin = models.build(model.arch, model.task, config=model.config.to_dict(), seed=model.provenance.seed)
     return twin.to(next(model.parameters()).device).eval()
+
+
+def training_budget(run_dir: Path | None, step: int) -> dict | None:
+    """What a checkpoint at ``step`` of the run in ``run_dir`` was trained on: steps x batch of its run,
+    plus, for a run started from another checkpoint (``--init``), the sequences that one had seen.
+    None when there is no readable run record (a lone checkpoint file)."""
+    try:
+        record = json.loads((Path(run_dir) / "run.json").read_text())
+        batch = record["train"]["batch_size"]
+    except (TypeError, OSError, ValueError, KeyError):
+        return None
+    before = (record.get("init") or {}).get("sequences") or 0
+    return dict(steps=step, batch_size=batch, init_sequences=before, sequences=step * batch + before)
+
+
+def budget_text(budget: dict | None) -> str:
+    """``25,000 x 64`` or, after a start from another checkpoint, ``6,000 x 64 after 1.6M sequences``."""
+    if not budget:
+        return "budget unknown"
+    own, before = f"{budget['steps']:,} x {budget['batch_size']}", budget["init_sequences"]
+    seen = f"{before / 1e6:.3g}M" if before >= 100_000 else f"{before:,}"
+    return own + (f" after {seen} sequences" if before else "")

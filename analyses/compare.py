@@ -11,9 +11,7 @@ import plotly.graph_objects as go
 import models
 import tasks
 
-from interp.checkpoint import budget_text, training_budget
-
-from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, read_result, seed_option
+from .base import Analysis, AnalysisError, budget_text, training_budget, Option, Result, eval_batch, n_option, read_result, seed_option
 from .calibration import measure
 
 def primitives() -> dict[str, tuple]:

@@ -9,6 +9,7 @@ while training may still be resumed, ``resume.safetensors`` (weights + optimizer
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -179,26 +180,11 @@ def build_from_meta(meta: dict, where: Path, weights: dict[str, torch.Tensor] | 
         raise UserError(f"{where}: invalid config: {err}") from None
 
 
-def training_budget(run_dir: Path | None, step: int) -> dict | None:
-    """What a checkpoint at ``step`` of the run in ``run_dir`` was trained on: steps x batch of its run,
-    plus, for a run started from another checkpoint (``--init``), the sequences that one had seen.
-    None when there is no readable run record (a lone checkpoint file)."""
-    try:
-        record = json.loads((Path(run_dir) / "run.json").read_text())
-        batch = record["train"]["batch_size"]
-    except (TypeError, OSError, ValueError, KeyError):
-        return None
-    before = (record.get("init") or {}).get("sequences") or 0
-    return dict(steps=step, batch_size=batch, init_sequences=before, sequences=step * batch + before)
-
-
-def budget_text(budget: dict | None) -> str:
-    """``25,000 x 64`` or, after a start from another checkpoint, ``6,000 x 64 after 1.6M sequences``."""
-    if not budget:
-        return "budget unknown"
-    own, before = f"{budget['steps']:,} x {budget['batch_size']}", budget["init_sequences"]
-    seen = f"{before / 1e6:.3g}M" if before >= 100_000 else f"{before:,}"
-    return own + (f" after {seen} sequences" if before else "")
+def checkpoint_digest(file: Path) -> str:
+    """The checkpoint's content hash: a result is reused only for the very weights it was computed on
+    (a run retrained in place, or a re-shipped model, keeps its checkpoint's path and step)."""
+    with open(file, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def load(path: str | Path, task: str | None = None, device: str | None = None):

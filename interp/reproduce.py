@@ -39,6 +39,10 @@ class Row:
         return getattr(self.row, name)
 
 
+# Training settings that change what a run records about itself, never its weights.
+MEASUREMENT_ONLY = ("checkpoint_every", "eval_every", "eval_size", "resume_every")
+
+
 def rows(only: tuple[str, ...], archs: tuple[str, ...]) -> list[Row]:
     """The paper's table (each task's ``paper_rows``, in task order) for the cells reproduced; a row
     for every architecture (``arch`` None) is repeated once per architecture."""
@@ -106,10 +110,11 @@ class Reproduction:
         want = self.recipe(task, arch)
         have = dict(record, train=recorded_settings(record.get("train", {})),
                     model=recorded_model(arch, record.get("model", {})))
-        # which extra checkpoints a run kept does not change its weights (the training is the same)
+        # which checkpoints a run kept, and how often and on how many held-out sequences it measured
+        # itself, do not change its weights (the training is the same)
         diff = [f"{part}.{k}: {have[part].get(k)!r} (preset {v!r})" for part in ("task", "model", "train")
                 for k, v in want[part].items()
-                if have.get(part, {}).get(k) != v and (part, k) != ("train", "checkpoint_every")]
+                if have.get(part, {}).get(k) != v and not (part == "train" and k in MEASUREMENT_ONLY)]
         diff += [f"arch: {have.get('arch')!r} (preset {arch!r})"] if have.get("arch") != arch else []
         if diff:
             raise UserError(f"{self.run_dir(task, arch)} was not trained with the {self.preset} preset "

@@ -24,6 +24,7 @@ import click
 
 from analyses.base import read_result
 
+from .checkpoint import checkpoint_digest
 from .errors import UserError
 from .export import write_result
 from .files import atomic_write_text, read_regular
@@ -65,13 +66,6 @@ def claim(folder: Path, source: str) -> None:
         pass
     except UserError as err:  # e.g. a link planted at the mark: never written through, and said
         click.echo(f"interp: warning: the results are written, but their folder is not marked: {err}", err=True)
-
-
-def checkpoint_digest(file: Path) -> str:
-    """The checkpoint's content hash: a result is reused only for the very weights it was computed on
-    (a run retrained in place, or a re-shipped model, keeps its checkpoint's path and step)."""
-    with open(file, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def provenance(checkpoint: Path | None = None, **context) -> dict:

@@ -33,7 +33,7 @@ import torch
 import models
 from models.base import training_loss as loss_fn  # the objective lives with the models (analyses use it)
 import tasks
-from analyses.base import held_out_batch
+from analyses.base import held_out_batch, training_budget
 
 from . import checkpoint, distributed
 from .checkpoint import pick_device
@@ -385,8 +385,6 @@ class Trainer:
 
     def _start_from(self, path: str, arch: str) -> dict:
         """Load a checkpoint's weights as the starting point; what it was, for run.json."""
-        from .results import checkpoint_digest
-
         path = checkpoint.resolve(path)  # a run folder means its last checkpoint
         meta, tensors = checkpoint.read(path)
         if meta["arch"] != arch:
@@ -398,8 +396,8 @@ class Trainer:
         checkpoint.check_weights(self.model, weights, f"--init {path}")
         self.model.load_state_dict(weights)
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
-        before = checkpoint.training_budget(run_dir, meta["step"])  # what these weights had already seen
-        return dict(path=str(path), sha256=checkpoint_digest(Path(path)), step=meta["step"],
+        before = training_budget(run_dir, meta["step"])  # what these weights had already seen
+        return dict(path=str(path), sha256=checkpoint.checkpoint_digest(path), step=meta["step"],
                     sequences=before["sequences"] if before else None, task=meta["task"], model=meta["model"])
 
     def _same_run(self, meta: dict) -> bool:

@@ -8,6 +8,7 @@ import torch
 
 import models
 import tasks
+from analyses.base import budget_text, training_budget
 from interp import checkpoint
 from interp.errors import UserError
 from interp.results import checkpoint_digest
@@ -115,13 +116,13 @@ def test_a_fine_tuned_models_budget_counts_what_its_start_had_seen_and_the_matri
             progress=False).run()
     Trainer(tmp_path / "tuned", TASK, "transformer", dict(SMALL, n_ctx=20),
             TrainSettings(**dict(SETTINGS, steps=2, init=str(tmp_path / "first"))), progress=False).run()
-    assert checkpoint.training_budget(tmp_path / "first", 3) == dict(steps=3, batch_size=8, init_sequences=0,
+    assert training_budget(tmp_path / "first", 3) == dict(steps=3, batch_size=8, init_sequences=0,
                                                                       sequences=24)
     tuned = checkpoint.load(tmp_path / "tuned")
-    budget = checkpoint.training_budget(tuned.run_dir, tuned.step)
+    budget = training_budget(tuned.run_dir, tuned.step)
     assert budget == dict(steps=2, batch_size=8, init_sequences=24, sequences=40)
-    assert checkpoint.budget_text(budget) == "2 x 8 after 24 sequences"
-    assert checkpoint.budget_text(dict(budget, steps=6000, batch_size=64, init_sequences=1_600_000)) == \
+    assert budget_text(budget) == "2 x 8 after 24 sequences"
+    assert budget_text(dict(budget, steps=6000, batch_size=64, init_sequences=1_600_000)) == \
         "6,000 x 64 after 1.6M sequences"
     result = analyses.run("compare", [tuned], n=16)
     cell = result.metrics["primitives"]["transformer"]["transport"]
