@@ -332,17 +332,35 @@ def untrained_twin(model):
     return twin.to(next(model.parameters()).device).eval()
 
 
+def training_tokens(record: dict, step: int) -> int:
+    """Tokens a run (its run.json ``record``) trained on in its first ``step`` steps: sequences x their
+    length, each curriculum stage at its own length (a short-table step costs what its shorter
+    sequences cost)."""
+    from tasks import from_config
+
+    task = from_config(record["task"])
+    total, start = 0, 0
+    for end, settings in record["train"].get("curriculum") or ():
+        length = from_config(task.config() | settings).seq_len
+        total += max(0, min(step, end) - start) * length
+        start = end
+    return (total + max(0, step - start) * task.seq_len) * record["train"]["batch_size"]
+
+
 def training_budget(run_dir: Path | None, step: int) -> dict | None:
-    """What a checkpoint at ``step`` of the run in ``run_dir`` was trained on: steps x batch of its run,
-    plus, for a run started from another checkpoint (``--init``), the sequences that one had seen.
-    None when there is no readable run record (a lone checkpoint file)."""
+    """What a checkpoint at ``step`` of the run in ``run_dir`` was trained on: steps x batch of its run
+    and the tokens, plus, for a run started from another checkpoint (``--init``), what that one had
+    seen. None when there is no readable run record (a lone checkpoint file)."""
     try:
         record = json.loads((Path(run_dir) / "run.json").read_text())
         batch = record["train"]["batch_size"]
+        tokens = training_tokens(record, step)
     except (TypeError, OSError, ValueError, KeyError):
         return None
-    before = (record.get("init") or {}).get("sequences") or 0
-    return dict(steps=step, batch_size=batch, init_sequences=before, sequences=step * batch + before)
+    init = record.get("init") or {}
+    before, tokens_before = init.get("sequences") or 0, init.get("tokens") or 0
+    return dict(steps=step, batch_size=batch, init_sequences=before, sequences=step * batch + before,
+                init_tokens=tokens_before, tokens=tokens + tokens_before)
 
 
 def budget_text(budget: dict | None) -> str:

@@ -22,19 +22,10 @@ OUT = Path("figures/readme/equal-footing")
 
 def tokens_seen(summary: dict, trial: dict) -> dict[int, int]:
     """Training tokens after each evaluated step of a trial (its curriculum stages at their own length)."""
-    import tasks
+    from analyses.base import training_tokens
 
-    budget = summary["budget"]
-    task = tasks.from_config(summary["task"])
     run = json.loads((Path(trial["run"]) / "run.json").read_text())
-    stages = [(end, tasks.from_config(task.config() | settings).seq_len) for end, settings in run["train"]["curriculum"]]
-    def at(step: int) -> int:
-        total, start = 0, 0
-        for end, length in stages:
-            total += (min(step, end) - start) * length if step > start else 0
-            start = end
-        return (total + max(0, step - start) * task.seq_len) * budget["batch_size"]
-    return {int(step): at(int(step)) for step in trial["curve"]}
+    return {int(step): training_tokens(run, int(step)) for step in trial["curve"]}
 
 
 def state(trial: dict) -> str:

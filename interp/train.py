@@ -398,7 +398,8 @@ class Trainer:
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
         before = training_budget(run_dir, meta["step"])  # what these weights had already seen
         return dict(path=str(path), sha256=checkpoint.checkpoint_digest(path), step=meta["step"],
-                    sequences=before["sequences"] if before else None, task=meta["task"], model=meta["model"])
+                    sequences=before["sequences"] if before else None, tokens=before["tokens"] if before else None,
+                    task=meta["task"], model=meta["model"])
 
     def _same_run(self, meta: dict) -> bool:
         """Whether a checkpoint's metadata describes this run's task, architecture, model and seed."""

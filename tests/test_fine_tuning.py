@@ -116,11 +116,13 @@ def test_a_fine_tuned_models_budget_counts_what_its_start_had_seen_and_the_matri
             progress=False).run()
     Trainer(tmp_path / "tuned", TASK, "transformer", dict(SMALL, n_ctx=20),
             TrainSettings(**dict(SETTINGS, steps=2, init=str(tmp_path / "first"))), progress=False).run()
-    assert training_budget(tmp_path / "first", 3) == dict(steps=3, batch_size=8, init_sequences=0,
-                                                                      sequences=24)
+    length = tasks.from_config(TASK).seq_len
+    assert training_budget(tmp_path / "first", 3) == dict(steps=3, batch_size=8, init_sequences=0, sequences=24,
+                                                           init_tokens=0, tokens=24 * length)
     tuned = checkpoint.load(tmp_path / "tuned")
     budget = training_budget(tuned.run_dir, tuned.step)
-    assert budget == dict(steps=2, batch_size=8, init_sequences=24, sequences=40)
+    assert budget == dict(steps=2, batch_size=8, init_sequences=24, sequences=40, init_tokens=24 * length,
+                          tokens=40 * length)
     assert budget_text(budget) == "2 x 8 after 24 sequences"
     assert budget_text(dict(budget, steps=6000, batch_size=64, init_sequences=1_600_000)) == \
         "6,000 x 64 after 1.6M sequences"
@@ -130,6 +132,18 @@ def test_a_fine_tuned_models_budget_counts_what_its_start_had_seen_and_the_matri
     heat = result.figures["primitives"].data[0]
     row, col = list(heat.y).index("transformer"), list(heat.x).index("transport")
     assert "2 x 8 after" in heat.text[row][col] and "params" in heat.text[row][col]
+
+
+def test_training_tokens_count_each_curriculum_stage_at_its_own_length():
+    from analyses.base import training_tokens
+
+    record = dict(task=dict(TASK), train=dict(batch_size=8, curriculum=[[2, {"K": 1}], [5, {"K": 2}]]))
+    lengths = [tasks.from_config(dict(TASK, K=k)).seq_len for k in (1, 2, 4)]
+    assert lengths == [12, 13, 15]  # 11 header tokens, then K observations
+    assert training_tokens(record, 1) == 8 * 12
+    assert training_tokens(record, 4) == 8 * (2 * 12 + 2 * 13)
+    assert training_tokens(record, 7) == 8 * (2 * 12 + 3 * 13 + 2 * 15)
+    assert training_tokens(dict(record, train=dict(batch_size=8)), 7) == 8 * 7 * 15
 
 
 def test_a_model_cards_command_trains_the_same_run_again_with_init_curriculum_and_a_switch(tmp_path, capsys):
