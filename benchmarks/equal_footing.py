@@ -8,7 +8,8 @@ Each argument is an ``interp tune`` folder; ``--tables`` takes ``interp run cont
 figures/readme/equal-footing/table-size.{pdf,png}, beside 1/n (answering with any value of the table). Writes figures/readme/equal-footing/curves.{pdf,png} (every
 trial's held-out score against the tokens it trained on: a short-table stage costs what its shorter
 sequences cost) and trials-FOLDER.{json,csv} (every trial of each search: settings, state, score, curve,
-budget), and prints one line per search with its best trial.
+budget), and prints one line per search with its best trial. ``--grids`` takes ``interp sweep`` folders trained
+over widths and draws their MQAR grids side by side into mqar-grid.{pdf,png}.
 """
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ def main() -> None:
     parser.add_argument("tunes", nargs="+", type=Path)
     parser.add_argument("--tables", nargs="*", type=Path, default=[], help="content-addressing results (.json)")
     parser.add_argument("--names", nargs="*", default=[], help="a legend name for each --tables result")
+    parser.add_argument("--grids", nargs="*", type=Path, default=[], help="`interp sweep` folders trained over "
+                                                                        "widths: one MQAR grid of all their panels")
+    parser.add_argument("--grid-names", nargs="*", default=[], help="what tells each --grids sweep apart (a panel's "
+                                                                     "label, e.g. 'shift 3')")
     parser.add_argument("--reference", type=Path, help="a run folder (e.g. a shipped model) drawn up to the budget, "
                                                        "dotted: another schedule, the same data")
     args = parser.parse_args()
@@ -124,6 +129,22 @@ def main() -> None:
     print(f"wrote {OUT / 'curves.pdf'} and .png")
     if args.tables:
         table_sizes(args.tables, args.names, figure_pdf, figure_image)
+    if args.grids:
+        grids(args.grids, args.grid_names, figure_pdf, figure_image)
+
+
+def grids(folders: list[Path], names: list[str], figure_pdf, figure_image) -> None:
+    """The MQAR-style grid of several sweeps side by side, and each sweep's record beside it."""
+    from interp import results
+    from interp.sweep import grid_figure
+
+    summaries = [results.read(folder / "sweep.json", "sweep")["metrics"] for folder in folders]
+    fig = grid_figure(summaries, names or None)
+    (OUT / "mqar-grid.pdf").write_bytes(figure_pdf(fig))
+    (OUT / "mqar-grid.png").write_bytes(figure_image(fig, "png"))
+    for folder in folders:
+        (OUT / f"sweep-{folder.name}.json").write_text((folder / "sweep.json").read_text())
+    print(f"wrote {OUT / 'mqar-grid.pdf'} and .png")
 
 
 def table_sizes(paths: list[Path], names: list[str], figure_pdf, figure_image) -> None:

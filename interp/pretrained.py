@@ -69,6 +69,15 @@ def curriculum_sentence(stages) -> str:
             f"on the task itself.")
 
 
+def init_sentence(init: dict | None) -> str:
+    """" It started from the weights of X (step N, ...)" for a run trained on from a checkpoint."""
+    if not init:
+        return ""
+    seen = f", after {init['sequences']:,} training sequences" if init.get("sequences") else ""
+    return (f" It started from the weights of `{init['path']}` (step {init['step']:,}{seen}; SHA-256 "
+            f"{init['sha256'][:12]}...), not from a fresh init.")
+
+
 def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], note: str = "") -> str:
     s, final = record["train"], record.get("final") or {}
     config = ", ".join(f"{k} {v}" for k, v in record["model"].items() if v is not None)
@@ -89,6 +98,7 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
         f"steps, cosine to 0), weight decay {s['weight_decay']}, grad clip {s['grad_clip']}, {s['loss']} targets"
         f"{' (cross-entropy against the exact Bayes posterior)' if s['loss'] == 'soft' else ''}, seed {s['seed']}."
         + curriculum_sentence(s.get("curriculum") or ())
+        + init_sentence(record.get("init"))
         + (" The training step ran through torch.compile." if s.get("compile") else "")
         + (" Its forward pass ran under bf16 autocast on the CPU." if s.get("bf16") and record.get("device") == "cpu"
            else ""),

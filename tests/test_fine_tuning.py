@@ -166,3 +166,8 @@ def test_a_model_cards_command_trains_the_same_run_again_with_init_curriculum_an
     other = json.loads((tmp_path / "again" / "run.json").read_text())
     assert (other["task"], other["model"], other["train"]) == (record["task"], record["model"], record["train"])
     assert other["init"]["sha256"] == record["init"]["sha256"]
+    from interp.pretrained import model_card
+
+    card = model_card("tuned", record, "cpu", [])
+    start = tmp_path / "start" / "checkpoints" / "step-00000002.safetensors"
+    assert f"It started from the weights of `{start}` (step 2, after 128 training sequences" in card
