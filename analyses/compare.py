@@ -69,11 +69,14 @@ def read_sweeps(spec: str) -> dict[str, dict]:
 
 
 def curve_cell(sweep: dict, arch: str) -> dict | None:
-    """Where ``arch`` breaks on the sweep's curve (at the preset's capacity, else its smallest width)."""
+    """Where ``arch`` breaks on the sweep's curve: the preset's capacity where the sweep trained one,
+    else, of its curves (widths or evaluated runs), the one that holds furthest (the best counts, as
+    for the single numbers)."""
     by_width = sweep["break_points"].get(arch)
     if not by_width:
         return None
-    width = "preset" if "preset" in by_width else next(iter(by_width))
+    reach = lambda key: (by_width[key]["value"] is None, by_width[key]["value"] or by_width[key]["last_pass"] or 0)
+    width = "preset" if "preset" in by_width else max(by_width, key=reach)
     brk = by_width[width]
     budget = sweep["budget"] if sweep["mode"] == "trained" else sweep["budget"].get(width, {})
     text = (f"breaks at {sweep['axis']}={brk['value']}" if brk["value"] is not None

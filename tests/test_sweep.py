@@ -149,3 +149,19 @@ def test_a_model_setting_no_swept_architecture_has_is_refused(tmp_path):
     with pytest.raises(UserError, match="-M colour: no swept architecture has that setting"):
         Sweep("bijection", "V=3", ("transformer", "lstm"), tmp_path, model_options=dict(colour="red"))
     assert not list(tmp_path.iterdir())
+
+
+def test_the_matrix_takes_the_curve_that_holds_furthest_when_an_architecture_has_several():
+    from analyses.compare import curve_cell
+
+    points = {"breaks-early": dict(value=10, status="breaks", last_pass=5),
+              "holds": dict(value=None, status="beyond the tested range", last_pass=50),
+              "breaks-late": dict(value=40, status="breaks", last_pass=30)}
+    sweep = dict(axis="K", values=[5, 10, 30, 40, 50], mode="evaluated", threshold=0.05, complete=True,
+                 budget={name: dict(steps=1, batch_size=2) for name in points},
+                 break_points={"transformer": points})
+    assert curve_cell(sweep, "transformer")["width"] == "holds"
+    del points["holds"]
+    assert curve_cell(sweep, "transformer")["width"] == "breaks-late"
+    points["preset"] = dict(value=5, status="fails at every value tested", last_pass=None)
+    assert curve_cell(dict(sweep, mode="trained", budget=dict(steps=1, batch_size=2)), "transformer")["width"] == "preset"
