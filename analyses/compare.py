@@ -82,7 +82,8 @@ def curve_cell(sweep: dict, arch: str) -> dict | None:
     text = (f"breaks at {sweep['axis']}={brk['value']}" if brk["value"] is not None
             else f"holds to {sweep['axis']}={brk['last_pass']}")
     return dict(axis=sweep["axis"], values=sweep["values"], width=width, text=text, **brk,
-                budget_steps=budget.get("steps"), budget_batch_size=budget.get("batch_size"), mode=sweep["mode"],
+                budget_steps=budget.get("steps"), budget_batch_size=budget.get("batch_size"),
+                budget_init_sequences=budget.get("init_sequences") or 0, mode=sweep["mode"],
                 threshold=sweep["threshold"], complete=sweep["complete"])
 
 
@@ -138,7 +139,9 @@ def matrix_figure(matrix: dict) -> go.Figure:
         curve = cell.get("curve")
         if not curve:
             return single
-        per_point = f" ({curve['budget_steps']:,} x {curve['budget_batch_size']} per point)" if curve["budget_steps"] else ""
+        budget = dict(steps=curve["budget_steps"], batch_size=curve["budget_batch_size"],
+                      init_sequences=curve.get("budget_init_sequences") or 0)
+        per_point = f" ({budget_text(budget)} per point)" if curve["budget_steps"] else ""
         return f"<b>{curve['text']}</b>{per_point}<br>{single}"
 
     text = [[label(matrix[a][p]) for p in prims] for a in archs]

@@ -265,7 +265,9 @@ class Sweep:
                 breaks.setdefault(point.arch, {})[point.curve] = break_point(curve, p.direction, p.threshold)
         budget = (recorded_settings(asdict(self.budget)) if self.budget else
                   dict(mode="evaluated", **{name: dict(steps=r["train"]["steps"], batch_size=r["train"]["batch_size"],
-                                                        n_params=r.get("n_params")) for name, r in self.runs.items()}))
+                                                        n_params=r.get("n_params"),
+                                                        init_sequences=(r.get("init") or {}).get("sequences") or 0)
+                                            for name, r in self.runs.items()}))
         return dict(task=self.task_name, primitive=self.primitive_name, axis=self.setting, values=self.values,
                     archs=list(self.archs), widths=list(self.widths), preset=self.preset,
                     mode="evaluated" if self.runs else "trained", runs=list(self.runs),
