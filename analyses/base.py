@@ -358,7 +358,12 @@ def training_budget(run_dir: Path | None, step: int) -> dict | None:
     except (TypeError, OSError, ValueError, KeyError):
         return None
     init = record.get("init") or {}
-    before, tokens_before = init.get("sequences") or 0, init.get("tokens") or 0
+    before, tokens_before = init.get("sequences") or 0, init.get("tokens")
+    if init and tokens_before is None:  # a record from before tokens were kept: its start's own record
+        start = Path(init["path"])
+        earlier = training_budget(start.parent.parent, init["step"]) if start.parent.name == "checkpoints" else None
+        tokens_before = earlier["tokens"] if earlier else 0
+    tokens_before = tokens_before or 0
     return dict(steps=step, batch_size=batch, init_sequences=before, sequences=step * batch + before,
                 init_tokens=tokens_before, tokens=tokens + tokens_before)
 

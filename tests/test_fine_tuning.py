@@ -123,6 +123,11 @@ def test_a_fine_tuned_models_budget_counts_what_its_start_had_seen_and_the_matri
     budget = training_budget(tuned.run_dir, tuned.step)
     assert budget == dict(steps=2, batch_size=8, init_sequences=24, sequences=40, init_tokens=24 * length,
                           tokens=40 * length)
+    # a record written before runs kept their start's tokens: read off the start's own record
+    record = json.loads((tmp_path / "tuned" / "run.json").read_text())
+    del record["init"]["tokens"]
+    (tmp_path / "tuned" / "run.json").write_text(json.dumps(record))
+    assert training_budget(tuned.run_dir, tuned.step) == budget
     assert budget_text(budget) == "2 x 8 after 24 sequences"
     assert budget_text(dict(budget, steps=6000, batch_size=64, init_sequences=1_600_000)) == \
         "6,000 x 64 after 1.6M sequences"
