@@ -102,6 +102,12 @@ CATALOGUE = [
     # -- model settings ----------------------------------------------------------------------------
     Case("unknown model setting", f"{TRAIN} -M colour=red",
          'interp: error: unknown transformer setting(s) colour; valid: {TRANSFORMER}'),
+    Case("position offsets without a longer position table", f"{TRAIN} -T V=6 -T L=5 -M position_offsets=true",
+         'interp: error: transformer: position_offsets=true needs a position table longer than the training sequences '
+         '(9 tokens): set -M n_ctx to the longest sequence it should read, e.g. -M n_ctx=18'),
+    Case("--init from a checkpoint of another architecture", f"{TRAIN} --arch mlp --init tiny",
+         'interp: error: --init tiny/checkpoints/step-00000020.safetensors is a transformer checkpoint; this run '
+         'trains a mlp'),
     Case("non-positive layer count", f"{TRAIN} -M n_layers=0",
          'interp: error: transformer: n_layers must be a positive integer, got 0'),
     Case("NaN in a model setting", f"{TRAIN} -M d_model=NaN",
@@ -160,7 +166,7 @@ CATALOGUE = [
          "model names (`interp list`)"),
     Case("sweep of trained runs with a training budget", "interp sweep --runs tiny --axis L=3,4 --steps 5 --out sweep",
          "interp: error: an evaluated sweep (--runs) measures the runs as trained; drop --widths, --steps, "
-         "--batch-size, -T and -M, or drop --runs to train one model per point"),
+         "--batch-size, --lr, --curriculum, -T and -M, or drop --runs to train one model per point"),
     Case("--out is a file", f"interp train --out notes.txt {TINY_RUN}",
          'interp: error: cannot write to notes.txt: notes.txt is a file, not a folder; choose another folder with --out'),
     Case("output folder that cannot be written", f"interp train --out read-only/run {TINY_RUN}",
