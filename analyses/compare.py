@@ -53,7 +53,7 @@ def primitive_cell(rows: list[dict], arch: str, primitive: str) -> dict:
     best = chosen[metric]
     passed = best <= threshold if direction == "max" else best >= threshold
     return dict(status="pass" if passed else "fail", value=best, threshold=threshold, metric=metric, task=task,
-                run=chosen["run"], budget=chosen.get("budget"), n_params=chosen["n_params"])
+                run=chosen.get("run"), budget=chosen.get("budget"), n_params=chosen.get("n_params"))
 
 
 def read_sweeps(spec: str) -> dict[str, dict]:
@@ -135,7 +135,8 @@ def matrix_figure(matrix: dict) -> go.Figure:
     def label(cell: dict) -> str:
         single = cell["status"] + (f" {cell['value']:.3g}" if cell["value"] is not None else "")
         if cell["value"] is not None:  # the budget of the run the cell is judged from, in every cell
-            single += f"<br><sub>{budget_text(cell.get('budget'))} · {cell['n_params'] / 1e3:.0f}k params</sub>"
+            params = f" · {cell['n_params'] / 1e3:.0f}k params" if cell.get("n_params") else ""
+            single += f"<br><sub>{budget_text(cell.get('budget'))}{params}</sub>"
         curve = cell.get("curve")
         if not curve:
             return single

@@ -14,8 +14,10 @@ def test_primitive_cells_follow_the_thresholds():
             dict(arch="transformer", task="bijection", entropy_mae_bits=0.01, accuracy=0.1),
             dict(arch="transformer", task="recall", entropy_mae_bits=0.5, accuracy=0.85),
             dict(arch="lstm", task="hmm", entropy_mae_bits=0.41, accuracy=0.5)]
+    rows[1].update(run="second", budget=dict(steps=10, batch_size=4, init_sequences=0), n_params=99)
     assert compare.primitive_cell(rows, "transformer", "accumulation") == dict(
-        status="pass", value=0.01, threshold=0.05, metric="entropy_mae_bits", task="bijection")  # best run counts
+        status="pass", value=0.01, threshold=0.05, metric="entropy_mae_bits", task="bijection",  # best run counts
+        run="second", budget=rows[1]["budget"], n_params=99)  # and says which, with its budget
     assert compare.primitive_cell(rows, "transformer", "binding")["status"] == "fail"
     assert compare.primitive_cell(rows, "transformer", "transport")["status"] == "not measured"
     assert compare.primitive_cell(rows, "lstm", "transport")["status"] == "fail"
@@ -34,7 +36,9 @@ def test_compare_measures_every_model():
     assert cells["transport"]["status"] == "not measured"
     mae = runs[0]["entropy_mae_bits"]  # an untrained model: far from Bayes, so the cell must say fail
     assert mae > 0.05 and cells["accumulation"] == dict(status="fail", value=mae, threshold=0.05,
-                                                        metric="entropy_mae_bits", task="bijection")
+                                                        metric="entropy_mae_bits", task="bijection",
+                                                        run=runs[0]["run"], budget=None,  # built, never trained
+                                                        n_params=runs[0]["n_params"])
     assert cells["binding"]["value"] == runs[1]["accuracy"]
     json.dumps(result.metrics, allow_nan=False)
     assert set(result.figures) == {"calibration", "primitives"}
