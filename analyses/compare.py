@@ -11,7 +11,8 @@ import plotly.graph_objects as go
 import models
 import tasks
 
-from .base import Analysis, AnalysisError, budget_text, training_budget, Option, Result, eval_batch, n_option, read_result, seed_option
+from .base import (Analysis, AnalysisError, Option, Result, budget_text, eval_batch, n_option, read_result, seed_option,
+                   training_budget)
 from .calibration import measure
 
 def primitives() -> dict[str, tuple]:

@@ -26,11 +26,12 @@ OUT = Path("figures/readme/equal-footing")
 
 def curve(folder: Path, metric: str) -> tuple[dict, list[tuple[int, int, float]]]:
     """A run's record and its (step, tokens, score) at every held-out evaluation."""
-    from analyses.base import training_budget
+    from analyses.base import training_budget, training_tokens
 
     record = json.loads((folder / "run.json").read_text())
+    before = training_budget(folder, 0)["init_tokens"]  # what a run started from another checkpoint had seen
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    points = [(r["step"], training_budget(folder, r["step"])["tokens"], r[f"eval_{metric}"]) for r in rows
+    points = [(r["step"], before + training_tokens(record, r["step"]), r[f"eval_{metric}"]) for r in rows
               if f"eval_{metric}" in r]
     return record, points
 

@@ -282,7 +282,8 @@ class Trainer:
             self.model = models.build(arch, self.task, config=model_config, seed=self.settings.seed)
         except tasks.ConfigError as err:
             raise UserError(f"{run_file}: {err}; it cannot be resumed" if resume else str(err)) from None
-        if self.settings.init:  # before any resume state, which replaces these weights
+        # The start's weights, unless a resume state will replace them (then the start is not read again)
+        if self.settings.init and not (resume and (self.out / "resume.safetensors").exists()):
             init = self._start_from(self.settings.init, arch)
         self.model.to(self.device)
         s = self.settings

@@ -176,3 +176,24 @@ def test_a_model_cards_command_trains_the_same_run_again_with_init_curriculum_an
     card = model_card("tuned", record, "cpu", [])
     start = tmp_path / "start" / "checkpoints" / "step-00000002.safetensors"
     assert f"It started from the weights of `{start}` (step 2, after 128 training sequences" in card
+
+
+def test_a_run_started_from_a_checkpoint_resumes_from_its_own_state_without_reading_the_start_again(tmp_path):
+    import shutil
+
+    Trainer(tmp_path / "first", TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**SETTINGS),
+            progress=False).run()
+    settings = TrainSettings(**dict(SETTINGS, steps=4, eval_every=2, resume_every=2, init=str(tmp_path / "first")))
+
+    def stop(step, metrics):
+        raise KeyboardInterrupt  # as a killed worker would leave it: a resume state at step 2
+
+    with pytest.raises(KeyboardInterrupt):
+        Trainer(tmp_path / "tuned", TASK, "transformer", dict(SMALL, n_ctx=20), settings, progress=False,
+                on_eval=stop).run()
+    shutil.rmtree(tmp_path / "first")  # the start is gone; the run's own state is all it needs
+    resumed = Trainer(tmp_path / "tuned", resume=True, progress=False)
+    assert resumed.step == 2
+    resumed.run()
+    record = json.loads((tmp_path / "tuned" / "run.json").read_text())
+    assert record["status"] == "finished" and record["init"]["step"] == 3
