@@ -1,15 +1,16 @@
-"""The equal-footing search on recall: every trial's curve against training compute, and its records.
+"""The equal-footing searches: every trial's curve against training compute, one figure per task, and the records.
 
-    python benchmarks/equal_footing.py runs/tune-recall-mamba runs/tune-recall-transformer \
-        --tables CONTENT-ADDRESSING.json ...
+    python benchmarks/equal_footing.py runs/eq-bijection-transformer runs/eq-bijection-mamba ... \
+        [--tables CONTENT-ADDRESSING.json ...] [--grids SWEEP ...]
 
-Each argument is an ``interp tune`` folder; ``--tables`` takes ``interp run content-addressing`` results
-(``--sizes 1,2,4,8,16,32,64 --queries 3``) and draws their accuracy against table size into
-figures/readme/equal-footing/table-size.{pdf,png}, beside 1/n (answering with any value of the table). Writes figures/readme/equal-footing/curves.{pdf,png} (every
-trial's held-out score against the tokens it trained on: a short-table stage costs what its shorter
-sequences cost) and trials-FOLDER.{json,csv} (every trial of each search: settings, state, score, curve,
-budget), and prints one line per search with its best trial. ``--grids`` takes ``interp sweep`` folders trained
-over widths and draws their MQAR grids side by side into mqar-grid.{pdf,png}.
+Each argument is an ``interp tune`` folder. Writes figures/readme/equal-footing/curves-TASK.{pdf,png}
+for each task searched (every trial's held-out score against the tokens it trained on, a short-table
+stage at what its shorter sequences cost; each architecture's best trial bold) and
+trials-FOLDER.{json,csv} (every trial of each search: settings, state, score, curve, budget), and
+prints one line per search with its best trial. ``--tables`` takes ``interp run content-addressing``
+results (``--sizes 1,2,4,8,16,32,64 --queries 3``) and draws their accuracy against table size into
+table-size.{pdf,png}, beside 1/n (answering with any value of the table). ``--grids`` takes ``interp
+sweep`` folders trained over widths and draws their MQAR grids side by side into mqar-grid.{pdf,png}.
 """
 from __future__ import annotations
 
@@ -46,11 +47,114 @@ def label(summary: dict, trial: dict) -> str:
     return f"{arch}, " + ", ".join(f"{k} {v}" for k, v in params.items())
 
 
-def main() -> None:
+COLOURS = {"transformer": "#1f77b4", "transformer plain": "#17becf", "mamba": "#d62728", "lstm": "#2ca02c",
+           "mlp": "#9467bd"}
+
+
+def read_search(folder: Path) -> dict:
+    """An ``interp tune`` folder's summary, with the curve of every trial that has a run folder (a trial the
+    study has not read yet, or one stopped with its worker, from its own log) and the tokens behind each point."""
+    from interp import results
+
+    summary = results.read(folder / "tune.json", "tune")["metrics"]
+    for trial in summary["trials"]:
+        run_file = Path(trial["run"]) / "run.json" if trial["run"] else None
+        if run_file is None or not run_file.exists():
+            continue
+        run = json.loads(run_file.read_text())
+        trial["run_status"] = run["status"]
+        if not trial["curve"]:
+            log = run_file.parent / "metrics.jsonl"
+            logged = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+            trial["curve"] = {str(r["step"]): r[f"eval_{summary['metric']}"] for r in logged
+                              if f"eval_{summary['metric']}" in r}
+            trial["steps_trained"] = max(map(int, trial["curve"]), default=None)
+        if run["status"] == "finished":
+            trial["run_score"] = run["final"][summary["metric"]]
+        if trial["curve"]:
+            trial["tokens_seen"] = {str(k): v for k, v in tokens_seen(summary, trial).items()}
+    return summary
+
+
+def family(summary: dict, trial: dict) -> str:
+    """The row a trial belongs to: its architecture, and "transformer plain" for a transformer without the shift."""
+    shift = trial["params"].get("shift", summary.get("model_options", {}).get("shift"))
+    return "transformer plain" if summary["arch"] == "transformer" and str(shift) == "0" else summary["arch"]
+
+
+def write_records(folder: Path, summary: dict) -> None:
+    """trials-FOLDER.{json,csv}: every trial of the search, its runs named by their place in the search."""
+    for trial in summary["trials"]:
+        trial["run"] = trial["run"] and str(Path(trial["run"]).relative_to(folder.parent.parent)
+                                            if Path(trial["run"]).is_absolute() else trial["run"])
+    record = {k: v for k, v in summary.items() if k != "storage"}
+    (OUT / f"trials-{folder.name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    shutil.copyfile(folder / "trials.csv", OUT / f"trials-{folder.name}.csv")
+    best = summary["best"]
+    done = sum(t["state"] in ("complete", "pruned") for t in summary["trials"])
+    print(f"{summary['study']}: {done} of {summary['n_trials']} trials, budget {summary['budget']['steps']:,} steps x "
+          f"{summary['budget']['batch_size']}; best " + (f"{best['name']} {summary['metric']} {best['score']:.4f}"
+                                                           if best else "none yet"))
+
+
+def task_figure(task: str, searches: list[dict], reference: Path | None):
+    """Every trial of every search on one task against its training tokens; each architecture's best trial
+    bold, the others thin (dashed where the pruner stopped them)."""
     import plotly.graph_objects as go
 
+    import tasks
     from analyses import style
-    from interp import results
+
+    metric = searches[0]["metric"]
+    accuracy = metric == "accuracy"
+    fig = go.Figure()
+    for summary in searches:
+        best = (summary["best"] or {}).get("name")
+        for trial in summary["trials"]:
+            if not trial.get("tokens_seen"):
+                continue
+            steps = sorted(int(s) for s in trial["tokens_seen"])
+            row = family(summary, trial)
+            top = trial["name"] == best
+            fig.add_scatter(x=[trial["tokens_seen"][str(s)] / 1e6 for s in steps],
+                            y=[trial["curve"][str(s)] for s in steps], mode="lines+markers" if top else "lines",
+                            name=f"{label(summary, trial)}, {summary['budget']['steps']:,} x "
+                                 f"{summary['budget']['batch_size']} ({state(trial)})" + (": best" if top else ""),
+                            opacity=1 if top else 0.55,
+                            line=dict(color=COLOURS.get(row, "#8c564b"), width=3 if top else 1.2,
+                                      dash="dash" if trial["state"] == "pruned" else "solid"))
+    if reference is not None:
+        run = json.loads((reference / "run.json").read_text())
+        budget = searches[0]["budget"]["steps"]
+        rows = [json.loads(line) for line in (reference / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        curve = {r["step"]: r[f"eval_{metric}"] for r in rows if f"eval_{metric}" in r and r["step"] <= budget}
+        seen = tokens_seen(searches[0] | {"budget": dict(searches[0]["budget"], batch_size=run["train"]["batch_size"])},
+                           dict(run=str(reference), curve=curve))
+        fig.add_scatter(x=[seen[s] / 1e6 for s in sorted(curve)], y=[curve[s] for s in sorted(curve)],
+                        mode="lines+markers", line=dict(color="black", dash="dot"),
+                        name=f"{run['arch']}, {reference.name} (its first {budget:,} of {run['train']['steps']:,} steps)")
+    if accuracy:
+        style.reference_line(fig, 1 / 256, "chance 0.4%", color="black")
+        y_title = "held-out accuracy (tables of 1-64 pairs)"
+    else:
+        fig.update_yaxes(type="log")
+        threshold = {t: p.threshold for _, (t, p) in tasks.primitives().items()}.get(task)
+        if threshold is not None:
+            style.reference_line(fig, threshold, f"the primitive's pass line, {threshold} bits", color="black")
+        y_title = "held-out entropy MAE, bits (log)"
+    budgets = sorted({(s["budget"]["steps"], s["budget"]["batch_size"]) for s in searches})
+    shown = " and ".join(f"{a:,} x {b}" for a, b in budgets)
+    fig.update_layout(title=f"{task}: every trial of the equal search against training tokens<br>"
+                            f"(budget{'s' if len(budgets) > 1 else ''} {shown} steps x sequences, the same for "
+                            f"every architecture)",
+                      xaxis_title="training tokens, millions (sequences x their length)", yaxis_title=y_title,
+                      height=700, width=980)
+    style.apply(fig)
+    fig.update_layout(legend=dict(orientation="v", yanchor="top", y=-0.18, xanchor="left", x=0))  # below: the plot keeps its width
+    return fig
+
+
+def main() -> None:
     from interp.export import figure_image, figure_pdf
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -62,71 +166,20 @@ def main() -> None:
     parser.add_argument("--grid-names", nargs="*", default=[], help="what tells each --grids sweep apart (a panel's "
                                                                      "label, e.g. 'shift 3')")
     parser.add_argument("--reference", type=Path, help="a run folder (e.g. a shipped model) drawn up to the budget, "
-                                                       "dotted: another schedule, the same data")
+                                                       "dotted, on its task's figure: another schedule, the same data")
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    fig = go.Figure()
-    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
-    i = 0
+    by_task: dict[str, list[dict]] = {}
     for folder in args.tunes:
-        summary = results.read(folder / "tune.json", "tune")["metrics"]
-        for trial in summary["trials"]:
-            run_file = Path(trial["run"]) / "run.json" if trial["run"] else None
-            if run_file is not None and run_file.exists():
-                # a run folder the study has not read yet (a finished trial of an earlier queue order, or
-                # a trial stopped with its worker): its own log gives the curve
-                run = json.loads(run_file.read_text())
-                trial["run_status"] = run["status"]
-                if not trial["curve"]:
-                    log = run_file.parent / "metrics.jsonl"
-                    logged = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-                    trial["curve"] = {str(r["step"]): r[f"eval_{summary['metric']}"] for r in logged
-                                      if f"eval_{summary['metric']}" in r}
-                    trial["steps_trained"] = max(map(int, trial["curve"]), default=None)
-                if run["status"] == "finished":
-                    trial["run_score"] = run["final"][summary["metric"]]
-        for trial in summary["trials"]:
-            if trial["run"] and (Path(trial["run"]) / "run.json").exists() and trial["curve"]:
-                seen = tokens_seen(summary, trial)
-                trial["tokens_seen"] = {str(k): v for k, v in seen.items()}
-                steps = sorted(seen)
-                fig.add_scatter(x=[seen[s] / 1e6 for s in steps], y=[trial["curve"][str(s)] if str(s) in trial["curve"]
-                                                              else trial["curve"][s] for s in steps],
-                                mode="lines+markers", name=f"{label(summary, trial)}, {summary['budget']['steps']:,}-step "
-                                                           f"budget ({state(trial)})",
-                                line=dict(color=colours[i % len(colours)],
-                                          dash="dash" if trial["state"] == "pruned" else "solid"))
-                i += 1
-        for trial in summary["trials"]:  # the records name runs by their place in the search, not this machine
-            trial["run"] = trial["run"] and str(Path(trial["run"]).relative_to(folder.parent.parent)
-                                                if Path(trial["run"]).is_absolute() else trial["run"])
-        record = {k: v for k, v in summary.items() if k != "storage"}
-        (OUT / f"trials-{folder.name}.json").write_text(json.dumps(record, indent=1) + "\n")
-        shutil.copyfile(folder / "trials.csv", OUT / f"trials-{folder.name}.csv")
-        best = summary["best"]
-        done = sum(t["state"] in ("complete", "pruned") for t in summary["trials"])
-        print(f"{summary['study']}: {done} of {summary['n_trials']} trials, budget {summary['budget']['steps']:,} steps x "
-              f"{summary['budget']['batch_size']}; best " + (f"{best['name']} {summary['metric']} {best['score']:.4f}"
-                                                               if best else "none yet"))
-    if args.reference:
-        run = json.loads((args.reference / "run.json").read_text())
-        budget = summary["budget"]["steps"]
-        rows = [json.loads(line) for line in (args.reference / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        curve = {r["step"]: r["eval_accuracy"] for r in rows if "eval_accuracy" in r and r["step"] <= budget}
-        seen = tokens_seen(summary | {"budget": dict(summary["budget"], batch_size=run["train"]["batch_size"])},
-                           dict(run=str(args.reference), curve=curve))
-        fig.add_scatter(x=[seen[s] / 1e6 for s in sorted(curve)], y=[curve[s] for s in sorted(curve)], mode="lines+markers",
-                        name=f"{run['arch']} shift {run['model'].get('shift')}, {args.reference.name} (its first "
-                             f"{budget:,} of {run['train']['steps']:,} steps)", line=dict(color="black", dash="dot"))
-    style.reference_line(fig, 1 / 256, "chance 0.4%", color="black")
-    fig.update_layout(title="recall: held-out accuracy against training tokens, every trial of the equal search",
-                      xaxis_title="training tokens, millions (sequences x their length)",
-                      yaxis_title="held-out accuracy (tables of 1-64 pairs)", height=700, width=980)
-    style.apply(fig)
-    fig.update_layout(legend=dict(orientation="v", yanchor="top", y=-0.18, xanchor="left", x=0))  # below: the plot keeps its width
-    (OUT / "curves.pdf").write_bytes(figure_pdf(fig))
-    (OUT / "curves.png").write_bytes(figure_image(fig, "png"))
-    print(f"wrote {OUT / 'curves.pdf'} and .png")
+        summary = read_search(folder)
+        by_task.setdefault(summary["task"]["name"], []).append(summary)
+        write_records(folder, summary)
+    reference_task = args.reference and json.loads((args.reference / "run.json").read_text())["task"]["name"]
+    for task, searches in sorted(by_task.items()):
+        fig = task_figure(task, searches, args.reference if reference_task == task else None)
+        (OUT / f"curves-{task}.pdf").write_bytes(figure_pdf(fig))
+        (OUT / f"curves-{task}.png").write_bytes(figure_image(fig, "png"))
+        print(f"wrote {OUT / f'curves-{task}.pdf'} and .png")
     if args.tables:
         table_sizes(args.tables, args.names, figure_pdf, figure_image)
     if args.grids:
