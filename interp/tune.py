@@ -25,7 +25,8 @@ at its last step.
 
 Resuming. The study lives in ``<out>/study.db`` (or ``--storage``). Run the same command again after a
 kill: finished and pruned trials are kept, the trial that was killed continues from its run folder's
-last resume state, and the rest run. Many workers: start the same command in several processes, or
+last resume state, and the rest run. The same command with more values on the keys of its space
+widens the grid: the finished trials count and only the new points run. Many workers: start the same command in several processes, or
 on several machines with ``--storage`` naming one database (``postgresql://...``, ``mysql://...``) or
 ``journal:FILE`` on a shared file system; each takes the next queued trial from the study. A worker
 finds a trial it was running when it was killed by its host and process id.
@@ -227,12 +228,14 @@ class Tune:
                                     direction="maximize" if self.maximize else "minimize", pruner=pruner)
         declared = self.declaration()
         recorded = study.user_attrs.get("search")
-        if recorded is None:
+        declared = json.loads(json.dumps(declared))
+        if recorded is None or extends(recorded, declared):
             study.set_user_attr("search", declared)
-        elif recorded != json.loads(json.dumps(declared)):
-            changed = sorted(k for k in declared if json.loads(json.dumps(declared[k])) != recorded.get(k))
+        elif recorded != declared:
+            changed = sorted(k for k in declared if declared[k] != recorded.get(k))
             raise UserError(f"study {self.study_name!r} in {self.storage_url} was made for another search "
-                            f"(its {', '.join(changed)} differ); give another --out or --study")
+                            f"(its {', '.join(changed)} differ; a space may only add values to the keys it has); "
+                            f"give another --out or --study")
         return study
 
     def declaration(self) -> dict:
@@ -280,12 +283,15 @@ class Tune:
                 break
             else:
                 trial = study.ask()
-            params = {key: trial.suggest_categorical(key, values) for key, values in self.space.items()}
-            if not trial.user_attrs.get("queued") or self.taken(study, trial, params):
+            # the grid point it was queued with (not suggest_categorical: Optuna fixes a categorical's choices
+            # for the whole study, and a widened grid adds choices)
+            params = {key: planned(study._storage.get_trial(trial._trial_id)).get(key) for key in self.space}
+            if not trial.user_attrs.get("queued") or None in params.values() or self.taken(study, trial, params):
                 # another worker took the last queued trial first: this one was sampled, not queued
                 trial.set_user_attr("note", "duplicate of a queued trial; not run")
                 study.tell(trial, state=TrialState.FAIL)
                 continue
+            trial.set_user_attr("params", params)  # what Optuna's own views show of it
             trial.set_user_attr("host", socket.gethostname())
             trial.set_user_attr("pid", os.getpid())
             trial.set_user_attr("run", str(self.folder(params)))
@@ -377,6 +383,15 @@ class Tune:
 def planned(trial) -> dict:
     """A trial's settings: its parameters, or, while it waits in the queue, those it was queued with."""
     return trial.params or trial.system_attrs.get("fixed_params", {})
+
+
+def extends(recorded: dict, declared: dict) -> bool:
+    """Whether ``declared`` is ``recorded`` with more values on the same keys of its space (a grid widened, e.g.
+    one more learning rate where the best sat at the edge), everything else the same: the study takes it,
+    its finished trials count, and only the new grid points run."""
+    old, new = recorded.get("space") or {}, declared.get("space") or {}
+    return (recorded != declared and set(old) == set(new) and all(set(old[k]) <= set(new[k]) for k in old)
+            and {k: v for k, v in recorded.items() if k != "space"} == {k: v for k, v in declared.items() if k != "space"})
 
 
 def alive(pid) -> bool:

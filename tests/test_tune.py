@@ -52,6 +52,17 @@ def test_a_tiny_search_trains_every_trial_with_one_budget_and_resumes(tmp_path, 
     other = run_cli(capsys, "tune", *TINY, "--steps", "7", "--out", out, "--pruner", "none",
                     "--space", "lr=1e-3,1e-2", "warmup=0,2")
     assert other.code == 1 and "made for another search" in other.err and "Traceback" not in other.err
+    # a space with another key is refused; one more value on a key it has widens the search: only it runs
+    keyed = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", out, "--pruner", "none",
+                    "--space", "lr=1e-3,1e-2", "warmup=0,2", "weight_decay=0")
+    assert keyed.code == 1 and "its space differ" in keyed.err
+    wider = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", out, "--pruner", "none",
+                    "--space", "lr=1e-3,1e-2,3e-2", "warmup=0,2")
+    assert wider.code == 0, wider.err
+    assert (out / "trials" / "lr=1e-3_warmup=0" / "run.json").stat().st_mtime == mtime
+    summary = results.read(out / "tune.json", "tune")["metrics"]
+    assert summary["space"]["lr"] == ["1e-3", "1e-2", "3e-2"] and len(study(out).trials) == 6
+    assert {r["name"] for r in summary["trials"] if r["state"] == "complete"} >= {"lr=3e-2_warmup=0", "lr=3e-2_warmup=2"}
 
 
 @pytest.mark.slow
@@ -84,7 +95,8 @@ def test_a_killed_worker_resumes_its_trial_from_the_run_folder(tmp_path):
     assert run["status"] == "finished" and run.get("resumes")  # continued, not started over
     trials = study(out).trials
     assert [t.state.name for t in trials] == ["COMPLETE"]  # the same trial, continued by the next worker
-    assert trials[0].user_attrs["note"] == "its worker was killed; resumed" and trials[0].params == {"lr": "1e-3"}
+    assert trials[0].user_attrs["note"] == "its worker was killed; resumed"
+    assert trials[0].user_attrs["params"] == {"lr": "1e-3"}
     assert max(trials[0].intermediate_values) == 400
 
 
@@ -96,7 +108,7 @@ def test_two_workers_share_one_study(tmp_path):
     assert wait_for(first) == 0, (tmp_path / "a.log").read_text()
     assert wait_for(second) == 0, (tmp_path / "b.log").read_text()
     done = [t for t in study(out).trials if t.state.name == "COMPLETE"]
-    assert sorted(t.params["lr"] for t in done) == ["1e-2", "1e-3", "2e-3", "5e-3"]  # each trial once
+    assert sorted(t.user_attrs["params"]["lr"] for t in done) == ["1e-2", "1e-3", "2e-3", "5e-3"]  # each trial once
     assert {t.user_attrs["pid"] for t in done} == {first, second}  # two processes, two trials each
     summary = results.read(out / "tune.json", "tune")["metrics"]
     assert summary["complete"] and len(summary["trials"]) == 4
