@@ -143,10 +143,9 @@ def task_figure(task: str, searches: list[dict], reference: Path | None):
             style.reference_line(fig, threshold, f"the primitive's pass line, {threshold} bits", color="black")
         y_title = "held-out entropy MAE, bits (log)"
     budgets = sorted({(s["budget"]["steps"], s["budget"]["batch_size"]) for s in searches})
-    shown = " and ".join(f"{a:,} x {b}" for a, b in budgets)
+    shown = " and ".join(f"{a:,} steps x {b} sequences" for a, b in budgets)
     fig.update_layout(title=f"{task}: every trial of the equal search against training tokens<br>"
-                            f"(budget{'s' if len(budgets) > 1 else ''} {shown} steps x sequences, the same for "
-                            f"every architecture)",
+                            f"({shown}, the same for every architecture)",
                       xaxis_title="training tokens, millions (sequences x their length)", yaxis_title=y_title,
                       height=700, width=980)
     style.apply(fig)
