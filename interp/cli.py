@@ -390,6 +390,9 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, c
 @click.option("--prune-after", type=click.IntRange(0), help="no trial is stopped before this step [default: half the steps]")
 @click.option("--storage", help="the study's storage [default: sqlite in OUT]: an SQLAlchemy URL (postgresql://..., "
               "mysql://...) or journal:FILE, for workers on several machines")
+@click.option("--curriculum", metavar="JSON", help="the stages curriculum=on trains, as JSON [[until_step, {task "
+                                                   "settings}], ...] (for a task whose preset has none) [default: the "
+                                                   "preset's]")
 @click.option("--study", help="study name in the storage [default: TASK-ARCH-PRESET]")
 @click.option("--max-trials", type=click.IntRange(1), help="this worker stops after this many trials")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="a fixed task setting")
@@ -397,7 +400,7 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, c
 @click.option("--out", type=click.Path(path_type=Path), help="search folder [tunes/TASK-ARCH-PRESET]")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_size, seed, pruner, prune_after, storage,
-         study, max_trials, task_options, model_options, out, device):
+         curriculum, study, max_trials, task_options, model_options, out, device):
     """Search training recipes with Optuna: every combination of --space is one `interp train` run with the same
     budget, stopped early by the pruner when it falls behind. Rerun the same command to resume; start it in
     several processes (or machines, with --storage) to share the trials. Prints the trial table at the end."""
@@ -411,7 +414,7 @@ def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_siz
     out = out or Path("tunes") / f"{task_name}-{arch}-{preset}"
     job = Tune(task_name, arch, tuple(space) + tuple(more_space), out, preset, steps, batch_size, eval_size, seed,
                storage, study, pruner, prune_after, parse_assignments(task_options, "task option"),
-               parse_assignments(model_options, "model option"), device)
+               parse_assignments(model_options, "model option"), device, curriculum=parse_curriculum(curriculum))
     summary = job.execute(max_trials)
     click.echo(table(summary))
     click.echo(f"wrote {out / 'tune.json'} and {out / 'trials.csv'}")

@@ -16,7 +16,7 @@ the trial's settings on top of the architecture's own preset recipe. Space keys 
 (``lr``, ``warmup``, ``weight_decay``, ...), model settings of the architecture (``shift``, ``d_model``,
 ...; ``shift=0`` is no shift) and ``curriculum``: ``on`` is the task's preset curriculum (the
 architecture's own, else the capacity reference's; stage ends scaled when they do not fit the
-budget), ``off`` none.
+budget) or the stages given with ``--curriculum``, ``off`` none.
 
 While a trial trains it reports the task's primitive metric on held-out sequences at every
 evaluation; the pruner stops a trial that is behind the others at the same step (it stays a run
@@ -107,7 +107,8 @@ class Tune:
                  steps: int | None = None, batch_size: int | None = None, eval_size: int = 512, seed: int = 0,
                  storage: str | None = None, study: str | None = None, pruner: str = "median",
                  prune_after: int | None = None, task_options: dict | None = None,
-                 model_options: dict | None = None, device: str | None = None, progress: bool = True):
+                 model_options: dict | None = None, device: str | None = None, progress: bool = True,
+                 curriculum: list | None = None):
         task = task or tasks.NAMES[0]
         arch = arch or models.REFERENCE or models.ARCHS[0]
         if task not in tasks.NAMES:
@@ -141,11 +142,13 @@ class Tune:
         self.budget = dict(steps=steps or reference.steps, batch_size=batch_size or reference.batch_size,
                            eval_size=eval_size, seed=seed)
         stages = own.curriculum or reference.curriculum
-        self.curriculum_on = fitted_curriculum(stages, (own if own.curriculum else reference).steps,
-                                               self.budget["steps"])
+        self.curriculum_on = (fitted_curriculum(stages, (own if own.curriculum else reference).steps,
+                                                self.budget["steps"]) if curriculum is None else curriculum)
         if "on" in self.space.get("curriculum", ()) and not self.curriculum_on:
             raise UserError(f"--space curriculum=on: the {preset} preset of {task} has no curriculum to turn on; "
-                            f"leave curriculum out of the space")
+                            f"give its stages with --curriculum, or leave curriculum out of the space")
+        if curriculum is not None and "on" not in self.space.get("curriculum", ()):
+            raise UserError("--curriculum gives the stages of curriculum=on; add curriculum=on (or on,off) to --space")
         self.base = resolve(self.task, arch, preset, train_options=self.budget).train  # stages fitted to the budget
         try:
             self.base.validate()

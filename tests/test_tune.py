@@ -128,6 +128,25 @@ def test_a_bad_space_is_one_line(tmp_path, capsys, space, message):
     assert not (tmp_path / "t" / "trials").exists()
 
 
+def test_curriculum_gives_the_stages_of_curriculum_on_for_a_task_whose_preset_has_none(tmp_path, capsys):
+    out = tmp_path / "t"
+    done = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", out, "--pruner", "none", "--space", "curriculum=on,off",
+                   "--curriculum", '[[3, {"L": 1}]]')
+    assert done.code == 0, done.err
+    on = json.loads((out / "trials" / "curriculum=on" / "run.json").read_text())["train"]["curriculum"]
+    off = json.loads((out / "trials" / "curriculum=off" / "run.json").read_text())["train"]["curriculum"]
+    assert on == [[3, {"L": 1}]] and off == []
+    assert results.read(out / "tune.json", "tune")["metrics"]["curriculum_on"] == [[3, {"L": 1}]]
+    # stages with no curriculum=on in the space, and stages past the budget, are one line each
+    alone = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", tmp_path / "u", "--space", "lr=1e-3",
+                    "--curriculum", '[[3, {"L": 1}]]')
+    assert alone.code == 1 and "add curriculum=on" in alone.err and "Traceback" not in alone.err
+    late = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", tmp_path / "v", "--space", "curriculum=on",
+                   "--curriculum", '[[9, {"L": 1}]]')
+    assert late.code == 1 and "curriculum stages must end" in late.err and "Traceback" not in late.err
+    assert not (tmp_path / "u" / "trials").exists() and not (tmp_path / "v" / "trials").exists()
+
+
 def test_the_space_keeps_the_declared_order():
     assert parse_space(("curriculum=on,off", "lr=3.2e-3,1e-3")) == {"curriculum": ["on", "off"], "lr": ["3.2e-3", "1e-3"]}
     with pytest.raises(UserError, match="names lr twice"):
