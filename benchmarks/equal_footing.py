@@ -22,12 +22,11 @@ from pathlib import Path
 OUT = Path("figures/readme/equal-footing")
 
 
-def tokens_seen(summary: dict, trial: dict) -> dict[int, int]:
-    """Training tokens after each evaluated step of a trial (its curriculum stages at their own length)."""
+def tokens_seen(run: dict, steps) -> dict[int, int]:
+    """Training tokens of a run (its run.json) after each of these steps (curriculum stages at their own length)."""
     from analyses.base import training_tokens
 
-    run = json.loads((Path(trial["run"]) / "run.json").read_text())
-    return {int(step): training_tokens(run, int(step)) for step in trial["curve"]}
+    return {int(step): training_tokens(run, int(step)) for step in steps}
 
 
 def state(trial: dict) -> str:
@@ -72,7 +71,7 @@ def read_search(folder: Path) -> dict:
         if run["status"] == "finished":
             trial["run_score"] = run["final"][summary["metric"]]
         if trial["curve"]:
-            trial["tokens_seen"] = {str(k): v for k, v in tokens_seen(summary, trial).items()}
+            trial["tokens_seen"] = {str(k): v for k, v in tokens_seen(run, trial["curve"]).items()}
     return summary
 
 
@@ -128,8 +127,7 @@ def task_figure(task: str, searches: list[dict], reference: Path | None):
         budget = searches[0]["budget"]["steps"]
         rows = [json.loads(line) for line in (reference / "metrics.jsonl").read_text().splitlines() if line.strip()]
         curve = {r["step"]: r[f"eval_{metric}"] for r in rows if f"eval_{metric}" in r and r["step"] <= budget}
-        seen = tokens_seen(searches[0] | {"budget": dict(searches[0]["budget"], batch_size=run["train"]["batch_size"])},
-                           dict(run=str(reference), curve=curve))
+        seen = tokens_seen(run, curve)
         fig.add_scatter(x=[seen[s] / 1e6 for s in sorted(curve)], y=[curve[s] for s in sorted(curve)],
                         mode="lines+markers", line=dict(color="black", dash="dot"),
                         name=f"{run['arch']}, {reference.name} (its first {budget:,} of {run['train']['steps']:,} steps)")
