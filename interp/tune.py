@@ -247,41 +247,50 @@ class Tune:
                     direction="maximize" if self.maximize else "minimize", pruner=self.pruner_name,
                     prune_after=self.prune_after, model_options=self.model_options)
 
-    def queue(self, study) -> list[int]:
-        """Every grid point not yet in the study is queued, in the declared order. Returns the trials this
-        host was running in processes that no longer exist (killed workers), claimed for this one: they
-        continue first, as the same trials, from their run folders."""
+    def queue(self, study) -> None:
+        """Every grid point not yet in the study is queued, in the declared order."""
         from optuna.trial import TrialState
 
-        host, orphans = socket.gethostname(), []
+        seen = {trial_name(planned(t)) for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL}
+        for params in self.grid:
+            if trial_name(params) not in seen:
+                study.enqueue_trial(params, user_attrs={"queued": True})
+
+    def claim_orphan(self, study) -> int | None:
+        """One trial this host was running in a process that no longer exists (a killed worker), claimed
+        for this one (call under the study lock): it continues as the same trial, from its run folder.
+        One at a time, so that after a kill every worker started picks up one, not the first all."""
+        from optuna.trial import TrialState
+
+        host = socket.gethostname()
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             attrs = trial.user_attrs
             if attrs.get("host") == host and attrs.get("pid") != os.getpid() and not alive(attrs.get("pid")):
                 study._storage.set_trial_user_attr(trial._trial_id, "pid", os.getpid())
                 study._storage.set_trial_user_attr(trial._trial_id, "note", "its worker was killed; resumed")
-                orphans.append(trial._trial_id)
-        seen = {trial_name(planned(t)) for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL}
-        for params in self.grid:
-            if trial_name(params) not in seen:
-                study.enqueue_trial(params, user_attrs={"queued": True})
-        return orphans
+                return trial._trial_id
+        return None
 
     def execute(self, max_trials: int | None = None) -> dict:
         import optuna
         from optuna.trial import TrialState
 
         self.out.mkdir(parents=True, exist_ok=True)
-        with open(self.out / ".study-lock", "a") as lock:  # workers here create the study and queue one at a time
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            study = self.open_study()
-            orphans = self.queue(study)
+        def locked(action):  # workers on this host create the study, queue and claim one at a time
+            with open(self.out / ".study-lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                return action()
+
+        study = locked(self.open_study)
+        locked(lambda: self.queue(study))
         done = lambda: sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.get_trials(deepcopy=False))
         bar = tqdm(total=len(self.grid), initial=done(), desc=f"tune {self.study_name}", unit="trial",
                    disable=not self.progress, dynamic_ncols=True)
         ran = 0
         while max_trials is None or ran < max_trials:
-            if orphans:
-                trial = optuna.trial.Trial(study, orphans.pop(0))
+            orphan = locked(lambda: self.claim_orphan(study))
+            if orphan is not None:
+                trial = optuna.trial.Trial(study, orphan)
             elif not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                 break
             else:

@@ -100,6 +100,27 @@ def test_a_killed_worker_resumes_its_trial_from_the_run_folder(tmp_path):
     assert max(trials[0].intermediate_values) == 400
 
 
+@pytest.mark.slow
+def test_killed_trials_resume_one_per_worker(tmp_path):
+    # two workers killed mid-trial, two started again: each continues one of the two trials (the first to
+    # start must not claim both, leaving the other worker with nothing to do)
+    out = tmp_path / "tune"
+    args = ["tune", *TINY, "--steps", "400", "--out", out, "--space", "lr=1e-3,2e-3"]
+    pids = [fork_cli(tmp_path / f"first-{i}.log", *args) for i in range(2)]
+    states = [out / "trials" / name / "resume.safetensors" for name in ("lr=1e-3", "lr=2e-3")]
+    deadline = time.time() + 180
+    while not all(state.exists() for state in states) and time.time() < deadline:
+        time.sleep(0.05)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+        wait_for(pid)
+    again = [fork_cli(tmp_path / f"again-{i}.log", *args, "--max-trials", "1") for i in range(2)]
+    assert [wait_for(pid) for pid in again] == [0, 0]
+    trials = study(out).trials
+    assert sorted(t.state.name for t in trials if t.user_attrs.get("params")) == ["COMPLETE", "COMPLETE"]
+    assert all(t.user_attrs["note"] == "its worker was killed; resumed" for t in trials if t.state.name == "COMPLETE")
+
+
 def test_two_workers_share_one_study(tmp_path):
     out = tmp_path / "tune"
     args = ["tune", *TINY, "--steps", "20", "--out", out, "--space", "lr=1e-3,2e-3,5e-3,1e-2", "--max-trials", "2"]
