@@ -43,6 +43,9 @@ def label(summary: dict, trial: dict) -> str:
     shift = params.pop("shift", None)
     if shift is not None:
         arch += " plain" if shift == "0" and arch == "transformer" else f" shift {shift}" if shift != "0" else " no shift"
+    fixed = {k: v for k, v in summary.get("model_options", {}).items() if k not in trial["params"]}
+    if fixed:  # a model setting every trial of the search shares, e.g. the transformer's position offsets
+        arch += " (" + ", ".join(f"{k} {v}" for k, v in fixed.items()) + ")"
     return f"{arch}, " + ", ".join(f"{k} {v}" for k, v in params.items())
 
 

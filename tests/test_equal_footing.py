@@ -27,6 +27,8 @@ def test_a_transformer_without_the_shift_is_the_plain_row_and_labels_name_every_
     assert family({"arch": "mamba", "model_options": {}}, plain) == "mamba"
     assert label({"arch": "mamba"}, dict(params={"lr": "1e-3", "shift": "0"})) == "mamba no shift, lr 1e-3"
     assert label({"arch": "transformer"}, dict(params={"lr": "1e-3", "shift": "0"})) == "transformer plain, lr 1e-3"
+    offsets = {"arch": "transformer", "model_options": {"position_offsets": "true"}}  # fixed for the whole search
+    assert label(offsets, dict(params={"lr": "1e-3"})) == "transformer (position_offsets true), lr 1e-3"
 
 
 @pytest.mark.slow
