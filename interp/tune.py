@@ -264,8 +264,9 @@ class Tune:
 
         host = socket.gethostname()
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            attrs = trial.user_attrs
-            if attrs.get("host") == host and attrs.get("pid") != os.getpid() and not alive(attrs.get("pid")):
+            attrs, pid = trial.user_attrs, trial.user_attrs.get("pid")
+            # a trial another worker has just asked for has no pid yet: not an orphan
+            if attrs.get("host") == host and pid is not None and pid != os.getpid() and not alive(pid):
                 study._storage.set_trial_user_attr(trial._trial_id, "pid", os.getpid())
                 study._storage.set_trial_user_attr(trial._trial_id, "note", "its worker was killed; resumed")
                 return trial._trial_id
@@ -304,8 +305,8 @@ class Tune:
                 study.tell(trial, state=TrialState.FAIL)
                 continue
             trial.set_user_attr("params", params)  # what Optuna's own views show of it
+            trial.set_user_attr("pid", os.getpid())  # before the host: a trial with a host and no pid would look orphaned
             trial.set_user_attr("host", socket.gethostname())
-            trial.set_user_attr("pid", os.getpid())
             trial.set_user_attr("run", str(self.folder(params)))
             bar.set_postfix_str(trial_name(params))
 
