@@ -18,7 +18,8 @@ the trial's settings on top of the architecture's own preset recipe. Space keys 
 architecture's own, else the capacity reference's; stage ends scaled when they do not fit the
 budget) or the stages given with ``--curriculum``, ``off`` none.
 
-While a trial trains it reports the task's primitive metric on held-out sequences at every
+While a trial trains it reports the task's primitive metric (a task that tests no primitive, such as
+regression: its entropy MAE in bits) on held-out sequences at every
 evaluation; the pruner stops a trial that is behind the others at the same step (it stays a run
 folder that ``interp train --resume`` could continue). The score of a finished trial is that metric
 at its last step.
@@ -67,7 +68,7 @@ PRUNERS = ("median", "halving", "none")
 
 DEFINITION = ("Every combination of the search space is one `interp train` run with the same budget (steps x "
               "batch, evaluation size, seed); a trial's score is its held-out value of the task primitive's metric "
-              "at the end of the budget; the pruner stops a trial whose score at an evaluation is behind the "
+              "(the entropy MAE in bits for a task that tests no primitive) at the end of the budget; the pruner stops a trial whose score at an evaluation is behind the "
               "median (or the halving rung) of the trials before it, after prune_after steps.")
 
 
@@ -120,10 +121,11 @@ class Tune:
         self.arch, self.preset, self.out, self.device, self.progress = arch, preset, Path(out), device, progress
         self.space = parse_space(space)
         self.task = resolve(task, arch, preset, task_options=task_options).task
-        self.primitive = self.task.primitive
-        if self.primitive is None:
-            raise UserError(f"task {task!r} declares no inference primitive, so a trial has no score")
-        self.metric, self.maximize = self.primitive.metric, self.primitive.direction == "min"
+        # The primitive's metric where the task tests one; otherwise (regression) the entropy error every
+        # task's evaluation reports, lower being better.
+        primitive = self.task.primitive
+        self.metric = primitive.metric if primitive else "entropy_mae_bits"
+        self.maximize = primitive is not None and primitive.direction == "min"
         self.model_options = dict(model_options or {})
         model_fields = {f.name for f in fields(models.architecture(arch).config_class)}
         train_fields = {f.name for f in fields(TrainSettings)}

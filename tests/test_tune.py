@@ -184,3 +184,19 @@ def test_ctrl_c_says_how_the_search_continues(tmp_path, monkeypatch, capsys):
     assert result.code == 130
     assert result.err.strip().splitlines()[-1] == (
         "interp: interrupted (the search continues where it stopped when the same command is run again)")
+
+
+def test_a_task_that_tests_no_primitive_is_scored_by_its_entropy_error(tmp_path, capsys):
+    # regression declares no inference primitive: its trials are scored, lower better, by the
+    # held-out entropy MAE its run records at the end
+    out = tmp_path / "t"
+    done = run_cli(capsys, "tune", "--task", "regression", "-T", "d=2", "-T", "n=4", "--arch", "mlp", "-M", "d_model=8",
+                   "--steps", "3", "--batch-size", "4", "--eval-size", "8", "--pruner", "none", "--out", out,
+                   "--space", "lr=1e-3,1e-2")
+    assert done.code == 0, done.err
+    summary = results.read(out / "tune.json", "tune")["metrics"]
+    assert summary["metric"] == "entropy_mae_bits" and summary["direction"] == "minimize"
+    for row in summary["trials"]:
+        run = json.loads((out / "trials" / row["name"] / "run.json").read_text())
+        assert row["state"] == "complete" and row["score"] == run["final"]["entropy_mae_bits"]
+    assert summary["best"]["score"] == min(r["score"] for r in summary["trials"])
