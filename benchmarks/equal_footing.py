@@ -110,6 +110,7 @@ def task_figure(task: str, searches: list[dict], reference: Path | None):
     metric = searches[0]["metric"]
     accuracy = metric == "accuracy"
     fig = go.Figure()
+    others: dict[str, int] = {}  # row -> its trials that are not a search's best
     for summary in searches:
         best = (summary["best"] or {}).get("name")
         for trial in summary["trials"]:
@@ -118,13 +119,23 @@ def task_figure(task: str, searches: list[dict], reference: Path | None):
             steps = sorted(int(s) for s in trial["tokens_seen"])
             row = family(summary, trial)
             top = trial["name"] == best
+            name = (f"{label(summary, trial)}, {summary['budget']['steps']:,} x {summary['budget']['batch_size']} "
+                    f"({state(trial)})" + (": best" if top else ""))
+            others[row] = others.get(row, 0) + (not top)
+            # The legend names each best trial; the others of a row share one entry (every trial is named
+            # on hover), so the legend stays readable however many trials a search has.
             fig.add_scatter(x=[trial["tokens_seen"][str(s)] / 1e6 for s in steps],
                             y=[trial["curve"][str(s)] for s in steps], mode="lines+markers" if top else "lines",
-                            name=f"{label(summary, trial)}, {summary['budget']['steps']:,} x "
-                                 f"{summary['budget']['batch_size']} ({state(trial)})" + (": best" if top else ""),
+                            name=name, hovertemplate=f"{name}<br>%{{x:.3g}}M tokens: %{{y:.4g}}<extra></extra>",
+                            showlegend=top, legendgroup=None if top else f"{row} others",
                             opacity=1 if top else 0.55,
                             line=dict(color=COLOURS.get(row, "#8c564b"), width=3 if top else 1.2,
                                       dash="dash" if trial["state"] == "pruned" else "solid"))
+    for row, count in others.items():
+        if count:
+            fig.add_scatter(x=[None], y=[None], mode="lines", legendgroup=f"{row} others", opacity=0.55,
+                            name=f"{row}: its other {count} trial{'s' * (count > 1)} (dashed: stopped by the pruner)",
+                            line=dict(color=COLOURS.get(row, "#8c564b"), width=1.2))
     if reference is not None:
         run = json.loads((reference / "run.json").read_text())
         budget = searches[0]["budget"]["steps"]
