@@ -31,6 +31,21 @@ def test_a_transformer_without_the_shift_is_the_plain_row_and_labels_name_every_
     assert label(offsets, dict(params={"lr": "1e-3"})) == "transformer (position_offsets true), lr 1e-3"
 
 
+
+def test_the_legend_names_each_best_trial_and_one_entry_for_the_others():
+    def trial(name, lr, state="complete"):
+        return dict(name=name, params={"lr": lr}, state=state, curve={"1": 0.5, "2": 0.1}, tokens_seen={"1": 1e6, "2": 2e6})
+    search = dict(arch="mamba", model_options={}, metric="entropy_mae_bits", budget=dict(steps=2, batch_size=4),
+                  best=dict(name="lr=1e-3"),
+                  trials=[trial("lr=1e-3", "1e-3"), trial("lr=1e-2", "1e-2"), trial("lr=3e-2", "3e-2", "pruned")])
+    fig = module()["task_figure"]("bijection", [search], None)
+    shown = [t.name for t in fig.data if t.showlegend is not False]
+    assert shown == ["mamba, lr 1e-3, 2 x 4 (complete): best",
+                     "mamba: its other 2 trials (dashed: stopped by the pruner)"]
+    hidden = [t for t in fig.data if t.showlegend is False]  # every trial is still drawn, and named on hover
+    assert len(hidden) == 2 and all(t.legendgroup == "mamba others" for t in hidden)
+    assert "mamba, lr 3e-2, 2 x 4 (pruned)" in hidden[1].hovertemplate and hidden[1].line.dash == "dash"
+
 @pytest.mark.slow
 def test_a_search_is_drawn_per_task_with_its_records(tmp_path, capsys, monkeypatch):
     search = tmp_path / "runs" / "eq-tiny"
