@@ -78,6 +78,12 @@ def init_sentence(init: dict | None) -> str:
             f"{init['sha256'][:12]}...), not from a fresh init.")
 
 
+def soft_loss_words(task) -> str:
+    """What the soft loss is on this task: the Bayes predictive is a distribution over classes, or a Gaussian."""
+    return (" (the expected Gaussian NLL under the exact Bayes predictive)" if task.continuous
+            else " (cross-entropy against the exact Bayes posterior)")
+
+
 def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], note: str = "") -> str:
     s, final = record["train"], record.get("final") or {}
     config = ", ".join(f"{k} {v}" for k, v in record["model"].items() if v is not None)
@@ -89,14 +95,15 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
                      f"{', '.join(str(int(p.stem.split('-')[1])) for p in checkpoints)}; {size:.1f} MB), "
                      "a checkpoint series for training-dynamics analyses such as frame-precision."
                      if len(checkpoints) > 1 else f"Only the final checkpoint is shipped ({size:.1f} MB).")
+    task = tasks.from_config(record['task'])
     lines = [
         f"# {name}", "",
         f"{arch_label(record['arch'])} ({record.get('n_params', 0):,} parameters; {config}) "
-        f"trained on `{tasks.from_config(record['task'])!r}` by", "",
+        f"trained on `{task!r}` by", "",
         f"    {train_command(record, preset)}", "",
         f"{s['steps']:,} steps of {s['batch_size']} fresh sequences, AdamW lr {s['lr']} ({s['warmup']} warm-up "
         f"steps, cosine to 0), weight decay {s['weight_decay']}, grad clip {s['grad_clip']}, {s['loss']} targets"
-        f"{' (cross-entropy against the exact Bayes posterior)' if s['loss'] == 'soft' else ''}, seed {s['seed']}."
+        f"{soft_loss_words(task) if s['loss'] == 'soft' else ''}, seed {s['seed']}."
         + curriculum_sentence(s.get("curriculum") or ())
         + init_sentence(record.get("init"))
         + (" The training step ran through torch.compile." if s.get("compile") else "")
