@@ -32,9 +32,9 @@ def test_one_model_per_task_and_architecture_and_a_checkpoint_series():
 
 def test_shipped_models_fit_the_size_budget_and_carry_no_resume_state():
     files = [p for p in PRETRAINED_DIR.rglob("*") if p.is_file()]
-    # a clone stays small: 23 models of about 2 MB each and one checkpoint series (raised from 40 MB when
-    # the four HMM models of the equal search joined)
-    assert sum(p.stat().st_size for p in files) <= 48e6
+    # a clone stays small: 27 models of about 2 MB each and one checkpoint series (raised from 40 MB when
+    # the four HMM models of the equal search joined, and to 52 MB for the four regression ones)
+    assert sum(p.stat().st_size for p in files) <= 52e6
     assert not [p for p in files if p.name == "resume.safetensors" or ".tmp" in p.name]
 
 
