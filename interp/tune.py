@@ -68,8 +68,9 @@ PRUNERS = ("median", "halving", "none")
 
 DEFINITION = ("Every combination of the search space is one `interp train` run with the same budget (steps x "
               "batch, evaluation size, seed); a trial's score is its held-out value of the task primitive's metric "
-              "(the entropy MAE in bits for a task that tests no primitive) at the end of the budget; the pruner stops a trial whose score at an evaluation is behind the "
-              "median (or the halving rung) of the trials before it, after prune_after steps.")
+              "(the entropy MAE in bits for a task that tests no primitive) at the end of the budget; the pruner "
+              "stops a trial whose score at an evaluation is behind the median (or the halving rung) of the trials "
+              "before it, after prune_after steps.")
 
 
 def parse_space(specs: tuple[str, ...]) -> dict[str, list[str]]:
