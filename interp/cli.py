@@ -387,7 +387,8 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, c
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of every init and training batch")
 @click.option("--pruner", type=click.Choice(["median", "halving", "none"]), default="median", show_default=True,
               help="stop trials behind the others: Optuna's median or successive-halving pruner")
-@click.option("--prune-after", type=click.IntRange(0), help="no trial is stopped before this step [default: half the steps]")
+@click.option("--prune-after", type=click.IntRange(0),
+              help="no trial is stopped before this step [default: half the steps, and after curriculum=on's last stage]")
 @click.option("--storage", help="the study's storage [default: sqlite in OUT]: an SQLAlchemy URL (postgresql://..., "
               "mysql://...) or journal:FILE, for workers on several machines")
 @click.option("--curriculum", metavar="JSON", help="the stages curriculum=on trains, as JSON [[until_step, {task "
@@ -415,6 +416,8 @@ def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_siz
     job = Tune(task_name, arch, tuple(space) + tuple(more_space), out, preset, steps, batch_size, eval_size, seed,
                storage, study, pruner, prune_after, parse_assignments(task_options, "task option"),
                parse_assignments(model_options, "model option"), device, curriculum=parse_curriculum(curriculum))
+    for note in job.notes:
+        click.echo(f"warning: {note}", err=True)
     summary = job.execute(max_trials)
     click.echo(table(summary))
     click.echo(f"wrote {out / 'tune.json'} and {out / 'trials.csv'}")

@@ -160,7 +160,17 @@ class Tune:
         self.grid = [dict(zip(self.space, combo)) for combo in itertools.product(*self.space.values())]
         for params in self.grid:  # every trial's recipe is checked before anything trains
             self.recipe(params)
-        self.prune_after = self.budget["steps"] // 2 if prune_after is None else prune_after
+        # A curriculum trial is judged on the task itself: by default the pruner waits for the first
+        # evaluation after the last stage (judged at its end, such a trial has not trained on the task yet).
+        curriculum_end = self.curriculum_on[-1][0] if "on" in self.space.get("curriculum", ()) else 0
+        self.notes: list[str] = []  # what a user should know before the trials run (the CLI prints them)
+        if prune_after is None:
+            prune_after = max(self.budget["steps"] // 2, curriculum_end + 1)
+        elif prune_after <= curriculum_end and pruner != "none":
+            self.notes.append(f"--prune-after {prune_after}: the curriculum=on trials train on their curriculum to step "
+                              f"{curriculum_end}, so the pruner judges them before they have trained on the task; "
+                              f"--prune-after {curriculum_end + 1} or later judges them on it")
+        self.prune_after = prune_after
         self.pruner_name = pruner
         self.storage_url = storage or f"sqlite:///{(self.out / 'study.db').resolve()}"
         self.study_name = study or f"{task}-{arch}-{preset}"

@@ -168,6 +168,23 @@ def test_curriculum_gives_the_stages_of_curriculum_on_for_a_task_whose_preset_ha
     assert not (tmp_path / "u" / "trials").exists() and not (tmp_path / "v" / "trials").exists()
 
 
+def test_the_pruner_waits_for_the_end_of_the_curriculum(tmp_path, capsys):
+    # judged at the end of its last stage a curriculum trial has not trained on the task yet, so by
+    # default the first judgement comes after it, and a --prune-after before it is warned about
+    late = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", tmp_path / "t", "--space", "curriculum=on,off",
+                   "--curriculum", '[[5, {"L": 1}]]')
+    assert late.code == 0, late.err
+    assert results.read(tmp_path / "t" / "tune.json", "tune")["metrics"]["prune_after"] == 6
+    assert "warning" not in late.err
+    early = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", tmp_path / "u", "--space", "curriculum=on,off",
+                    "--curriculum", '[[5, {"L": 1}]]', "--prune-after", "5", "--max-trials", "1")
+    assert early.code == 0, early.err
+    assert "warning: --prune-after 5: the curriculum=on trials train on their curriculum to step 5" in early.err
+    assert "--prune-after 6 or later" in early.err
+    plain = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", tmp_path / "v", "--space", "lr=1e-3")
+    assert results.read(tmp_path / "v" / "tune.json", "tune")["metrics"]["prune_after"] == 3
+
+
 def test_the_space_keeps_the_declared_order():
     assert parse_space(("curriculum=on,off", "lr=3.2e-3,1e-3")) == {"curriculum": ["on", "off"], "lr": ["3.2e-3", "1e-3"]}
     with pytest.raises(UserError, match="names lr twice"):
