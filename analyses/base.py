@@ -56,7 +56,8 @@ def read_result(path, analysis: str | None = None) -> dict:
         record = None
     if not isinstance(record, dict) or not isinstance(record.get("metrics"), dict) \
             or (analysis is not None and record.get("analysis") != analysis):
-        how = "interp sweep --out FOLDER" if analysis == "sweep" else f"interp run {analysis or 'NAME'}"
+        how = {"sweep": "interp sweep --out FOLDER", "tune": "interp tune --out FOLDER"}.get(
+            analysis, f"interp run {analysis or 'NAME'}")  # the commands of their own, then every analysis
         raise AnalysisError(f"{path} is not {what}; `{how}` writes one") from None
     return record
 

@@ -78,3 +78,9 @@ def test_compare_reads_a_sweep_through_the_reader(tmp_path):
     (sweep / "sweep.json").write_text(json.dumps({"analysis": "calibration", "metrics": {}}))
     with pytest.raises(AnalysisError, match="--sweeps: .*sweep.json is not a sweep result; `interp sweep --out"):
         compare.compute([], sweeps=str(sweep))
+
+
+def test_a_record_that_is_not_a_search_names_the_command_that_writes_one(tmp_path):
+    (tmp_path / "tune.json").write_text(json.dumps({"analysis": "calibration", "metrics": {}}))
+    with pytest.raises(UserError, match="tune.json is not a tune result; `interp tune --out FOLDER` writes one"):
+        results.read(tmp_path / "tune.json", "tune")
