@@ -5,7 +5,7 @@
 
 Each argument is an ``interp tune`` folder. Writes figures/readme/equal-footing/curves-TASK.{pdf,png}
 for each task searched (every trial's held-out score against the tokens it trained on, a short-table
-stage at what its shorter sequences cost; each architecture's best trial bold) and
+stage at what its shorter sequences cost; each row's best trial, over all its searches, bold) and
 trials-FOLDER.{json,csv} (every trial of each search: settings, state, score, curve, budget), and
 prints one line per search with its best trial. ``--tables`` takes ``interp run content-addressing``
 results (``--sizes 1,2,4,8,16,32,64 --queries 3``) and draws their accuracy against table size into
@@ -99,9 +99,26 @@ def write_records(folder: Path, summary: dict) -> None:
                                                            if best else "none yet"))
 
 
+def row_bests(searches: list[dict]) -> dict[str, tuple[int, str]]:
+    """Each row's best trial over all the searches of one task, as (id of its search, trial name): a row may
+    take trials from several searches (e.g. a second search that gives some recipes the full budget), and
+    only the best of their bests is the row's."""
+    bests: dict[str, tuple[float, int, str]] = {}
+    for summary in searches:
+        best = summary.get("best")
+        if not best or best.get("score") is None:
+            continue
+        trial = next(t for t in summary["trials"] if t["name"] == best["name"])
+        row = family(summary, trial)
+        key = best["score"] if summary.get("direction", "minimize") == "minimize" else -best["score"]
+        if row not in bests or key < bests[row][0]:
+            bests[row] = (key, id(summary), best["name"])
+    return {row: (search, name) for row, (_, search, name) in bests.items()}
+
+
 def task_figure(task: str, searches: list[dict], reference: Path | None):
-    """Every trial of every search on one task against its training tokens; each architecture's best trial
-    bold, the others thin (dashed where the pruner stopped them)."""
+    """Every trial of every search on one task against its training tokens; each row's best trial (over all
+    its searches) bold, the others thin (dashed where the pruner stopped them)."""
     import plotly.graph_objects as go
 
     import tasks
@@ -110,19 +127,19 @@ def task_figure(task: str, searches: list[dict], reference: Path | None):
     metric = searches[0]["metric"]
     accuracy = metric == "accuracy"
     fig = go.Figure()
-    others: dict[str, int] = {}  # row -> its trials that are not a search's best
+    bests = row_bests(searches)
+    others: dict[str, int] = {}  # row -> its trials that are not the row's best
     for summary in searches:
-        best = (summary["best"] or {}).get("name")
         for trial in summary["trials"]:
             if not trial.get("tokens_seen"):
                 continue
             steps = sorted(int(s) for s in trial["tokens_seen"])
             row = family(summary, trial)
-            top = trial["name"] == best
+            top = bests.get(row) == (id(summary), trial["name"])
             name = (f"{label(summary, trial)}, {summary['budget']['steps']:,} x {summary['budget']['batch_size']} "
                     f"({state(trial)})" + (": best" if top else ""))
             others[row] = others.get(row, 0) + (not top)
-            # The legend names each best trial; the others of a row share one entry (every trial is named
+            # The legend names each row's best trial; the others of a row share one entry (every trial is named
             # on hover), so the legend stays readable however many trials a search has.
             fig.add_scatter(x=[trial["tokens_seen"][str(s)] / 1e6 for s in steps],
                             y=[trial["curve"][str(s)] for s in steps], mode="lines+markers" if top else "lines",

@@ -36,7 +36,7 @@ def test_the_legend_names_each_best_trial_and_one_entry_for_the_others():
     def trial(name, lr, state="complete"):
         return dict(name=name, params={"lr": lr}, state=state, curve={"1": 0.5, "2": 0.1}, tokens_seen={"1": 1e6, "2": 2e6})
     search = dict(arch="mamba", model_options={}, metric="entropy_mae_bits", budget=dict(steps=2, batch_size=4),
-                  best=dict(name="lr=1e-3"),
+                  direction="minimize", best=dict(name="lr=1e-3", score=0.1),
                   trials=[trial("lr=1e-3", "1e-3"), trial("lr=1e-2", "1e-2"), trial("lr=3e-2", "3e-2", "pruned")])
     fig = module()["task_figure"]("bijection", [search], None)
     shown = [t.name for t in fig.data if t.showlegend is not False]
@@ -45,6 +45,18 @@ def test_the_legend_names_each_best_trial_and_one_entry_for_the_others():
     hidden = [t for t in fig.data if t.showlegend is False]  # every trial is still drawn, and named on hover
     assert len(hidden) == 2 and all(t.legendgroup == "mamba others" for t in hidden)
     assert "mamba, lr 3e-2, 2 x 4 (pruned)" in hidden[1].hovertemplate and hidden[1].line.dash == "dash"
+
+
+def test_a_row_with_two_searches_has_one_best_the_better_of_theirs():
+    def search(lr, score, direction="minimize"):
+        trial = dict(name=f"lr={lr}", params={"lr": lr}, state="complete", curve={"1": score}, tokens_seen={"1": 1e6})
+        return dict(arch="mamba", model_options={}, metric="entropy_mae_bits", budget=dict(steps=1, batch_size=4),
+                    direction=direction, best=dict(name=trial["name"], score=score), trials=[trial])
+    for direction, winner in (("minimize", "1e-2"), ("maximize", "1e-3")):
+        searches = [search("1e-3", 0.3, direction), search("1e-2", 0.2, direction)]
+        fig = module()["task_figure"]("bijection", searches, None)
+        shown = [t.name for t in fig.data if t.showlegend is not False]
+        assert shown == [f"mamba, lr {winner}, 1 x 4 (complete): best", "mamba: its other 1 trial (dashed: stopped by the pruner)"]
 
 @pytest.mark.slow
 def test_a_search_is_drawn_per_task_with_its_records(tmp_path, capsys, monkeypatch):
