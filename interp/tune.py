@@ -389,10 +389,13 @@ class Tune:
         rows = self.rows(study)
         scored = [r for r in rows if r["state"] == "complete" and r["score"] is not None]
         best = (max if self.maximize else min)(scored, key=lambda r: r["score"]) if scored else None
-        summary = dict(self.declaration(), study=self.study_name, storage=self.storage_url,
-                       n_trials=len(self.grid), best=best, trials=rows,
+        # The study's search as recorded now: another worker may have widened it since this one started.
+        declared = study.user_attrs.get("search") or self.declaration()
+        grid = [dict(zip(declared["space"], combo)) for combo in itertools.product(*declared["space"].values())]
+        summary = dict(declared, study=self.study_name, storage=self.storage_url,
+                       n_trials=len(grid), best=best, trials=rows,
                        complete=all(any(r["name"] == trial_name(p) and r["state"] in ("complete", "pruned")
-                                        for r in rows) for p in self.grid))
+                                        for r in rows) for p in grid))
         store.write(Result("tune", DEFINITION, summary), self.out, ("json",), store.provenance())
         atomic_write_json(self.out / "trials.json", rows)
         buffer = io.StringIO()

@@ -217,3 +217,17 @@ def test_a_task_that_tests_no_primitive_is_scored_by_its_entropy_error(tmp_path,
         run = json.loads((out / "trials" / row["name"] / "run.json").read_text())
         assert row["state"] == "complete" and row["score"] == run["final"]["entropy_mae_bits"]
     assert summary["best"]["score"] == min(r["score"] for r in summary["trials"])
+
+
+def test_a_worker_started_before_the_search_was_widened_records_the_wider_search(tmp_path):
+    from interp.tune import Tune
+
+    options = dict(task_options={"V": 3, "L": 2}, model_options={"d_model": 8, "n_heads": 2}, batch_size=4,
+                   eval_size=8, steps=6, pruner="none", progress=False)
+    narrow = Tune("bijection", "transformer", ("lr=1e-3,1e-2",), tmp_path, **options)
+    wide = Tune("bijection", "transformer", ("lr=1e-3,1e-2,3e-2",), tmp_path, **options)
+    study = narrow.open_study()  # this worker started first ...
+    wide.open_study()  # ... then another widened the grid
+    summary = narrow.write(study)  # the narrow worker's record names the study's search, not its own command
+    assert summary["space"]["lr"] == ["1e-3", "1e-2", "3e-2"] and summary["n_trials"] == 3
+    assert results.read(tmp_path / "tune.json", "tune")["metrics"]["n_trials"] == 3
