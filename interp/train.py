@@ -195,6 +195,11 @@ def _step_of(line: bytes | str) -> float:
     return step if isinstance(step, (int, float)) and not isinstance(step, bool) else math.inf
 
 
+def denormals_are_flushed() -> bool:
+    """Whether this process flushes denormal floats to zero now (a denormal times 2 comes out 0)."""
+    return float((torch.tensor(1e-40) * 2.0).item()) == 0.0
+
+
 @contextmanager
 def denormals_flushed(active: bool = True):
     """Denormal floats flushed to zero while a CPU run trains, as it was before afterwards.
@@ -203,7 +208,7 @@ def denormals_flushed(active: bool = True):
     3x slower (measured on Mamba); flushed, a healthy run is unchanged. The setting is the
     processor's, for the whole process, so it is put back: other code (hypothesis, numerics
     tests) relies on IEEE denormals."""
-    was = active and float((torch.tensor(1e-40) * 2.0).item()) == 0.0  # already flushed by the caller
+    was = active and denormals_are_flushed()  # already flushed by the caller
     if active and not was:
         torch.set_flush_denormal(True)
     try:

@@ -73,6 +73,11 @@ DEFINITION = ("Every combination of the search space is one `interp train` run w
               "before it, after prune_after steps.")
 
 
+def grid_of(space: dict[str, list[str]]) -> list[dict[str, str]]:
+    """Every combination of a search space's values: one trial's settings each, in the declared order."""
+    return [dict(zip(space, combo)) for combo in itertools.product(*space.values())]
+
+
 def parse_space(specs: tuple[str, ...]) -> dict[str, list[str]]:
     """``("lr=1e-3,3.2e-3", "curriculum=on,off")`` -> {"lr": ["1e-3", "3.2e-3"], "curriculum": ["on", "off"]}."""
     space = {}
@@ -157,7 +162,7 @@ class Tune:
             self.base.validate()
         except UserError as err:
             raise UserError(f"budget: {err}") from None
-        self.grid = [dict(zip(self.space, combo)) for combo in itertools.product(*self.space.values())]
+        self.grid = grid_of(self.space)
         for params in self.grid:  # every trial's recipe is checked before anything trains
             self.recipe(params)
         # A curriculum trial is judged on the task itself: by default the pruner waits for the first
@@ -391,7 +396,7 @@ class Tune:
         best = (max if self.maximize else min)(scored, key=lambda r: r["score"]) if scored else None
         # The study's search as recorded now: another worker may have widened it since this one started.
         declared = study.user_attrs.get("search") or self.declaration()
-        grid = [dict(zip(declared["space"], combo)) for combo in itertools.product(*declared["space"].values())]
+        grid = grid_of(declared["space"])
         summary = dict(declared, study=self.study_name, storage=self.storage_url,
                        n_trials=len(grid), best=best, trials=rows,
                        complete=all(any(r["name"] == trial_name(p) and r["state"] in ("complete", "pruned")

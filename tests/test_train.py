@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from interp import checkpoint
 from interp.errors import UserError
 from interp.recipe import TrainSettings, fitted_curriculum
-from interp.train import Trainer, checkpoint_steps, lr_at
+from interp.train import Trainer, checkpoint_steps, denormals_are_flushed, lr_at
 
 TASK = dict(name="bijection", V=6, L=5)
 MODEL = dict(d_model=16, n_layers=2, n_heads=2)
@@ -31,19 +31,15 @@ def test_learning_rate_warms_up_then_decays_to_zero():
     assert lr_at(100, s) == 0.0
 
 
-def subnormals_flushed() -> bool:
-    return (torch.tensor(1e-40) * 2.0).item() == 0.0
-
-
 def test_a_cpu_run_flushes_denormals_while_it_trains_and_puts_them_back(tmp_path):
     # flushing speeds up a diverging CPU run 3x, but the setting is the whole process's: code after a
     # run (hypothesis refuses to draw floats without subnormals) must find IEEE floats again
     seen = []
     settings = TrainSettings(steps=4, batch_size=4, lr=1e-3, warmup=0, eval_every=2, eval_size=8)
     Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, device="cpu", progress=False,
-            on_eval=lambda step, metrics: seen.append(subnormals_flushed())).run()
+            on_eval=lambda step, metrics: seen.append(denormals_are_flushed())).run()
     assert seen and all(seen)
-    assert not subnormals_flushed() and 1e-308 * 1e-10 != 0.0
+    assert not denormals_are_flushed() and 1e-308 * 1e-10 != 0.0
 
 
 @pytest.mark.slow  # trains hundreds of steps or starts processes: minutes on a busy 2-core machine
