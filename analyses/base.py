@@ -336,14 +336,16 @@ def untrained_twin(model):
 def training_tokens(record: dict, step: int) -> int:
     """Tokens a run (its run.json ``record``) trained on in its first ``step`` steps: sequences x their
     length, each curriculum stage at its own length (a short-table step costs what its shorter
-    sequences cost)."""
+    sequences cost; a mixture's steps each at their option's length)."""
     from tasks import from_config
+    from tasks.base import stage_options
 
     task = from_config(record["task"])
     total, start = 0, 0
     for end, settings in record["train"].get("curriculum") or ():
-        length = from_config(task.config() | settings).seq_len
-        total += max(0, min(step, end) - start) * length
+        steps, options = max(0, min(step, end) - start), stage_options(settings)
+        for i, option in enumerate(options):  # a mixture's options take its steps in turn
+            total += (steps // len(options) + (i < steps % len(options))) * from_config(task.config() | option).seq_len
         start = end
     return (total + max(0, step - start) * task.seq_len) * record["train"]["batch_size"]
 

@@ -86,7 +86,10 @@ def main():
 @click.option("--checkpoint-every", type=int, help="also save a checkpoint every N steps (a dense series, e.g. for "
               "frame-precision); default: 0-1k every 100, then every 1k, then every 10k")
 @click.option("--curriculum", metavar="JSON", help="stages before the task itself, as JSON [[until_step, {task settings}], "
-              "...], e.g. '[[2000, {\"n\": 10}]]' (overrides the preset's; '[]' for none)")
+              "...], e.g. '[[2000, {\"n\": 10}]]' (overrides the preset's; '[]' for none); a list of settings is a "
+              "mixture, taken in turn: '[[9000, [{\"N\": 8, \"slots\": 8}, {}]]]'")
+@click.option("--eval-every", type=int, help="steps between held-out evaluations (overrides the preset)")
+@click.option("--eval-size", type=int, help="held-out sequences per evaluation (overrides the preset)")
 @click.option("--compile/--no-compile", "compile_step", default=None,
               help="torch.compile the training step (overrides the preset; needs a C++ compiler); with --resume, "
               "continues a run with it switched on or off")
@@ -100,7 +103,7 @@ def main():
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 @click.option("--resume", is_flag=True, help="continue an interrupted run in --out exactly where it stopped")
 def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, checkpoint_every, curriculum,
-          compile_step, bf16, init, task_options, model_options, device, resume):
+          eval_every, eval_size, compile_step, bf16, init, task_options, model_options, device, resume):
     """Train a model on a wind tunnel; writes run.json, metrics.jsonl and safetensors checkpoints."""
     import models
     import tasks
@@ -116,6 +119,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
                                           ("--seed", seed), ("--loss", loss), ("--warmup", warmup),
                                           ("--checkpoint-every", checkpoint_every),
                                           ("--curriculum", curriculum is not None),
+                                          ("--eval-every", eval_every), ("--eval-size", eval_size),
                                           ("--bf16/--no-bf16", bf16 is not None),
                                           ("--init", init), ("-T", task_options),
                                           ("-M", model_options)) if value]
@@ -125,7 +129,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
     else:
         given = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, warmup=warmup,
                                        checkpoint_every=checkpoint_every, curriculum=parse_curriculum(curriculum),
-                                       compile=compile_step, bf16=bf16, init=init).items() if v is not None}
+                                       eval_every=eval_every, eval_size=eval_size, compile=compile_step, bf16=bf16, init=init).items() if v is not None}
         spec = resolve(task_name, arch, preset, task_options=parse_assignments(task_options, "task option"),
                        model_options=parse_assignments(model_options, "model option"), train_options=given)
         for note in spec.notes:

@@ -63,7 +63,10 @@ def curriculum_sentence(stages) -> str:
     stages); ..." for a run's curriculum, or "" without one."""
     if not stages:
         return ""
-    parts = [f"with {', '.join(f'{k}={v}' for k, v in stage.items())} until step {end:,}" for end, stage in stages]
+    said = lambda settings: ", ".join(f"{k}={v}" for k, v in settings.items()) or "its own settings"
+    parts = [f"with {said(stage)} until step {end:,}" if isinstance(stage, dict) else
+             f"on a mixture ({'; '.join(said(option) for option in stage)}, in turn) until step {end:,}"
+             for end, stage in stages]
     kind = "curriculum stages" if len(parts) > 1 else "a curriculum stage"
     return (f" It trained on the task {', then '.join(parts)} ({kind}); from then on, and in every evaluation, "
             f"on the task itself.")

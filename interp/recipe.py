@@ -45,7 +45,8 @@ class TrainSettings:
     resume_every: int = 500  # steps between resume states (also written at every checkpoint)
     checkpoint_every: int = 0  # 0: the log-spaced schedule of checkpoint_steps; N: also every N steps
     # Stages before the task itself: [[until_step, {task settings}], ...] trains on the task with those
-    # settings changed until that step (e.g. small recall tables at a short length first). Evaluation and
+    # settings changed until that step (e.g. small recall tables at a short length first); a stage with a
+    # list of settings is a mixture, its steps taking them in turn ({} is the task itself). Evaluation and
     # checkpoints are always on the task itself. Empty: the task from the first step.
     curriculum: tuple = ()
     # torch.compile the training step (forward and backward; evaluation stays eager). On the CPU this
@@ -103,15 +104,19 @@ class TrainSettings:
             raise UserError(f"warmup must be a non-negative integer, got {self.warmup!r}")
         self.betas = tuple(self.betas)
         stages = self.curriculum
+        settings_ok = lambda s: isinstance(s, dict) or (isinstance(s, (list, tuple)) and s  # a mixture
+                                                        and all(isinstance(option, dict) for option in s))
         if not isinstance(stages, (list, tuple)) or not all(
-                isinstance(stage, (list, tuple)) and len(stage) == 2 and isinstance(stage[1], dict)
+                isinstance(stage, (list, tuple)) and len(stage) == 2 and settings_ok(stage[1])
                 and isinstance(stage[0], int) and not isinstance(stage[0], bool) for stage in stages):
-            raise UserError(f"curriculum must be a list of [until_step, {{task settings}}] pairs, got {stages!r}")
+            raise UserError(f"curriculum must be a list of [until_step, {{task settings}}] pairs (a list of settings "
+                            f"for a mixture), got {stages!r}")
         ends = [stage[0] for stage in stages]
         if ends != sorted(set(ends)) or (ends and not (0 < ends[0] and ends[-1] <= self.steps)):
             raise UserError(f"curriculum stages must end at increasing steps between 1 and steps={self.steps}, "
                             f"got {ends} (interp train --curriculum sets them)")
-        self.curriculum = tuple((end, dict(settings)) for end, settings in stages)
+        self.curriculum = tuple((end, dict(settings) if isinstance(settings, dict) else [dict(o) for o in settings])
+                                for end, settings in stages)
         return self
 
 

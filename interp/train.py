@@ -34,6 +34,7 @@ import models
 from models.base import training_loss as loss_fn  # the objective lives with the models (analyses use it)
 import tasks
 from analyses.base import held_out_batch, training_budget
+from tasks.base import curriculum_choice, stage_options
 
 from . import checkpoint, distributed
 from .checkpoint import pick_device
@@ -310,9 +311,10 @@ class Trainer:
             init = self._start_from(self.settings.init, arch)
         self.model.to(self.device)
         s = self.settings
-        self.stages = [(end, self._stage_task(settings)) for end, settings in s.curriculum]
-        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
+        self.stages = [[self._stage_task(option) for option in stage_options(settings)] for _, settings in s.curriculum]
+        exempt = getattr(self.model, "no_weight_decay", set)()  # e.g. Mamba's A_log, as mamba-ssm trains it
+        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2 and n not in exempt]
+        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2 or n in exempt]
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": s.weight_decay},
                                       {"params": no_decay, "weight_decay": 0.0}], lr=s.lr, betas=s.betas)
         self.step, self.elapsed = 0, 0.0
@@ -362,11 +364,17 @@ class Trainer:
         if shape(stage) != shape(self.task):
             raise UserError(f"curriculum stage {settings} changes the vocabulary or the answers of the task; a stage "
                             f"may change only what the model can be run on unchanged (sizes, lengths)")
+        n_ctx = getattr(self.model.cfg, "n_ctx", None)
+        if n_ctx is not None and stage.seq_len > n_ctx:
+            raise UserError(f"curriculum stage {settings} has sequences of {stage.seq_len} tokens, longer than the "
+                            f"model's context ({n_ctx}); train with -M n_ctx={stage.seq_len}")
         return stage
 
     def task_at(self, step: int):
-        """What step ``step`` trains on: the first curriculum stage not yet over, else the task itself."""
-        return next((task for end, task in self.stages if step < end), self.task)
+        """What step ``step`` trains on: the first curriculum stage not yet over (a mixture's options in
+        turn), else the task itself."""
+        choice = curriculum_choice(self.settings.curriculum, step)
+        return self.task if choice is None else self.stages[choice[0]][choice[1]]
 
     # -- persistence -------------------------------------------------------------------------
     def _restore(self) -> None:

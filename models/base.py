@@ -78,6 +78,9 @@ def check_value(arch: str, name: str, annotation: str, value, choices=None) -> N
     elif annotation.startswith("float"):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
             raise ConfigError(f"{arch}: {name} must be a finite positive number, got {value!r}")
+    elif annotation.startswith("bool"):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{arch}: {name} must be true or false, got {value!r}")
     elif annotation.startswith("str"):
         if not isinstance(value, str) or (choices and value not in choices):
             raise ConfigError(f"{arch}: {name} must be one of {', '.join(choices or ())}, got {value!r}")
@@ -302,9 +305,9 @@ class HookedSequenceModel(AnswerHead, HookedRootModule):
             if n_ctx is not None:
                 self.W_pos = nn.Parameter(torch.randn(n_ctx, d) * 0.02)
                 self.hook_pos_embed = HookPoint()
-            self.blocks = nn.ModuleList(ResidualBlock(self.norm(d), self.make_mixer(layer))
+            self.blocks = nn.ModuleList(ResidualBlock(self.make_norm(d), self.make_mixer(layer))
                                         for layer in range(config.n_layers))
-            self.ln_final = self.norm(d)
+            self.ln_final = self.make_norm(d)
             self.unembed = nn.Linear(d, d_out)
         if getattr(config, "shift", None):  # its own generator: the other weights are those of the model without it
             self.token_shift = TokenShift(config.shift, d, seed)
@@ -315,6 +318,13 @@ class HookedSequenceModel(AnswerHead, HookedRootModule):
 
     def make_mixer(self, layer: int) -> nn.Module:
         raise NotImplementedError
+
+    def make_norm(self, d: int) -> nn.Module:
+        return self.norm(d)
+
+    def no_weight_decay(self) -> set[str]:
+        """Names of parameters the trainer exempts from weight decay besides every vector (none by default)."""
+        return set()
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if self.task.continuous and input.dim() == 2:

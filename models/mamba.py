@@ -74,6 +74,11 @@ class MambaConfig(ModelConfig):
     expand: int = 2
     dt_rank: int | None = None  # default ceil(d_model / 16)
     shift: int | None = None  # a causal token shift of this width on the embeddings (models.base.TokenShift)
+    # RMSNorm's epsilon (None: torch's default, the machine epsilon of the dtype; mamba-ssm uses 1e-5)
+    norm_eps: float | None = None
+    # Whether weight decay reaches A_log (a matrix, so the trainer decays it like a weight). mamba-ssm
+    # exempts A_log and D (``_no_weight_decay``); D, a vector, is never decayed here. False trains as it does.
+    ssm_weight_decay: bool = True
 
     ARCH = "mamba"
 
@@ -340,6 +345,15 @@ class WindTunnelMamba(HookedSequenceModel):
     def make_mixer(self, layer: int) -> nn.Module:
         c = self.config
         return MambaMixer(c.d_model, c.d_state, c.d_conv, c.expand, c.dt_rank)
+
+    def make_norm(self, d: int) -> nn.Module:
+        return nn.RMSNorm(d, eps=self.config.norm_eps)
+
+    def no_weight_decay(self) -> set[str]:
+        """A_log (and D) as mamba-ssm exempts them, when ``ssm_weight_decay`` is false."""
+        if self.config.ssm_weight_decay:
+            return set()
+        return {name for name, _ in self.named_parameters() if name.endswith((".A_log", ".D"))}
 
     @torch.no_grad()
     def effective_attention(self, tokens: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -342,6 +342,25 @@ class Task:
 MAX_SIZE = 2 ** 20  # the largest count a task or model setting may hold: beyond it sizes overflow or exhaust memory
 
 
+def stage_options(settings) -> list[dict]:
+    """A curriculum stage's task settings as a list: one dict trains on one variant of the task, a list of
+    dicts on a mixture of them (``curriculum_choice``)."""
+    return list(settings) if isinstance(settings, (list, tuple)) else [settings]
+
+
+def curriculum_choice(curriculum, step: int) -> tuple[int, int] | None:
+    """(stage, option) that step ``step`` trains on under ``curriculum`` ([[until_step, settings], ...]), or
+    None once every stage is over (the task itself). A stage that lists several settings is a mixture: its
+    steps take them in turn, so each gets an equal share, and the tokens a run trained on are exact
+    (zoology trains MQAR on a mixture of table sizes and lengths; the easy ones bootstrap the hard ones)."""
+    start = 0
+    for index, (end, settings) in enumerate(curriculum):
+        if step < end:
+            return index, (step - start) % len(stage_options(settings))
+        start = end
+    return None
+
+
 def whole(owner: str, label: str, value, low: int = 1) -> int:
     """``value`` if it is an integer from ``low`` to MAX_SIZE; a one-line ConfigError naming it otherwise."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -30,7 +30,11 @@ where slot i sits does not.
 
 Queries. Each query key is one of the n bound keys, uniformly, except that with probability
 ``p_unbound`` it is instead a key of the pool that was never bound (uniform over those
-``n_keys - n``; needs ``n_keys > N``). The answer a_i after a bound query is its bound value; after
+``n_keys - n``; needs ``n_keys > N``). With ``ask="every"`` (dense supervision, as zoology's MQAR
+trains) the first min(M, n) queries ask every bound key once, in a random order, and any further
+queries draw uniformly from the bound keys again; so ``queries=N, gap=0, ask="every"`` supervises
+every binding of every sequence (64 answers instead of 3) at 480 tokens instead of 329. The answers'
+posterior does not depend on which keys are asked, so the Bayes targets are the same. The answer a_i after a bound query is its bound value; after
 an unbound query it is a value drawn uniformly from all n_values, independently each time (noise).
 Queries are drawn independently, so a key may be asked about more than once.
 
@@ -63,6 +67,7 @@ import torch
 from .base import Batch, ConfigError, Corruption, PaperRow, Preset, Primitive, Task, checked_batch_size, whole, batch_at_queries
 
 LAYOUTS = ("paper", "compact")
+ASKS = ("random", "every")  # which bound keys the queries ask: uniform draws, or each one once first
 MARKERS = ("SEP", "STORE", "QUERY", "PAD", "FILL")  # paper layout: token ids n_keys + n_values + i
 
 
@@ -120,6 +125,11 @@ def enumerated_posterior(n_keys: int, n_values: int, tokens: list[int], query_in
 # a step costs a fraction and a sequence carries more labels); the keys, values and layout are the paper's.
 SHORT_TABLES = dict(N=8, slots=8, fillers=4, gap=2, queries=8)
 
+# Dense answers (zoology's MQAR supervision) at the paper's table: every bound key asked once, no gap between
+# queries, so a sequence carries 64 labels at 480 tokens instead of 3 at 329. A training stage, not an
+# evaluation: every number is reported on the paper's format (3 queries, 16 fillers apart).
+DENSE = dict(queries=64, gap=0, ask="every")
+
 # What the reproduction table needs of content-addressing: full tables and the trained query count only.
 FULL_TABLE = dict(sizes="64", queries="3", n=1024)
 
@@ -156,7 +166,7 @@ class Recall(Task):
 
     def __init__(self, N: int = 64, n_keys: int = 256, n_values: int = 256, queries: int = 3,
                  p_unbound: float = 0.0, layout: str = "paper", fillers: int | None = None,
-                 gap: int | None = None, N_min: int | None = None, slots: int | None = None):
+                 gap: int | None = None, N_min: int | None = None, slots: int | None = None, ask: str = "random"):
         if layout not in LAYOUTS:
             raise ConfigError(f"recall: layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         paper = layout == "paper"
@@ -183,12 +193,17 @@ class Recall(Task):
             raise ConfigError(f"recall: p_unbound must be a number in [0, 1), got {p_unbound!r}")
         if not 0 <= p_unbound < 1:
             raise ConfigError(f"recall: p_unbound must be in [0, 1), got p_unbound={p_unbound}")
+        if ask not in ASKS:
+            raise ConfigError(f"recall: ask must be one of {', '.join(ASKS)}, got {ask!r}")
+        if ask == "every" and p_unbound > 0:
+            raise ConfigError("recall: ask='every' asks each bound key once; it takes no unbound queries (p_unbound=0)")
         if p_unbound > 0 and n_keys <= N:
             raise ConfigError(f"recall: p_unbound={p_unbound} needs keys that are never bound; "
                               f"raise n_keys above N={N} or set p_unbound=0")
         self.N, self.n_keys, self.n_values, self.queries = N, n_keys, n_values, queries
         self.p_unbound = float(p_unbound)
         self.layout, self.fillers, self.gap, self.N_min, self.slots = layout, fillers, gap, N_min, slots
+        self.ask = ask
         for i, marker in enumerate(MARKERS if paper else MARKERS[:1]):
             setattr(self, marker, n_keys + n_values + i)
         self.vocab_size = n_keys + n_values + (len(MARKERS) if paper else 1)
@@ -203,7 +218,7 @@ class Recall(Task):
     def config(self) -> dict:
         return dict(name=self.name, N=self.N, n_keys=self.n_keys, n_values=self.n_values, queries=self.queries,
                     p_unbound=self.p_unbound, layout=self.layout, fillers=self.fillers, gap=self.gap,
-                    N_min=self.N_min, slots=self.slots)
+                    N_min=self.N_min, slots=self.slots, ask=self.ask)
 
     def vary(self, setting: str, value) -> "Task":
         """N as a difficulty axis: exactly that many pairs in the same table (``with_table``)."""
@@ -287,6 +302,8 @@ class Recall(Task):
         n_free = (K - n_pairs[:, None]).clamp(min=1)  # placeholder width when no key is free (bound is all True)
         free_slot = n_pairs[:, None] + (torch.rand(B, M, generator=generator) * n_free).long().clamp(max=n_free - 1)
         noise = torch.randint(0, V, (B, M), generator=generator)
+        if self.ask == "every":  # drawn last and only here: the random layout's stream is unchanged
+            bound_slot = self._every_slot(bound_slot, filled, n_pairs, generator)
         query_keys = key_perm.gather(1, torch.where(bound, bound_slot, free_slot.clamp(max=K - 1)))
         bound_answer = values.gather(1, bound_slot)
         answers = torch.where(bound, bound_answer, noise)
@@ -316,6 +333,15 @@ class Recall(Task):
                                 hypothesis=dict(keys=keys, values=values, n_pairs=n_pairs, query_keys=query_keys,
                                                 bound=bound, slot=bound_slot.where(bound, torch.full_like(bound_slot, -1)),
                                                 answers=answers))
+
+    def _every_slot(self, drawn: torch.Tensor, filled: torch.Tensor, n_pairs: torch.Tensor,
+                    generator: torch.Generator | None) -> torch.Tensor:
+        """The slot each query asks with ``ask="every"``: a random order of the n bound slots for the first
+        min(M, n) queries, ``drawn`` (uniform over the bound slots) for the rest."""
+        B, M = drawn.shape
+        order = torch.rand(B, self.slots, generator=generator).masked_fill(~filled, 2.0).argsort(1)  # bound first
+        ordered = torch.cat([order, drawn[:, self.slots:]], 1)[:, :M]  # M > slots: the extra queries are drawn
+        return torch.where(torch.arange(M) < n_pairs[:, None], ordered, drawn)
 
     def batch_from_tokens(self, tokens: torch.Tensor) -> Batch:
         """The table, then any number of queries laid out as in ``sample`` (shown answers carry nothing)."""
@@ -378,8 +404,11 @@ class Recall(Task):
     def small_config(cls, rng: random.Random) -> dict:
         N = rng.randint(1, 3)
         n_keys, n_values = rng.randint(N, 4), rng.randint(N, 4)
-        p_unbound = rng.uniform(0.0, 0.9) if n_keys > N else 0.0  # unbound queries need a free key
+        # unbound queries need a free key; a third of the configs have none, so ask="every" is drawn too
+        p_unbound = rng.uniform(0.0, 0.9) if n_keys > N and rng.random() < 0.7 else 0.0
         config = dict(N=N, n_keys=n_keys, n_values=n_values, queries=rng.randint(1, 3), p_unbound=p_unbound)
+        if p_unbound == 0.0 and rng.random() < 0.5:
+            config["ask"] = "every"
         if rng.random() < 0.5:
             return config | dict(layout="compact")
         return config | dict(layout="paper", fillers=rng.randint(0, 2), gap=rng.randint(0, 2),

@@ -82,7 +82,7 @@ def test_names_and_hypothesis_tokens():
     logits = torch.randn(3, task.vocab_size)
     assert torch.equal(task.answer_logits(logits), logits[:, 4:12])
     assert task.config() == dict(name="recall", N=2, n_keys=4, n_values=8, queries=2, p_unbound=0.0,
-                                 layout="compact", fillers=0, gap=0, N_min=2, slots=2)
+                                 layout="compact", fillers=0, gap=0, N_min=2, slots=2, ask="random")
     assert Recall(**{k: v for k, v in task.config().items() if k != "name"}).config() == task.config()
     assert Recall.length_setting == "queries"
 
@@ -133,6 +133,8 @@ def test_unbound_fraction():
     (dict(N=8, N_min=9), "N_min=9 is more than N=8"),
     (dict(N=8, slots=7), "slots=7 cannot hold N=8 pairs"),
     (dict(N=8, N_min=4, layout="compact"), "need layout='paper'"),
+    (dict(ask="all"), "ask must be one of random, every"),
+    (dict(ask="every", p_unbound=0.2), "takes no unbound queries"),
 ])
 def test_bad_settings_are_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
@@ -192,3 +194,41 @@ def test_malformed_paper_sequences_are_refused():
             task.batch_from_tokens(bad)
     with pytest.raises(ConfigError, match="a sequence is"):
         task.batch_from_tokens(tokens[:, :-1])
+
+
+@pytest.mark.parametrize("queries", [3, 16, 20])
+def test_ask_every_queries_each_bound_key_once_then_draws_again(queries):
+    task = Recall(N=16, N_min=1, queries=queries, gap=0, ask="every")
+    batch = task.sample(256, generator=torch.Generator().manual_seed(0))
+    h = batch.hypothesis
+    for row in range(256):
+        n = int(h["n_pairs"][row])
+        asked = h["query_keys"][row].tolist()
+        first = asked[:min(queries, n)]
+        assert len(set(first)) == len(first)  # no key twice before every key was asked
+        bound = set(h["keys"][row, :n].tolist())
+        assert set(asked) <= bound and (queries < n or set(first) == bound)
+    # every query is labelled with its bound value, as the random layout labels it
+    assert torch.equal(batch.posterior[batch.query_mask].argmax(-1), h["answers"].flatten())
+    assert bool((batch.bayes_entropy[batch.query_mask] == 0).all())
+
+
+def test_ask_every_leaves_the_table_and_the_random_layouts_stream_alone():
+    """The table of a seed is the same under both settings (the extra draw comes last), so a dense stage and
+    the paper's evaluation differ only in which keys are asked."""
+    random_, every = (Recall(N=16, N_min=1, queries=16, gap=0, ask=ask).sample(
+        64, generator=torch.Generator().manual_seed(3)) for ask in ("random", "every"))
+    assert torch.equal(random_.hypothesis["keys"], every.hypothesis["keys"])
+    assert torch.equal(random_.hypothesis["values"], every.hypothesis["values"])
+    assert not torch.equal(random_.hypothesis["query_keys"], every.hypothesis["query_keys"])
+
+
+def test_dense_answers_at_the_paper_table():
+    from tasks.recall import DENSE
+
+    task = Recall(**DENSE)
+    assert task.seq_len == 4 * 64 + 32 + 3 * 64 == 480
+    batch = task.sample(4, generator=torch.Generator().manual_seed(0))
+    assert int(batch.query_mask.sum()) == 4 * 64
+    assert [sorted(row) for row in batch.hypothesis["query_keys"].tolist()] == \
+        [sorted(row) for row in batch.hypothesis["keys"].tolist()]

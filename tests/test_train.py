@@ -124,7 +124,48 @@ def test_a_curriculum_trains_on_its_stages_then_on_the_task(tmp_path):
     assert recorded["train"]["curriculum"] == [[10, stage]] and recorded["task"]["L"] == 5
 
 
+def test_a_mixture_stage_takes_its_settings_in_turn_and_counts_its_tokens(tmp_path):
+    from analyses.base import training_tokens
+
+    mixture = [dict(L=3), dict(L=4), {}]
+    settings = TrainSettings(steps=14, batch_size=4, warmup=2, eval_every=14, eval_size=20, curriculum=[[10, mixture]])
+    trainer = Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
+    assert [trainer.task_at(step).L for step in range(12)] == [3, 4, 5, 3, 4, 5, 3, 4, 5, 3, 5, 5]
+    trainer.run()
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["train"]["curriculum"] == [[10, mixture]]
+    length = {L: 2 * L - 1 for L in (3, 4, 5)}  # bijection: L keys and L - 1 values
+    assert trainer.task.seq_len == length[5]
+    # steps 0-9: 4 of L=3, 3 of L=4, 3 of L=5; then 4 steps of the task itself
+    expected = (4 * length[3] + 3 * length[4] + 3 * length[5] + 4 * length[5]) * 4
+    assert training_tokens(record, 14) == expected
+    assert training_tokens(record, 2) == (length[3] + length[4]) * 4
+
+
+def test_mamba_trains_as_mamba_ssm_when_asked_a_log_undecayed_and_rmsnorm_eps(tmp_path):
+    settings = TrainSettings(steps=1, batch_size=4, eval_size=20)
+    model = dict(d_model=16, n_layers=2)
+    plain = Trainer(tmp_path / "a", TASK, "mamba", model, settings, progress=False)
+    as_ssm = Trainer(tmp_path / "b", TASK, "mamba", model | dict(ssm_weight_decay=False, norm_eps=1e-5),
+                     settings, progress=False)
+    undecayed = lambda trainer: {id(p) for p in trainer.opt.param_groups[1]["params"]}
+    names = lambda trainer: {n for n, p in trainer.model.named_parameters() if id(p) in undecayed(trainer)}
+    assert {n for n in names(plain) if "A_log" in n} == set()
+    assert {n for n in names(as_ssm) if "A_log" in n} == {"blocks.0.mixer.A_log", "blocks.1.mixer.A_log"}
+    assert names(as_ssm) - names(plain) == {"blocks.0.mixer.A_log", "blocks.1.mixer.A_log"}
+    assert as_ssm.model.ln_final.eps == 1e-5 and plain.model.ln_final.eps is None
+    for trainer in (plain, as_ssm):
+        trainer.close()
+
+
+def test_a_stage_longer_than_a_learned_position_table_is_refused_with_the_fix(tmp_path):
+    settings = TrainSettings(steps=20, batch_size=8, curriculum=[[10, dict(L=7, replacement=True)]])
+    with pytest.raises(UserError, match=r"longer than the model's context \(9\); train with -M n_ctx=13"):
+        Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
+
+
 @pytest.mark.parametrize("curriculum, message", [
+    ([[10, []]], "pairs"), ([[10, [dict(L=3), "L=4"]]], "pairs"), ([[10, [dict(L=3), dict(V=7)]]], "vocabulary"),
     ([[0, {}]], "increasing steps"), ([[30, {}]], "increasing steps"), ([[10, {}], [5, {}]], "increasing steps"),
     ([[10, "L=3"]], "pairs"), ([10], "pairs"), ([[10, dict(L=99)]], "curriculum stage"),
     ([[10, dict(V=7)]], "vocabulary")])
