@@ -110,6 +110,7 @@ class LayerNorm(nn.Module):
         super().__init__()
         self.w = nn.Parameter(torch.ones(d))
         self.b = nn.Parameter(torch.zeros(d)) if bias else None
+        self.eps = EPS
         self.hook_scale = HookPoint()  # [batch, pos, 1]: freezing it linearises the norm (patching, DLA)
         self.hook_normalized = HookPoint()
 
@@ -118,7 +119,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.centre(x)
-        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + EPS).sqrt())
+        scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         x = self.hook_normalized(x / scale) * self.w
         return x if self.b is None else x + self.b
 
