@@ -295,6 +295,22 @@ def readout_r2(X, y, fit, test, ridge: bool = False) -> float | None:
     return r2 if math.isfinite(r2) else None
 
 
+def bootstrap_interval(right: torch.Tensor, asked: torch.Tensor, level: float = 0.95, resamples: int = 2000,
+                       seed: int = 0) -> list[float]:
+    """A percentile bootstrap interval for sum(right) / sum(asked), resampling whole sequences (row i of
+    ``right`` and ``asked`` is what sequence i got right and was asked): the queries of one sequence share
+    its table, so they are not independent draws, and resampling them one by one would understate the
+    spread. Deterministic for a seed."""
+    right, asked = right.double().flatten(), asked.double().flatten()
+    if not len(asked) or asked.sum() == 0:
+        return [math.nan, math.nan]
+    rows = torch.randint(0, len(asked), (resamples, len(asked)), generator=torch.Generator().manual_seed(seed))
+    ratios = right[rows].sum(1) / asked[rows].sum(1).clamp(min=1)
+    tail = (1 - level) / 2
+    low, high = torch.quantile(ratios, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+    return [low, high]
+
+
 def held_out_batch(task, n: int, seed: int):
     """tasks.base.held_out_batch, its refusals as an AnalysisError."""
     try:
