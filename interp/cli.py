@@ -170,16 +170,21 @@ def run(ctx, name, ckpt, model_spec, out, formats, device, show_help):
     `interp run NAME --help` shows them.
     """
     from . import manifest
+    from .catalog import not_found
 
     if name is None:
         if not show_help:
             raise UserError("name an analysis: interp run NAME --ckpt CKPT; `interp run --help` lists them")
         listed = manifest.current()["analyses"]
         click.echo(ctx.get_help() + "\n\nAnalyses:\n" + "\n".join(
-            f"  {n:<22} {a['summary']}" for n, a in listed.items()))
+            f"  {n:<22} {a['summary']}" for n, a in sorted(listed.items())))
         return
     if show_help or (len(ckpt) == 1 and model_spec is None):  # answered without importing torch where it can be
         known = manifest.current(build_if_missing=False)
+        if known is not None and name not in known["analyses"]:  # a typo is answered before torch loads
+            raise UserError(manifest.unknown_analysis(name, known["analyses"]))
+        if not show_help and (missing := not_found(ckpt[0])):
+            raise UserError(missing)
         if known is not None and name in known["analyses"]:
             if show_help:
                 click.echo(known["analyses"][name]["help"])

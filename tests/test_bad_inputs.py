@@ -423,7 +423,7 @@ def expected(case: Case, doc: bool = False) -> str:
 
     message = case.message
     settings = sorted(f.name for f in fields(models.architecture("transformer").config_class))
-    for key, names in (("TASKS", tasks.NAMES), ("ARCHS", models.ARCHS), ("ANALYSES", analyses.NAMES),
+    for key, names in (("TASKS", tasks.NAMES), ("ARCHS", models.ARCHS), ("ANALYSES", sorted(analyses.NAMES)),
                        ("SHIPPED", shipped()), ("TRANSFORMER", settings)):
         message = message.replace("{" + key + "}", ", ".join(names))
     if doc:
