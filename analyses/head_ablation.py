@@ -81,17 +81,29 @@ def compute(model, n: int = 1000, seed: int = 1234) -> Result:
         # top/second is only meaningful when the second head also hurts (a positive denominator)
         top_to_second_ratio=None if second is None else _ratio(deltas[top], deltas[second]),
     )
+    span = doubling_span([metrics[kind] for kind in KINDS])  # one colour scale for both pages, so they compare
     return Result("head-ablation", DEFINITION, metrics, {
-        f"{kind}-ablation": heatmap_figure(metrics[kind], kind, mae0, model.task.name) for kind in KINDS})
+        f"{kind}-ablation": heatmap_figure(metrics[kind], kind, mae0, model.task.name, span) for kind in KINDS})
 
 
-def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str) -> go.Figure:
-    """The MAE ratio ablated / intact per head (the paper's criterion), coloured on a log2 scale around 1."""
-    n_layers, n_heads = len(table["mae_ratio"]), len(table["mae_ratio"][0])
-    ratio = np.array([[math.nan if r is None else r for r in row] for row in table["mae_ratio"]], dtype=float)
-    doublings = np.log2(ratio)
+def ratios(table: dict) -> np.ndarray:
+    return np.array([[math.nan if r is None else r for r in row] for row in table["mae_ratio"]], dtype=float)
+
+
+def doubling_span(tables: list[dict]) -> int:
+    """The colour scale's half-width in doublings: the largest |log2 ratio| of any of ``tables``, at least 1."""
+    doublings = np.concatenate([np.log2(ratios(table)).ravel() for table in tables])
     finite = np.abs(doublings[np.isfinite(doublings)])
-    span = max(1, math.ceil(finite.max())) if finite.size else 1
+    return max(1, math.ceil(finite.max())) if finite.size else 1
+
+
+def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str, span: int | None = None) -> go.Figure:
+    """The MAE ratio ablated / intact per head (the paper's criterion), coloured on a log2 scale around 1,
+    +-``span`` doublings (default: this table's own)."""
+    n_layers, n_heads = len(table["mae_ratio"]), len(table["mae_ratio"][0])
+    ratio = ratios(table)
+    doublings = np.log2(ratio)
+    span = span or doubling_span([table])
     step = math.ceil(span / 4)
     ticks = list(range(-(span // step) * step, span + 1, step))  # through 0 (ratio 1)
     custom = [[(table["delta_mae_bits"][l][h], table["entropy_mae_bits"][l][h], table["kl_bits"][l][h])

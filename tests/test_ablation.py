@@ -104,6 +104,9 @@ def test_both_analyses_run_and_serialise(small_model):
     assert m["zero"]["delta_mae_bits"][1][0] == pytest.approx(
         m["zero"]["entropy_mae_bits"][1][0] - m["intact"]["entropy_mae_bits"])
     assert "mean over all sequences and all positions" in heads.definition
+    # the two pages share one colour scale, wide enough for the larger effect of either
+    scales = {(f.data[0].zmin, f.data[0].zmax) for f in heads.figures.values()}
+    assert len(scales) == 1 and scales.pop()[1] == head_ablation.doubling_span([m["zero"], m["mean"]])
     layers = analyses.run("layer-ablation", small_model, n=N)
     assert set(layers.figures) == {"mae-ratio"}
     assert layers.figures["mae-ratio"].layout.yaxis.type == "log"
