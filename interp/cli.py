@@ -405,12 +405,14 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, c
                                                    "preset's]")
 @click.option("--study", help="study name in the storage [default: TASK-ARCH-PRESET]")
 @click.option("--max-trials", type=click.IntRange(1), help="this worker stops after this many trials")
+@click.option("--max-grid", type=click.IntRange(1), help="the most trials --space may declare (each is a training "
+                                                        "run) [default: 10,000]")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="a fixed task setting")
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="a fixed model setting")
 @click.option("--out", type=click.Path(path_type=Path), help="search folder [tunes/TASK-ARCH-PRESET]")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_size, seed, pruner, prune_after, storage,
-         curriculum, study, max_trials, task_options, model_options, out, device):
+         curriculum, study, max_trials, max_grid, task_options, model_options, out, device):
     """Search training recipes with Optuna: every combination of --space is one `interp train` run with the same
     budget, stopped early by the pruner when it falls behind. Rerun the same command to resume; start it in
     several processes (or machines, with --storage) to share the trials. Prints the trial table at the end."""
@@ -424,7 +426,8 @@ def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_siz
     out = out or Path("tunes") / f"{task_name}-{arch}-{preset}"
     job = Tune(task_name, arch, tuple(space) + tuple(more_space), out, preset, steps, batch_size, eval_size, seed,
                storage, study, pruner, prune_after, parse_assignments(task_options, "task option"),
-               parse_assignments(model_options, "model option"), device, curriculum=parse_curriculum(curriculum))
+               parse_assignments(model_options, "model option"), device, curriculum=parse_curriculum(curriculum),
+               **({} if max_grid is None else dict(max_grid=max_grid)))
     for note in job.notes:
         click.echo(f"warning: {note}", err=True)
     summary = job.execute(max_trials)
