@@ -13,7 +13,7 @@ from tasks import entropy_bits
 from tasks.regression import gaussian_entropy_bits
 
 from . import activations
-from .base import Analysis, Result, answer_probs, eval_batch, n_option, seed_option
+from .base import Analysis, Result, answer_probs, bootstrap_interval, eval_batch, n_option, seed_option
 
 DEFINITION = """\
 The model's answer against the exact Bayes posterior (all in bits, over the task's C answer classes only,
@@ -86,6 +86,8 @@ def in_context_curves(batch, model_mean: torch.Tensor) -> dict:
 
 DESCRIPTIONS = {
     "entropy_mae_bits": "mean |H(model) - H(Bayes)| over query positions, bits",
+    "intervals": "95% percentile bootstrap interval of each headline number, resampling whole sequences (2,000 "
+                 "resamples; the queries of one sequence share its hidden truth, so they are not independent)",
     "kl_bits": "mean KL(Bayes || model) over query positions, bits",
     "accuracy": "sampled: fraction of queries where the model's arg-max is the answer drawn in the sequence",
     "bayes_accuracy": "expected, not sampled: mean largest Bayes-posterior probability, the Bayes predictor's "
@@ -96,9 +98,10 @@ DESCRIPTIONS = {
 }
 
 
-def measure(model, batch, in_context: bool = False) -> dict:
+def measure(model, batch, in_context: bool = False, intervals: bool = False) -> dict:
     """Calibration numbers of ``model`` on ``batch``, plus per-query-position curves (and, with
-    ``in_context`` on regression, the squared-error curves by number of examples)."""
+    ``in_context`` on regression, the squared-error curves by number of examples; with ``intervals``, a
+    95% bootstrap interval over sequences for each headline number)."""
     terms = gaussian_terms(model, batch) if model.task.continuous else discrete_terms(model, batch)
     mask = batch.query_mask
     h_bayes = batch.bayes_entropy.float()
@@ -115,6 +118,11 @@ def measure(model, batch, in_context: bool = False) -> dict:
         if name in terms:
             numbers[name] = terms[name][mask].mean().item()
     numbers.update(n_sequences=len(batch), n_queries=int(mask.sum()))
+    if intervals:  # per sequence: the sum of each term over its queries, and how many it has
+        asked = mask.sum(1)
+        numbers["intervals"] = {name: bootstrap_interval((terms[key] * mask).sum(1), asked)
+                                for name, key in (("entropy_mae_bits", "abs_error"), ("kl_bits", "kl"),
+                                                  *((n, n) for n in ("accuracy", "relative_mean_error") if n in terms))}
     numbers["per_position"] = dict(
         position=columns.tolist(), model_entropy_bits=per_position(terms["model_entropy"]),
         bayes_entropy_bits=per_position(h_bayes), abs_error_bits=per_position(terms["abs_error"]),
@@ -178,10 +186,11 @@ def in_context_figure(curves: dict) -> go.Figure:
 
 def compute(model, n: int = 2000, seed: int = 1234) -> Result:
     """Calibration of ``model`` against the exact posterior on ``n`` held-out sequences."""
-    numbers = measure(model, eval_batch(model, n, seed), in_context=True)
+    numbers = measure(model, eval_batch(model, n, seed), in_context=True, intervals=True)
     numbers["seed"] = seed
-    title = (f"{model.task.name}: model vs Bayes entropy (MAE {numbers['entropy_mae_bits']:.4f} bits, "
-             f"KL {numbers['kl_bits']:.4f} bits)")
+    low, high = numbers["intervals"]["entropy_mae_bits"]
+    title = (f"{model.task.name}: model vs Bayes entropy (MAE {numbers['entropy_mae_bits']:.4f} bits, 95% "
+             f"{low:.4f}-{high:.4f}; KL {numbers['kl_bits']:.4f} bits; {numbers['n_sequences']:,} sequences)")
     if "accuracy" in numbers:
         title += (f"<br><sup>accuracy {numbers['accuracy']:.4f} (sampled answers) vs bayes_accuracy "
                   f"{numbers['bayes_accuracy']:.4f} (expected hit rate of the exact posterior)</sup>")
