@@ -94,8 +94,8 @@ def main():
               help="torch.compile the training step (overrides the preset; needs a C++ compiler); with --resume, "
               "continues a run with it switched on or off")
 @click.option("--bf16/--no-bf16", "bf16", default=None,
-              help="bf16 autocast on the CPU too (overrides the preset; CUDA always uses it); weights and "
-              "evaluation stay float32. Fast only on CPUs with bf16 units (AMX, avx512_bf16)")
+              help="the training forward pass under bf16 autocast, or not [default: the preset's; else on for CUDA, "
+              "off for the CPU]; weights and evaluation stay float32. On a CPU fast only with bf16 units (AMX)")
 @click.option("--init", "init", metavar="CKPT", help="start from this checkpoint's weights (fine-tuning): the same "
               "architecture and weight shapes; run.json records its SHA-256")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="task setting, e.g. -T V=10 -T L=9")

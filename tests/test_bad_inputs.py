@@ -44,6 +44,7 @@ class Case:
     code: int = 1  # CLI exit status
     fault: str | None = None  # injected: "full-disk", "read-only", "port-in-use", "locked" or "fifo" (see injected)
     at: str = ""  # where the "link" fault (a symbolic link to victim.txt) or the "pipe" fault (a FIFO) is planted
+    no_gpu: bool = False  # the case is a machine without a GPU: skipped where one exists (it would train there)
 
 
 TRAIN = "interp train --out new-run"  # a fresh run folder; every bad input must leave it uncreated
@@ -133,7 +134,7 @@ CATALOGUE = [
     Case("seed out of range", f"{TRAIN} --seed 99999999999999999999",
          'interp: error: seed must be an integer from 0 to 2^32 - 1, got 99999999999999999999'),
     Case("no CUDA device", f"{TRAIN} --device cuda",
-         'interp: error: --device cuda was asked for, but no CUDA device is available'),
+         'interp: error: --device cuda was asked for, but no CUDA device is available', no_gpu=True),
     Case("unknown device", f"{TRAIN} --device tpu {TINY_RUN}",
          "interp: error: unknown device 'tpu'; use auto, cpu or cuda"),
     # -- run folders -------------------------------------------------------------------------------
@@ -456,7 +457,15 @@ def outcome(case: Case, capsys) -> tuple[int, str]:
     return 0, capsys.readouterr().err.strip()  # a call that goes on says why in a warning line
 
 
-@pytest.mark.parametrize("case", CATALOGUE, ids=[f"{i + 1:02d}-{c.what}" for i, c in enumerate(CATALOGUE)])
+def _with_marks(case: Case):
+    import torch
+
+    gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the case is one without")
+    return pytest.param(case, marks=[gpu] if case.no_gpu else [])
+
+
+@pytest.mark.parametrize("case", [_with_marks(c) for c in CATALOGUE],
+                         ids=[f"{i + 1:02d}-{c.what}" for i, c in enumerate(CATALOGUE)])
 def test_bad_input(case, workspace_template, tmp_path, monkeypatch, capsys):
     root = tmp_path / "work"
     shutil.copytree(workspace_template, root)

@@ -171,5 +171,73 @@ def test_a_cuda_trainer_trains_in_bf16_by_default_and_in_float32_when_asked(tmp_
                           dict(d_model=16, n_layers=1, n_heads=2),
                           TrainSettings(steps=2, batch_size=8, warmup=1, eval_every=2, eval_size=16, bf16=bf16),
                           device="cuda", progress=False)
-        assert trainer.settings.bf16 is (bf16 is None)
+        assert trainer.record["bf16"] is (bf16 is None)
         trainer.run()
+
+
+@pytest.mark.parametrize("bf16, device, expected", [(None, "cpu", False), (None, "cuda", True), (None, "cuda:1", True),
+                                                    (False, "cuda", False), (True, "cpu", True)])
+def test_bf16_auto_is_on_for_cuda_only(bf16, device, expected):
+    from interp.recipe import bf16_on
+
+    assert bf16_on(bf16, device) is expected
+
+
+def train_briefly(folder, bf16="unset", resume=False):
+    """A 2-step tiny run on the CPU; returns (run.json, whether each training forward pass autocast)."""
+    import json
+
+    from interp.train import Trainer, TrainSettings
+
+    settings = {} if bf16 == "unset" else dict(bf16=bf16)
+    trainer = (Trainer(folder, resume=True, device="cpu", progress=False) if resume else
+               Trainer(folder, dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
+                       TrainSettings(steps=2, batch_size=8, warmup=1, eval_every=100, eval_size=16, **settings),
+                       device="cpu", progress=False))
+    seen = []
+    trainer.model.register_forward_pre_hook(lambda module, args: seen.append(torch.is_autocast_enabled("cpu"))
+                                            if module.training else None)
+    trainer.run()
+    return json.loads((folder / "run.json").read_text()), seen
+
+
+@pytest.mark.parametrize("bf16, autocast", [("unset", False), (None, False), (False, False), (True, True)])
+def test_the_cpu_trains_in_float32_unless_asked_and_run_json_says_which(bf16, autocast, tmp_path):
+    record, seen = train_briefly(tmp_path / "run", bf16)
+    assert seen == [autocast, autocast]
+    assert record["bf16"] is autocast and record["train"]["bf16"] == (None if bf16 == "unset" else bf16)
+
+
+@pytest.mark.parametrize("legacy, autocast", [(False, False), (True, True)])
+def test_a_run_json_from_before_auto_resumes_as_it_ran(legacy, autocast, tmp_path):
+    """Before "auto", false meant "on CUDA only" and true "everywhere": on the CPU, off and on."""
+    import json
+
+    from interp.recipe import recorded_train
+    from interp.train import Trainer, TrainSettings
+
+    run = tmp_path / "run"
+    Trainer(run, dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
+            TrainSettings(steps=2, batch_size=8, warmup=1, eval_every=100, eval_size=16), device="cpu", progress=False)
+    record = json.loads((run / "run.json").read_text())
+    del record["bf16"]
+    record["train"]["bf16"] = legacy
+    (run / "run.json").write_text(json.dumps(record))
+    assert recorded_train(record)["bf16"] == (True if legacy else None)  # a recipe's words for what it meant
+    resumed, seen = train_briefly(run, resume=True)
+    assert seen == [autocast, autocast] and resumed["bf16"] is autocast and resumed["train"]["bf16"] is legacy
+
+
+def test_an_explicit_no_bf16_is_not_mistaken_for_an_old_record():
+    from interp.recipe import recorded_train
+
+    assert recorded_train(dict(train=dict(bf16=False), bf16=False))["bf16"] is False
+
+
+def test_bf16_must_be_true_false_or_auto():
+    from interp.errors import UserError
+    from interp.recipe import TrainSettings
+
+    assert TrainSettings().bf16 is None and TrainSettings(bf16=None).validate().bf16 is None
+    with pytest.raises(UserError, match="bf16 must be true or false, got 'yes'"):
+        TrainSettings(bf16="yes").validate()
