@@ -98,10 +98,15 @@ DESCRIPTIONS = {
 }
 
 
-def measure(model, batch, in_context: bool = False, intervals: bool = False) -> dict:
+HEADLINE = (("entropy_mae_bits", "abs_error"), ("kl_bits", "kl"), ("accuracy", "accuracy"),
+            ("relative_mean_error", "relative_mean_error"))  # (number, the per-query term it averages)
+
+
+def measure(model, batch, in_context: bool = False, intervals: bool = False, sums: dict | None = None) -> dict:
     """Calibration numbers of ``model`` on ``batch``, plus per-query-position curves (and, with
     ``in_context`` on regression, the squared-error curves by number of examples; with ``intervals``, a
-    95% bootstrap interval over sequences for each headline number)."""
+    95% bootstrap interval over sequences for each headline number). ``sums``, when given, is filled with
+    each headline number's (per-sequence sum, per-sequence query count), for paired comparisons."""
     terms = gaussian_terms(model, batch) if model.task.continuous else discrete_terms(model, batch)
     mask = batch.query_mask
     h_bayes = batch.bayes_entropy.float()
@@ -118,11 +123,12 @@ def measure(model, batch, in_context: bool = False, intervals: bool = False) -> 
         if name in terms:
             numbers[name] = terms[name][mask].mean().item()
     numbers.update(n_sequences=len(batch), n_queries=int(mask.sum()))
-    if intervals:  # per sequence: the sum of each term over its queries, and how many it has
-        asked = mask.sum(1)
-        numbers["intervals"] = {name: bootstrap_interval((terms[key] * mask).sum(1), asked)
-                                for name, key in (("entropy_mae_bits", "abs_error"), ("kl_bits", "kl"),
-                                                  *((n, n) for n in ("accuracy", "relative_mean_error") if n in terms))}
+    # per sequence: the sum of each term over its queries, and how many it has
+    per_sequence = {name: ((terms[key] * mask).sum(1), mask.sum(1)) for name, key in HEADLINE if key in terms}
+    if sums is not None:
+        sums.update(per_sequence)
+    if intervals:
+        numbers["intervals"] = {name: bootstrap_interval(*pair) for name, pair in per_sequence.items()}
     numbers["per_position"] = dict(
         position=columns.tolist(), model_entropy_bits=per_position(terms["model_entropy"]),
         bayes_entropy_bits=per_position(h_bayes), abs_error_bits=per_position(terms["abs_error"]),
