@@ -241,3 +241,11 @@ def test_bf16_must_be_true_false_or_auto():
     assert TrainSettings().bf16 is None and TrainSettings(bf16=None).validate().bf16 is None
     with pytest.raises(UserError, match="bf16 must be true or false, got 'yes'"):
         TrainSettings(bf16="yes").validate()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: gpu_check runs in full there")
+def test_gpu_check_without_a_gpu_says_so_in_one_line_and_succeeds():
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py")], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n") == 1 and done.stdout.startswith("gpu_check: no CUDA device here")
