@@ -321,13 +321,15 @@ def bootstrap_interval(right: torch.Tensor, asked: torch.Tensor, level: float = 
 
 
 def bootstrap_difference(first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor],
-                         level: float = 0.95, resamples: int = 2000, seed: int = 0) -> list[float]:
-    """The interval of ratio(first) - ratio(second) for two models measured on the same sequences (each a
-    (sums, counts) pair as for ``bootstrap_interval``): a paired bootstrap, one resample of sequences for
-    both, so what the two share (the same hard sequences) cancels. An interval that excludes 0 is a
-    difference beyond the noise of the evaluation set."""
+                         level: float = 0.95, resamples: int = 2000, seed: int = 0, ratio: bool = False) -> list[float]:
+    """The interval of mean(first) - mean(second) (with ``ratio``, mean(first) / mean(second)) for two
+    models measured on the same sequences, each mean given as a (per-sequence sums, counts) pair as for
+    ``bootstrap_interval``: a paired bootstrap, one resample of sequences for both, so what the two share
+    (the same hard sequences) cancels. A difference whose interval excludes 0 (a ratio's: 1) is beyond
+    the noise of the evaluation set."""
     rows = _resampled_rows(first[1].numel(), resamples, seed)
-    return _percentile_interval(_ratio_resamples(*first, rows) - _ratio_resamples(*second, rows), level)
+    a, b = _ratio_resamples(*first, rows), _ratio_resamples(*second, rows)
+    return _percentile_interval(a / b if ratio else a - b, level)
 
 
 def held_out_batch(task, n: int, seed: int):

@@ -13,7 +13,8 @@ from tasks import entropy_bits
 from tasks.regression import gaussian_entropy_bits
 
 from . import activations
-from .base import Analysis, Result, answer_probs, bootstrap_interval, eval_batch, n_option, seed_option
+from .base import (Analysis, Result, answer_probs, bootstrap_difference, bootstrap_interval, eval_batch, n_option,
+                   seed_option)
 
 DEFINITION = """\
 The model's answer against the exact Bayes posterior (all in bits, over the task's C answer classes only,
@@ -140,6 +141,14 @@ def measure(model, batch, in_context: bool = False, intervals: bool = False, sum
     if in_context and model.task.linear_in_context:
         numbers["in_context"] = in_context_curves(batch, terms["model_mean"])
     return numbers
+
+
+def ratio_interval(changed: dict, intact: dict) -> list[float] | None:
+    """The 95% paired bootstrap interval of MAE(changed) / MAE(intact), two ``measure`` runs' ``sums`` on the
+    same sequences (an ablation against the intact model); None when the intact model is exact (MAE 0)."""
+    if float(intact["entropy_mae_bits"][0].sum()) <= 0:
+        return None
+    return bootstrap_difference(changed["entropy_mae_bits"], intact["entropy_mae_bits"], ratio=True)
 
 
 def staircase_figure(curves: dict, title: str, intact: dict | None = None) -> go.Figure:
