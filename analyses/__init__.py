@@ -25,7 +25,11 @@ MULTI_MODEL = {name for name, analysis in REGISTRY.items() if analysis.multi_mod
 
 def get(name: str) -> Analysis:
     if name not in REGISTRY:
-        raise AnalysisError(f"unknown analysis {name!r}; valid analyses: {', '.join(NAMES)}")
+        import difflib
+
+        close = difflib.get_close_matches(name, NAMES, n=3, cutoff=0.6)
+        guess = f" (did you mean {' or '.join(close)}?)" if close else ""
+        raise AnalysisError(f"unknown analysis {name!r}{guess}; valid analyses: {', '.join(sorted(NAMES))}")
     return REGISTRY[name]
 
 

@@ -295,6 +295,43 @@ def readout_r2(X, y, fit, test, ridge: bool = False) -> float | None:
     return r2 if math.isfinite(r2) else None
 
 
+def _ratio_resamples(sums: torch.Tensor, counts: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """sum(sums) / sum(counts) over each resample of sequences (a row of ``rows``)."""
+    return sums.double().flatten()[rows].sum(1) / counts.double().flatten()[rows].sum(1).clamp(min=1)
+
+
+def _percentile_interval(values: torch.Tensor, level: float) -> list[float]:
+    tail = (1 - level) / 2
+    return torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+
+
+def _resampled_rows(n: int, resamples: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, n, (resamples, n), generator=torch.Generator().manual_seed(seed))
+
+
+def bootstrap_interval(right: torch.Tensor, asked: torch.Tensor, level: float = 0.95, resamples: int = 2000,
+                       seed: int = 0) -> list[float]:
+    """A percentile bootstrap interval for sum(right) / sum(asked), resampling whole sequences (row i of
+    ``right`` and ``asked`` is what sequence i got right, or its summed error, and how many queries it
+    has): the queries of one sequence share its hidden truth, so they are not independent draws, and
+    resampling them one by one would understate the spread. Deterministic for a seed."""
+    if not asked.numel() or asked.sum() == 0:
+        return [math.nan, math.nan]
+    return _percentile_interval(_ratio_resamples(right, asked, _resampled_rows(asked.numel(), resamples, seed)), level)
+
+
+def bootstrap_difference(first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor],
+                         level: float = 0.95, resamples: int = 2000, seed: int = 0, ratio: bool = False) -> list[float]:
+    """The interval of mean(first) - mean(second) (with ``ratio``, mean(first) / mean(second)) for two
+    models measured on the same sequences, each mean given as a (per-sequence sums, counts) pair as for
+    ``bootstrap_interval``: a paired bootstrap, one resample of sequences for both, so what the two share
+    (the same hard sequences) cancels. A difference whose interval excludes 0 (a ratio's: 1) is beyond
+    the noise of the evaluation set."""
+    rows = _resampled_rows(first[1].numel(), resamples, seed)
+    a, b = _ratio_resamples(*first, rows), _ratio_resamples(*second, rows)
+    return _percentile_interval(a / b if ratio else a - b, level)
+
+
 def held_out_batch(task, n: int, seed: int):
     """tasks.base.held_out_batch, its refusals as an AnalysisError."""
     try:

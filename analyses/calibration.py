@@ -13,7 +13,8 @@ from tasks import entropy_bits
 from tasks.regression import gaussian_entropy_bits
 
 from . import activations
-from .base import Analysis, Result, answer_probs, eval_batch, n_option, seed_option
+from .base import (Analysis, Result, answer_probs, bootstrap_difference, bootstrap_interval, eval_batch, n_option,
+                   seed_option)
 
 DEFINITION = """\
 The model's answer against the exact Bayes posterior (all in bits, over the task's C answer classes only,
@@ -86,6 +87,8 @@ def in_context_curves(batch, model_mean: torch.Tensor) -> dict:
 
 DESCRIPTIONS = {
     "entropy_mae_bits": "mean |H(model) - H(Bayes)| over query positions, bits",
+    "intervals": "95% percentile bootstrap interval of each headline number, resampling whole sequences (2,000 "
+                 "resamples; the queries of one sequence share its hidden truth, so they are not independent)",
     "kl_bits": "mean KL(Bayes || model) over query positions, bits",
     "accuracy": "sampled: fraction of queries where the model's arg-max is the answer drawn in the sequence",
     "bayes_accuracy": "expected, not sampled: mean largest Bayes-posterior probability, the Bayes predictor's "
@@ -96,9 +99,15 @@ DESCRIPTIONS = {
 }
 
 
-def measure(model, batch, in_context: bool = False) -> dict:
+HEADLINE = (("entropy_mae_bits", "abs_error"), ("kl_bits", "kl"), ("accuracy", "accuracy"),
+            ("relative_mean_error", "relative_mean_error"))  # (number, the per-query term it averages)
+
+
+def measure(model, batch, in_context: bool = False, intervals: bool = False, sums: dict | None = None) -> dict:
     """Calibration numbers of ``model`` on ``batch``, plus per-query-position curves (and, with
-    ``in_context`` on regression, the squared-error curves by number of examples)."""
+    ``in_context`` on regression, the squared-error curves by number of examples; with ``intervals``, a
+    95% bootstrap interval over sequences for each headline number). ``sums``, when given, is filled with
+    each headline number's (per-sequence sum, per-sequence query count), for paired comparisons."""
     terms = gaussian_terms(model, batch) if model.task.continuous else discrete_terms(model, batch)
     mask = batch.query_mask
     h_bayes = batch.bayes_entropy.float()
@@ -115,6 +124,12 @@ def measure(model, batch, in_context: bool = False) -> dict:
         if name in terms:
             numbers[name] = terms[name][mask].mean().item()
     numbers.update(n_sequences=len(batch), n_queries=int(mask.sum()))
+    # per sequence: the sum of each term over its queries, and how many it has
+    per_sequence = {name: ((terms[key] * mask).sum(1), mask.sum(1)) for name, key in HEADLINE if key in terms}
+    if sums is not None:
+        sums.update(per_sequence)
+    if intervals:
+        numbers["intervals"] = {name: bootstrap_interval(*pair) for name, pair in per_sequence.items()}
     numbers["per_position"] = dict(
         position=columns.tolist(), model_entropy_bits=per_position(terms["model_entropy"]),
         bayes_entropy_bits=per_position(h_bayes), abs_error_bits=per_position(terms["abs_error"]),
@@ -126,6 +141,14 @@ def measure(model, batch, in_context: bool = False) -> dict:
     if in_context and model.task.linear_in_context:
         numbers["in_context"] = in_context_curves(batch, terms["model_mean"])
     return numbers
+
+
+def ratio_interval(changed: dict, intact: dict) -> list[float] | None:
+    """The 95% paired bootstrap interval of MAE(changed) / MAE(intact), two ``measure`` runs' ``sums`` on the
+    same sequences (an ablation against the intact model); None when the intact model is exact (MAE 0)."""
+    if float(intact["entropy_mae_bits"][0].sum()) <= 0:
+        return None
+    return bootstrap_difference(changed["entropy_mae_bits"], intact["entropy_mae_bits"], ratio=True)
 
 
 def staircase_figure(curves: dict, title: str, intact: dict | None = None) -> go.Figure:
@@ -178,10 +201,11 @@ def in_context_figure(curves: dict) -> go.Figure:
 
 def compute(model, n: int = 2000, seed: int = 1234) -> Result:
     """Calibration of ``model`` against the exact posterior on ``n`` held-out sequences."""
-    numbers = measure(model, eval_batch(model, n, seed), in_context=True)
+    numbers = measure(model, eval_batch(model, n, seed), in_context=True, intervals=True)
     numbers["seed"] = seed
-    title = (f"{model.task.name}: model vs Bayes entropy (MAE {numbers['entropy_mae_bits']:.4f} bits, "
-             f"KL {numbers['kl_bits']:.4f} bits)")
+    low, high = numbers["intervals"]["entropy_mae_bits"]
+    title = (f"{model.task.name}: model vs Bayes entropy (MAE {numbers['entropy_mae_bits']:.4f} bits, 95% "
+             f"{low:.4f}-{high:.4f}; KL {numbers['kl_bits']:.4f} bits; {numbers['n_sequences']:,} sequences)")
     if "accuracy" in numbers:
         title += (f"<br><sup>accuracy {numbers['accuracy']:.4f} (sampled answers) vs bayes_accuracy "
                   f"{numbers['bayes_accuracy']:.4f} (expected hit rate of the exact posterior)</sup>")

@@ -11,8 +11,8 @@ import plotly.graph_objects as go
 import models
 import tasks
 
-from .base import (Analysis, AnalysisError, Option, Result, budget_text, eval_batch, n_option, read_result, seed_option,
-                   training_budget)
+from .base import (Analysis, AnalysisError, Option, Result, bootstrap_difference, budget_text, eval_batch, n_option,
+                   read_result, seed_option, training_budget)
 from .calibration import measure
 
 def primitives() -> dict[str, tuple]:
@@ -31,7 +31,10 @@ Every model is measured with ``calibration`` on its own task (entropy MAE and KL
 bits, accuracy for discrete tasks; n held-out sequences, the same seed for all). The primitives
 matrix has one row per architecture and one column per inference primitive, each judged from the
 runs given, never assumed: {_criteria()}. A cell with no run of that task and architecture is
-"not measured"; with several, the best run counts. With sweeps (``interp sweep`` folders), each cell
+"not measured"; with several, the best run counts. Each run's numbers carry a 95% bootstrap interval
+over sequences; for every two runs on the same task settings (measured on the same sequences),
+``differences`` gives each number's difference with a paired bootstrap interval and ``differs``: true
+when that interval excludes 0, i.e. the two differ beyond the noise of the evaluation set. With sweeps (``interp sweep`` folders), each cell
 also gives the architecture's break point on that primitive's difficulty curve: the smallest axis
 value at which it fails the same threshold at the sweep's capacity and training budget (both in the
 sweep's JSON), or "beyond the tested range".
@@ -94,14 +97,19 @@ def compute(model, n: int = 1000, seed: int = 1234, sweeps: str = "") -> Result:
     runs = list(model) if isinstance(model, (list, tuple)) else [model]
     if not runs:
         raise AnalysisError("compare needs at least one model")
-    rows = []
+    rows, sums = [], []
     for m in runs:
-        numbers = measure(m, eval_batch(m, n, seed))
+        sums.append({})
+        numbers = measure(m, eval_batch(m, n, seed), intervals=True, sums=sums[-1])
         budget = training_budget(getattr(m, "run_dir", None), getattr(m, "step", 0))
-        rows.append(dict(run=run_label(m), task=m.task.name, arch=m.arch, budget=budget,
+        rows.append(dict(run=run_label(m), task=m.task.name, task_config=m.task.config(), arch=m.arch, budget=budget,
                          n_params=sum(p.numel() for p in m.parameters()),
                          entropy_mae_bits=numbers["entropy_mae_bits"], kl_bits=numbers["kl_bits"],
-                         accuracy=numbers.get("accuracy")))
+                         accuracy=numbers.get("accuracy"), intervals=numbers["intervals"]))
+    seen: dict[str, int] = {}
+    for r in rows:  # two runs of one label (models built in Python, one checkpoint twice) are told apart
+        seen[r["run"]] = seen.get(r["run"], 0) + 1
+        r["run"] += f" #{seen[r['run']]}" if seen[r["run"]] > 1 else ""
     measured = {r["arch"] for r in rows} | {a for sweep in curves.values() for a in sweep["break_points"]}
     archs = [a for a in models.ARCHS if a in measured] + sorted(measured - set(models.ARCHS))
     matrix = {arch: {p: primitive_cell(rows, arch, p) for p in primitives()} for arch in archs}
@@ -109,19 +117,43 @@ def compute(model, n: int = 1000, seed: int = 1234, sweeps: str = "") -> Result:
         for p, sweep in curves.items():
             if p in matrix[arch]:
                 matrix[arch][p]["curve"] = curve_cell(sweep, arch)
-    metrics = dict(runs=rows, primitives=matrix, n_sequences=n, seed=seed, sweeps=sorted(curves))
+    metrics = dict(runs=rows, differences=differences(rows, sums), primitives=matrix, n_sequences=n, seed=seed,
+                   sweeps=sorted(curves))
     return Result("compare", DEFINITION, metrics, {
         "calibration": bar_figure(rows), "primitives": matrix_figure(matrix)})
+
+
+def differences(rows: list[dict], sums: list[dict]) -> list[dict]:
+    """For every two runs on the same task settings (so measured on the same held-out sequences): each
+    headline number's difference (first minus second) with its paired bootstrap interval, and whether it
+    differs beyond the noise of the evaluation set (the interval excludes 0)."""
+    found = []
+    for i, first in enumerate(rows):
+        for j in range(i + 1, len(rows)):
+            second = rows[j]
+            if first["task_config"] != second["task_config"]:
+                continue
+            for metric in sums[i].keys() & sums[j].keys():
+                low, high = bootstrap_difference(sums[i][metric], sums[j][metric])
+                found.append(dict(first=first["run"], second=second["run"], metric=metric,
+                                  difference=first[metric] - second[metric] if metric in first else None,
+                                  interval=[low, high], differs=bool(low > 0 or high < 0)))
+    return found
 
 
 def bar_figure(rows: list[dict]) -> go.Figure:
     labels = [f"{r['run']}<br>{r['task']}/{r['arch']}" for r in rows]
     fig = go.Figure()
+    spread = lambda metric, side: [(r["intervals"][metric][1] - r[metric]) if side else (r[metric] - r["intervals"][metric][0])
+                                   if r.get(metric) is not None and metric in r.get("intervals", {}) else 0 for r in rows]
     fig.add_bar(x=labels, y=[r["entropy_mae_bits"] for r in rows], name="entropy MAE (bits)", offsetgroup="mae",
+                error_y=dict(type="data", symmetric=False, array=spread("entropy_mae_bits", 1),
+                             arrayminus=spread("entropy_mae_bits", 0)),
                 customdata=[[r["kl_bits"], r["n_params"]] for r in rows],
                 hovertemplate="%{x}<br>MAE %{y:.4g} bits<br>KL %{customdata[0]:.4g} bits"
                               "<br>%{customdata[1]:,} params<extra></extra>")
-    fig.add_bar(x=labels, y=[r["accuracy"] for r in rows], name="accuracy", yaxis="y2", offsetgroup="accuracy")
+    fig.add_bar(x=labels, y=[r["accuracy"] for r in rows], name="accuracy", yaxis="y2", offsetgroup="accuracy",
+                error_y=dict(type="data", symmetric=False, array=spread("accuracy", 1), arrayminus=spread("accuracy", 0)))
     fig.update_layout(title="Calibration of each run on its own task", barmode="group", 
                       xaxis_title="run",
                       yaxis=dict(title="entropy MAE (bits, log)", type="log"),

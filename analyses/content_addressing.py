@@ -12,7 +12,8 @@ import torch
 from tasks import ConfigError
 
 from . import style
-from .base import Analysis, AnalysisError, Option, Result, held_out_batch, n_option, seed_option, unmeasurable
+from .base import (Analysis, AnalysisError, Option, Result, bootstrap_interval, held_out_batch, n_option, seed_option,
+                   unmeasurable)
 
 DEFINITION = " ".join("""
  Accuracy is the fraction of bound queries (keys that are in the table) whose arg-max answer is the
@@ -25,7 +26,10 @@ its accuracy at every n, one that learned positions fails where slots are empty 
 Accuracy by query count: the task rebuilt with that many queries (those a model's position table
 cannot hold are listed as skipped). With the task option, all of it is measured on the model's task
 with those settings changed (e.g. the paper's 3 queries for a model trained with more). content_addressed is true when per_slot_min and the accuracy at
-every table size tested are at least the threshold.
+every table size tested are at least the threshold. Each accuracy on the full table and by table
+size comes with a 95% percentile bootstrap interval over sequences (2,000 resamples; the queries of
+one sequence share its table, so sequences, not queries, are resampled), and n_queries_full_table
+counts the bound queries behind the full-table accuracy.
 """.split())
 
 
@@ -55,7 +59,7 @@ def bound_accuracy(model, task, n: int, seed: int, chunk: int = 256) -> dict:
     posterior for every position, [B, T, n_values] floats, which at the paper's size is 86 MB per 256.
     """
     device = next(model.parameters()).device
-    right = asked = 0
+    rows_right, rows_asked = [], []  # per sequence, for the interval
     slot_right, slot_asked = torch.zeros(task.slots), torch.zeros(task.slots, dtype=torch.long)
     for i, start in enumerate(range(0, n, chunk)):
         batch = held_out_batch(task, min(chunk, n - start), seed + i)
@@ -64,11 +68,14 @@ def bound_accuracy(model, task, n: int, seed: int, chunk: int = 256) -> dict:
         guess = logits[batch.query_mask.to(device)].argmax(-1).cpu().view(len(batch), -1)
         bound = h["bound"]
         correct = (guess == h["answers"]) & bound
-        right, asked = right + int(correct.sum()), asked + int(bound.sum())
+        rows_right.append(correct.sum(1))
+        rows_asked.append(bound.sum(1))
         slot_right += torch.bincount(h["slot"][bound], weights=correct[bound].float(), minlength=task.slots)
         slot_asked += torch.bincount(h["slot"][bound], minlength=task.slots)
-    return dict(accuracy=right / max(asked, 1), n_bound=asked, per_slot_right=slot_right.tolist(),
-                per_slot_asked=slot_asked.tolist())
+    rows_right, rows_asked = torch.cat(rows_right), torch.cat(rows_asked)
+    right, asked = int(rows_right.sum()), int(rows_asked.sum())
+    return dict(accuracy=right / max(asked, 1), interval=bootstrap_interval(rows_right, rows_asked, seed=seed),
+                n_bound=asked, per_slot_right=slot_right.tolist(), per_slot_asked=slot_asked.tolist())
 
 
 def measured_task(model, settings: str):
@@ -98,9 +105,10 @@ def compute(model, sizes: str = "", queries: str = "", threshold: float = 0.95, 
     per_slot = [r / a if a else None for r, a in zip(slots["per_slot_right"], slots["per_slot_asked"])]
     measured = [a for a in per_slot if a is not None]
 
-    by_size = {}
+    by_size, by_size_interval = {}, {}
     for size in parse_sizes(sizes, largest):
-        by_size[str(size)] = bound_accuracy(model, task.with_table(size), n, seed)["accuracy"]
+        measured_size = bound_accuracy(model, task.with_table(size), n, seed)
+        by_size[str(size)], by_size_interval[str(size)] = measured_size["accuracy"], measured_size["interval"]
 
     trained_queries = task.queries
     counts = parse_counts(queries, trained_queries)
@@ -117,16 +125,17 @@ def compute(model, sizes: str = "", queries: str = "", threshold: float = 0.95, 
     per_slot_min = min(measured)
     metrics = dict(
         table_slots=largest, trained_table_sizes=[task.N_min, task.N], trained_queries=trained_queries,
-        accuracy_full_table=slots["accuracy"], per_slot_accuracy=per_slot, per_slot_asked=slots["per_slot_asked"],
+        accuracy_full_table=slots["accuracy"], accuracy_full_table_interval=slots["interval"],
+        n_queries_full_table=slots["n_bound"], per_slot_accuracy=per_slot, per_slot_asked=slots["per_slot_asked"],
         per_slot_min=per_slot_min, worst_slot=per_slot.index(per_slot_min), slot_spread=max(measured) - per_slot_min,
-        accuracy_by_table_size=by_size, accuracy_by_queries=by_queries, skipped_queries=skipped,
+        accuracy_by_table_size=by_size, accuracy_by_table_size_interval=by_size_interval, accuracy_by_queries=by_queries, skipped_queries=skipped,
         threshold=threshold,
         content_addressed=bool(per_slot_min >= threshold and min(by_size.values()) >= threshold),
         measured_task=task.config(), task_changes=settings,
         n_sequences=n, seed=seed)
     return Result("content-addressing", DEFINITION, metrics, {
         "accuracy-by-slot": slot_figure(per_slot, threshold, task.name),
-        "accuracy-by-table-size": size_figure(by_size, (task.N_min, task.N), threshold),
+        "accuracy-by-table-size": size_figure(by_size, (task.N_min, task.N), threshold, by_size_interval),
     })
 
 
@@ -150,9 +159,12 @@ def slot_figure(per_slot: list, threshold: float, task_name: str) -> go.Figure:
     return fig
 
 
-def size_figure(by_size: dict, trained: tuple[int, int], threshold: float) -> go.Figure:
+def size_figure(by_size: dict, trained: tuple[int, int], threshold: float, intervals: dict | None = None) -> go.Figure:
     fig = go.Figure()
-    fig.add_scatter(x=[int(k) for k in by_size], y=list(by_size.values()), mode="lines+markers", name="model")
+    low_high = [(intervals or {}).get(k, [v, v]) for k, v in by_size.items()]
+    fig.add_scatter(x=[int(k) for k in by_size], y=list(by_size.values()), mode="lines+markers", name="model",
+                    error_y=dict(type="data", symmetric=False, array=[hi - v for (_, hi), v in zip(low_high, by_size.values())],
+                                 arrayminus=[v - lo for (lo, _), v in zip(low_high, by_size.values())]))
     sizes = [int(k) for k in by_size] + list(trained)
     fig.update_layout(title="Accuracy by table size (same length: empty slots are filler)", xaxis_type="log",
                       xaxis_range=[math.log10(min(sizes)) - 0.1, math.log10(max(sizes)) + 0.1],  # log10 units

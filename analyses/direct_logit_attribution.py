@@ -83,7 +83,8 @@ def components(pair: P.Pair, cache: dict) -> list[tuple[str, torch.Tensor]]:
             z, attn = cache[act_name("z", l)][:, q], model.blocks[l].attn
             W_O = attn.W_O  # [heads, d_head, d]
             out += [(f"L{l}H{h}", z[:, h] @ W_O[h]) for h in range(z.shape[1])]
-            if attn.b_O is not None:  # (Llama's output projection has no bias)
+            # no row for a missing bias (a bridged Llama's is None) or a zero one (SmolLM2's, converted under TL 3)
+            if attn.b_O is not None and bool((attn.b_O != 0).any()):
                 out.append((f"L{l} attention bias", attn.b_O.expand(len(z), -1)))
             if P.has(model, act_name("mlp_out", l)):
                 out.append((f"L{l} MLP", cache[act_name("mlp_out", l)][:, q]))
@@ -157,21 +158,34 @@ def attribute(model, options: dict) -> Result:
                   descriptions={"sum_check": "largest |sum of attributions + bias - logit difference| (float error)"})
 
 
+SHOWN = 24  # components drawn one bar each; past that, the ones that change least are drawn as one bar
+
+
 def figure(metrics: dict) -> go.Figure:
-    rows = metrics["components"]
+    """Horizontal bars, the components that change most between the inputs first; a language model's
+    hundreds of heads are cut to the ``SHOWN`` that matter, the rest summed in one bar (the JSON has all)."""
+    rows = sorted(metrics["components"], key=lambda r: -abs(r["clean"] - r["corrupted"]))
+    if len(rows) > SHOWN:
+        rest = rows[SHOWN - 1:]
+        shares = [r["share"] for r in rest]
+        rows = rows[:SHOWN - 1] + [dict(component=f"the other {len(rest)} components",
+                                        clean=sum(r["clean"] for r in rest), corrupted=sum(r["corrupted"] for r in rest),
+                                        share=None if None in shares else sum(shares))]
     labels = [r["component"] for r in rows]
     fig = go.Figure()
     for key, name in (("clean", "clean input"), ("corrupted", "corrupted input")):
-        fig.add_bar(x=labels, y=[r[key] for r in rows], name=name,
+        fig.add_bar(y=labels, x=[r[key] for r in rows], name=name, orientation="h",
                     customdata=[r["share"] if r["share"] is not None else float("nan") for r in rows],
-                    hovertemplate="%{x}<br>%{y:.3f}<br>share of the change %{customdata:.3f}<extra>" + name + "</extra>")
+                    hovertemplate="%{y}<br>%{x:.3f}<br>share of the change %{customdata:.3f}<extra>" + name + "</extra>")
     what = "predictive mean, signed toward the clean Bayes answer" if metrics.get("answer") == "mean" else \
         "logit difference along the Bayes change"
     fig.update_layout(title=f"{metrics['subject']}: direct logit attribution at position {metrics['query']}<br><sup>"
                             f"{what}; total {metrics['logit_difference_clean']:.3g} clean, "
                             f"{metrics['logit_difference_corrupted']:.3g} corrupted ({metrics['corruption']})</sup>",
-                      barmode="group", xaxis_title="component", yaxis_title="direct contribution",
-                      width=max(700, 40 * len(labels) + 250), height=480)
+                      barmode="group", yaxis_title="component", yaxis_autorange="reversed",
+                      xaxis_title="direct contribution (logit units)" if metrics.get("answer") != "mean" else
+                      "direct contribution (units of the predictive mean)",
+                      legend=dict(orientation="h", y=-0.15), width=820, height=max(420, 34 * len(labels) + 200))
     return fig
 
 

@@ -13,7 +13,7 @@ import torch
 
 from .activations import ablation_hook, mean_z, z_hook_name
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
-from .calibration import measure
+from .calibration import measure, ratio_interval
 
 DEFINITION = " ".join("""
  Calibration is measured as in ``calibration`` (entropy MAE in bits over the answer
@@ -25,7 +25,8 @@ the layer changes and the shared bias b_O stays. Zero ablation sets the head's z
 position. Mean ablation replaces the head's z at every position by its mean over all sequences and
 all positions of the same evaluation batch, taken from an intact forward pass. For each layer l,
 head h and kind: MAE, KL, delta MAE = MAE(ablated) - MAE(intact), and MAE ratio = MAE(ablated) /
-MAE(intact). The hypothesis-frame head is the layer-0 head with the largest delta MAE under zero
+MAE(intact), with its 95% paired bootstrap interval over sequences (mae_ratio_interval; the same
+sequences resampled for both). The hypothesis-frame head is the layer-0 head with the largest delta MAE under zero
 ablation; its dominance is its delta MAE divided by that of the second most damaging layer-0 head
 (top/second; 1 means two equally important heads, reported only when the second delta is positive).
 The reference implementation used zero ablation only.
@@ -34,13 +35,15 @@ The reference implementation used zero ablation only.
 KINDS = ("zero", "mean")
 
 
-def measure_ablated(model, batch, layer: int, head: int, replacement: torch.Tensor | None) -> dict:
+def measure_ablated(model, batch, layer: int, head: int, replacement: torch.Tensor | None,
+                    sums: dict | None = None) -> dict:
     with model.hooks(fwd_hooks=[(z_hook_name(layer), ablation_hook(head, replacement))]):
-        return measure(model, batch)
+        return measure(model, batch, sums=sums)
 
 
 def _ratio(a: float, b: float) -> float | None:
     return a / b if b > 0 else None
+
 
 
 def compute(model, n: int = 1000, seed: int = 1234) -> Result:
@@ -50,7 +53,8 @@ def compute(model, n: int = 1000, seed: int = 1234) -> Result:
     if missing:
         raise AnalysisError(f"head-ablation needs the hook point(s) {', '.join(missing)}, which this model lacks")
     batch = eval_batch(model, n, seed)
-    intact = measure(model, batch)
+    intact_sums = {}
+    intact = measure(model, batch, sums=intact_sums)
     mae0, kl0 = intact["entropy_mae_bits"], intact["kl_bits"]
     means = mean_z(model, batch.tokens)
 
@@ -58,10 +62,13 @@ def compute(model, n: int = 1000, seed: int = 1234) -> Result:
                "n_sequences": len(batch), "seed": seed}
     for kind in KINDS:
         table = {key: [[None] * n_heads for _ in range(n_layers)]
-                 for key in ("entropy_mae_bits", "kl_bits", "delta_mae_bits", "delta_kl_bits", "mae_ratio")}
+                 for key in ("entropy_mae_bits", "kl_bits", "delta_mae_bits", "delta_kl_bits", "mae_ratio",
+                             "mae_ratio_interval")}
         for l in range(n_layers):
             for h in range(n_heads):
-                m = measure_ablated(model, batch, l, h, None if kind == "zero" else means[l][h])
+                sums = {}
+                m = measure_ablated(model, batch, l, h, None if kind == "zero" else means[l][h], sums)
+                table["mae_ratio_interval"][l][h] = ratio_interval(sums, intact_sums)
                 mae, kl = m["entropy_mae_bits"], m["kl_bits"]
                 table["entropy_mae_bits"][l][h], table["kl_bits"][l][h] = mae, kl
                 table["delta_mae_bits"][l][h], table["delta_kl_bits"][l][h] = mae - mae0, kl - kl0
@@ -81,31 +88,47 @@ def compute(model, n: int = 1000, seed: int = 1234) -> Result:
         # top/second is only meaningful when the second head also hurts (a positive denominator)
         top_to_second_ratio=None if second is None else _ratio(deltas[top], deltas[second]),
     )
+    span = doubling_span([metrics[kind] for kind in KINDS])  # one colour scale for both pages, so they compare
     return Result("head-ablation", DEFINITION, metrics, {
-        f"{kind}-ablation": heatmap_figure(metrics[kind], kind, mae0, model.task.name) for kind in KINDS})
+        f"{kind}-ablation": heatmap_figure(metrics[kind], kind, mae0, model.task.name, span, len(batch))
+        for kind in KINDS})
 
 
-def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str) -> go.Figure:
-    """The MAE ratio ablated / intact per head (the paper's criterion), coloured on a log2 scale around 1."""
-    n_layers, n_heads = len(table["mae_ratio"]), len(table["mae_ratio"][0])
-    ratio = np.array([[math.nan if r is None else r for r in row] for row in table["mae_ratio"]], dtype=float)
-    doublings = np.log2(ratio)
+def ratios(table: dict) -> np.ndarray:
+    return np.array([[math.nan if r is None else r for r in row] for row in table["mae_ratio"]], dtype=float)
+
+
+def doubling_span(tables: list[dict]) -> int:
+    """The colour scale's half-width in doublings: the largest |log2 ratio| of any of ``tables``, at least 1."""
+    doublings = np.concatenate([np.log2(ratios(table)).ravel() for table in tables])
     finite = np.abs(doublings[np.isfinite(doublings)])
-    span = max(1, math.ceil(finite.max())) if finite.size else 1
+    return max(1, math.ceil(finite.max())) if finite.size else 1
+
+
+def heatmap_figure(table: dict, kind: str, intact_mae: float, task_name: str, span: int | None = None,
+                   n_sequences: int | None = None) -> go.Figure:
+    """The MAE ratio ablated / intact per head (the paper's criterion), coloured on a log2 scale around 1,
+    +-``span`` doublings (default: this table's own)."""
+    n_layers, n_heads = len(table["mae_ratio"]), len(table["mae_ratio"][0])
+    ratio = ratios(table)
+    doublings = np.log2(ratio)
+    span = span or doubling_span([table])
     step = math.ceil(span / 4)
     ticks = list(range(-(span // step) * step, span + 1, step))  # through 0 (ratio 1)
-    custom = [[(table["delta_mae_bits"][l][h], table["entropy_mae_bits"][l][h], table["kl_bits"][l][h])
+    interval = lambda l, h: ("{:.3g}-{:.3g}×".format(*table["mae_ratio_interval"][l][h])
+                             if (table.get("mae_ratio_interval") or [[None] * n_heads] * n_layers)[l][h] else "–")
+    custom = [[(table["delta_mae_bits"][l][h], table["entropy_mae_bits"][l][h], table["kl_bits"][l][h], interval(l, h))
                for h in range(n_heads)] for l in range(n_layers)]
     fig = go.Figure(go.Heatmap(
         z=doublings, text=ratio, x=[f"H{h}" for h in range(n_heads)], y=[f"L{l}" for l in range(n_layers)],
         colorscale="RdBu_r", zmid=0, zmin=-span, zmax=span, customdata=custom, texttemplate="%{text:.3g}×",
         colorbar=dict(title="ablated / intact", tickvals=ticks, ticktext=[f"{2.0 ** t:.2g}×" for t in ticks]),
-        hovertemplate="layer %{y}, head %{x}<br>MAE ratio to intact %{text:.3g}×<br>ΔMAE %{customdata[0]:.3g} bits"
+        hovertemplate="layer %{y}, head %{x}<br>MAE ratio to intact %{text:.3g}× (95% %{customdata[3]})<br>ΔMAE %{customdata[0]:.3g} bits"
                       "<br>MAE %{customdata[1]:.4g} bits<br>KL %{customdata[2]:.4g} bits<extra></extra>"))
     what = "set to 0" if kind == "zero" else "replaced by its mean over all sequences and positions"
     fig.update_layout(title=f"{task_name}: entropy MAE with one head's output {what}, relative to the intact model"
                             f"<br><sup>MAE ratio ablated / intact; {kind} ablation, intact MAE "
-                            f"{intact_mae:.4g} bits</sup>",
+                            f"{intact_mae:.4g} bits" + (f", {n_sequences:,} sequences" if n_sequences else "") + "</sup>",
                       xaxis_title="head", yaxis_title="layer", yaxis_autorange="reversed",
                       width=200 + 90 * max(n_heads, 4), height=200 + 70 * max(n_layers, 2))
     return fig

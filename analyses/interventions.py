@@ -52,7 +52,7 @@ def language_options() -> tuple[Option, ...]:
 
 @dataclass
 class Pair:
-    model: torch.nn.Module  # the hooked model (a language model's HookedTransformer)
+    model: torch.nn.Module  # the hooked model (a language model's TransformerBridge)
     clean: torch.Tensor  # inputs [B, T] (continuous tasks [B, T, F])
     corrupted: torch.Tensor
     query: int  # the position whose answer is compared
@@ -131,7 +131,10 @@ def pair_of(model, c) -> Pair:
     """The Pair of a wind-tunnel model and one of its task's corruptions (``tasks.base.Corruption``)."""
     task = model.task
     device = next(model.parameters()).device
-    q = c.query
+    q, length = c.query, c.clean.tokens.shape[1]
+    if not 0 <= q < length:  # a typed sequence shorter than the task's: the answer's position is not in it
+        raise AnalysisError(f"the {task.name} corruption reads its answer at position {q}, beyond this sequence of "
+                            f"{length} tokens; patch a full sequence (sample one by seed, or type all of it)")
     if task.continuous:
         bayes = [b.posterior_mean[:, q, None].double() for b in (c.clean, c.corrupted)]
         read = lambda out: out[:, q, :1].double()  # noqa: E731  (the Gaussian head's mean)

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from . import style
 from .activations import needed_hooks, part_hooks
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
-from .calibration import measure
+from .calibration import measure, ratio_interval
 
 DEFINITION = " ".join("""
  Calibration is measured as in ``calibration`` (entropy MAE in bits over the answer
@@ -22,7 +22,8 @@ pass, so the block is an identity), attention only skipped (blocks.l.hook_attn_o
 also removes the attention bias b_O), and MLP only skipped (blocks.l.hook_mlp_out set to 0, which
 also removes b_out). Skipping the block is the same as skipping both its attention and its MLP.
 Every later block still runs, on the altered residual stream. Reported per layer and way: MAE, KL
-and the MAE ratio MAE(ablated) / MAE(intact). The paper claims that removing any single layer
+and the MAE ratio MAE(ablated) / MAE(intact), with its 95% paired bootstrap interval over sequences
+(mae_ratio_interval). The paper claims that removing any single layer
 raises MAE more than 10x; min_block_ratio is the smallest block-skip ratio over layers and
 all_blocks_over_10x says whether every block-skip ratio exceeds 10. No reference script computed
 this number.
@@ -32,9 +33,9 @@ PARTS = {"block": "whole block", "attention_only": "attention only", "mlp_only":
 CLAIMED_RATIO = 10.0
 
 
-def measure_with(model, batch, hooks: list) -> dict:
+def measure_with(model, batch, hooks: list, sums: dict | None = None) -> dict:
     with model.hooks(fwd_hooks=hooks):
-        return measure(model, batch)
+        return measure(model, batch, sums=sums)
 
 
 def compute(model, n: int = 1000, seed: int = 1234) -> Result:
@@ -53,14 +54,17 @@ def compute(model, n: int = 1000, seed: int = 1234) -> Result:
         raise AnalysisError(f"layer-ablation needs the hook point(s) {', '.join(missing)}, which this model lacks")
 
     batch = eval_batch(model, n, seed)
-    intact = measure(model, batch)
+    intact_sums = {}
+    intact = measure(model, batch, sums=intact_sums)
     mae0, kl0 = intact["entropy_mae_bits"], intact["kl_bits"]
     metrics = {"intact": dict(entropy_mae_bits=mae0, kl_bits=kl0), "n_layers": n_layers,
                "n_sequences": len(batch), "seed": seed}
     for part in PARTS:
-        rows = dict(entropy_mae_bits=[], kl_bits=[], mae_ratio=[])
+        rows = dict(entropy_mae_bits=[], kl_bits=[], mae_ratio=[], mae_ratio_interval=[])
         for l in range(n_layers):
-            m = measure_with(model, batch, part_hooks(part, l)) if available[part][l] else None
+            sums = {}
+            m = measure_with(model, batch, part_hooks(part, l), sums) if available[part][l] else None
+            rows["mae_ratio_interval"].append(None if m is None else ratio_interval(sums, intact_sums))
             rows["entropy_mae_bits"].append(None if m is None else m["entropy_mae_bits"])
             rows["kl_bits"].append(None if m is None else m["kl_bits"])
             rows["mae_ratio"].append(None if m is None or mae0 <= 0 else m["entropy_mae_bits"] / mae0)

@@ -3,7 +3,7 @@
     python benchmarks/cli_time.py [--repeat 5]
 
 Each of `interp --help`, `interp run --help`, `interp run NAME --help`, `interp list` (and the other
-commands' help, and a refusal on a shipped model) is started as a user starts it, as a new process,
+commands' help, a refusal on a shipped model, a misspelt analysis and a misspelt model) is started as a user starts it, as a new process,
 and the median of the repeats is printed with its ratio to the target. They read the shipped
 manifest (interp/manifest.py) and import no torch; a stale manifest (sources changed since it was
 written) makes the first `interp list` rebuild it, which this script reports as such.
@@ -19,7 +19,10 @@ import time
 TARGET_S = 1.0
 COMMANDS = [["--help"], ["run", "--help"], ["run", "key-orthogonality", "--help"], ["list"], ["train", "--help"],
             ["explore", "--help"], ["reproduce", "--help"], ["sweep", "--help"],
-            ["run", "qk-alignment", "--ckpt", "hmm-transformer-cpu"]]
+            ["run", "qk-alignment", "--ckpt", "hmm-transformer-cpu"],
+            # typos: answered with a suggestion, before torch loads
+            ["run", "head-ablaton", "--ckpt", "bijection-transformer-cpu"],
+            ["run", "calibration", "--ckpt", "bijection-transfomer-cpu"]]
 
 
 def main() -> None:

@@ -26,6 +26,20 @@ def locate(path) -> Path:
     return shipped().get(str(path), candidate)
 
 
+def not_found(path) -> str | None:
+    """Why ``path`` names no checkpoint (with the shipped model it was probably meant to be), or None when it
+    exists or is a shipped name. Reads folder names only, so a typo is answered before torch loads."""
+    if Path(path).exists() or str(path) in shipped():
+        return None
+    import difflib
+
+    names = list(shipped())
+    close = difflib.get_close_matches(Path(path).name, names, n=3, cutoff=0.75)
+    guess = f"; did you mean {' or '.join(close)}?" if close else ""
+    return (f"checkpoint not found: {path}{guess} (pass a run folder, a .safetensors file or a shipped model: "
+            f"{', '.join(names) or 'none'})")
+
+
 def summary(run_dir: Path) -> dict:
     record = json.loads((run_dir / "run.json").read_text())
     final = record.get("final") or {}

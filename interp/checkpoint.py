@@ -25,7 +25,7 @@ import tasks
 from tasks import ConfigError
 from tasks.base import SEED_RANGE, is_seed
 
-from .catalog import shipped
+from .catalog import not_found
 from .errors import UserError
 from .files import atomic_write_bytes, sniff_weights
 
@@ -81,9 +81,7 @@ def resolve(path: str | Path) -> Path:
     """A checkpoint file from a run folder (its last checkpoint) or a checkpoint file itself."""
     path = Path(path)
     if not path.exists():
-        names = ", ".join(shipped()) or "none"
-        raise UserError(f"checkpoint not found: {path} (pass a run folder, a .safetensors file or a shipped "
-                        f"model: {names})")
+        raise UserError(not_found(path) or f"checkpoint not found: {path}")
     if path.is_dir():
         found = list_checkpoints(path)
         if not found:

@@ -94,8 +94,8 @@ def main():
               help="torch.compile the training step (overrides the preset; needs a C++ compiler); with --resume, "
               "continues a run with it switched on or off")
 @click.option("--bf16/--no-bf16", "bf16", default=None,
-              help="bf16 autocast on the CPU too (overrides the preset; CUDA always uses it); weights and "
-              "evaluation stay float32. Fast only on CPUs with bf16 units (AMX, avx512_bf16)")
+              help="the training forward pass under bf16 autocast, or not [default: the preset's; else on for CUDA, "
+              "off for the CPU]; weights and evaluation stay float32. On a CPU fast only with bf16 units (AMX)")
 @click.option("--init", "init", metavar="CKPT", help="start from this checkpoint's weights (fine-tuning): the same "
               "architecture and weight shapes; run.json records its SHA-256")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="task setting, e.g. -T V=10 -T L=9")
@@ -170,16 +170,21 @@ def run(ctx, name, ckpt, model_spec, out, formats, device, show_help):
     `interp run NAME --help` shows them.
     """
     from . import manifest
+    from .catalog import not_found
 
     if name is None:
         if not show_help:
             raise UserError("name an analysis: interp run NAME --ckpt CKPT; `interp run --help` lists them")
         listed = manifest.current()["analyses"]
         click.echo(ctx.get_help() + "\n\nAnalyses:\n" + "\n".join(
-            f"  {n:<22} {a['summary']}" for n, a in listed.items()))
+            f"  {n:<22} {a['summary']}" for n, a in sorted(listed.items())))
         return
     if show_help or (len(ckpt) == 1 and model_spec is None):  # answered without importing torch where it can be
         known = manifest.current(build_if_missing=False)
+        if known is not None and name not in known["analyses"]:  # a typo is answered before torch loads
+            raise UserError(manifest.unknown_analysis(name, known["analyses"]))
+        if not show_help and (missing := not_found(ckpt[0])):
+            raise UserError(missing)
         if known is not None and name in known["analyses"]:
             if show_help:
                 click.echo(known["analyses"][name]["help"])
@@ -400,12 +405,14 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, c
                                                    "preset's]")
 @click.option("--study", help="study name in the storage [default: TASK-ARCH-PRESET]")
 @click.option("--max-trials", type=click.IntRange(1), help="this worker stops after this many trials")
+@click.option("--max-grid", type=click.IntRange(1), help="the most trials --space may declare (each is a training "
+                                                        "run) [default: 10,000]")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="a fixed task setting")
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="a fixed model setting")
 @click.option("--out", type=click.Path(path_type=Path), help="search folder [tunes/TASK-ARCH-PRESET]")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_size, seed, pruner, prune_after, storage,
-         curriculum, study, max_trials, task_options, model_options, out, device):
+         curriculum, study, max_trials, max_grid, task_options, model_options, out, device):
     """Search training recipes with Optuna: every combination of --space is one `interp train` run with the same
     budget, stopped early by the pruner when it falls behind. Rerun the same command to resume; start it in
     several processes (or machines, with --storage) to share the trials. Prints the trial table at the end."""
@@ -419,7 +426,8 @@ def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_siz
     out = out or Path("tunes") / f"{task_name}-{arch}-{preset}"
     job = Tune(task_name, arch, tuple(space) + tuple(more_space), out, preset, steps, batch_size, eval_size, seed,
                storage, study, pruner, prune_after, parse_assignments(task_options, "task option"),
-               parse_assignments(model_options, "model option"), device, curriculum=parse_curriculum(curriculum))
+               parse_assignments(model_options, "model option"), device, curriculum=parse_curriculum(curriculum),
+               **({} if max_grid is None else dict(max_grid=max_grid)))
     for note in job.notes:
         click.echo(f"warning: {note}", err=True)
     summary = job.execute(max_trials)

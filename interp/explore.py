@@ -73,10 +73,12 @@ def parse_tokens(task, text: str) -> list[int]:
     for word in re.split(r"[\s,]+", text.strip()):
         if word in by_name:
             ids.append(by_name[word])
-        elif word.isascii() and word.isdigit() and int(word) < task.vocab_size:  # not "²" or "٣"
+        # not "²" or "٣"; and no more digits than a token id has (int() refuses 4,300 digits with a ValueError)
+        elif word.isascii() and word.isdigit() and len(word) <= len(str(task.vocab_size)) and int(word) < task.vocab_size:
             ids.append(int(word))
         elif word:
-            raise UserError(f"unknown token {word!r}; write names such as {' '.join(list(by_name)[:3])} "
+            shown = word if len(word) <= 40 else f"{word[:20]}...({len(word):,} characters)"
+            raise UserError(f"unknown token {shown!r}; write names such as {' '.join(list(by_name)[:3])} "
                             f"or ids 0..{task.vocab_size - 1}")
     if not ids:
         raise UserError("type at least one token")
@@ -91,10 +93,11 @@ def ablation_hooks(choices: list[str], model, means=None) -> list:
     for choice in sorted(choices or [], key=str):
         match = re.fullmatch(r"([HM])(\d+)\.(\d+)|B(\d+)", choice, re.ASCII) if isinstance(choice, str) else None
         layer, head = int(match[2] or match[4]) if match else 0, int(match[3] or 0) if match else 0
-        if match is None or layer >= model.cfg.n_layers or (match[3] is not None and head >= model.cfg.n_heads):
+        heads = getattr(model.cfg, "n_heads", 0) if model.has_attention() else 0  # an LSTM or an MLP has none
+        if match is None or layer >= model.cfg.n_layers or (match[3] is not None and head >= heads):
             raise UserError(f"unknown ablation {choice!r}; heads are H<layer>.<head> (zero) or M<layer>.<head> "
                             f"(mean), blocks B<layer>, within the model's {model.cfg.n_layers} layers of "
-                            f"{model.cfg.n_heads} heads")
+                            f"{heads} heads")
         if match[4] is not None:
             hooks += part_hooks("block", layer)
         elif match[1] == "M" and means is None:

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from .errors import UserError
-from .files import atomic_write_bytes, atomic_write_json, atomic_write_text
+from .files import atomic_write_bytes, atomic_write_json, atomic_write_text, check_writes
 
 FORMATS = ("pdf", "html", "json", "png")
 DEFAULT_FORMATS = ("pdf", "html", "json")  # png (one file per figure, for slides and READMEs) is opt-in
@@ -146,6 +146,7 @@ def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: 
     # The JSON, the record of the result, is written last: a JSON on disk means every file of the
     # result was written (a full disk half way leaves figures without their record, never a record
     # without its figures, which a rerun that reuses results would take as complete).
+    check_writes(out_dir, files=list(files))  # the whole set, before its first byte: no file replaced, then a refusal
     paths = []
     for filename in sorted(files, key=lambda name: name.endswith(".json")):
         path = out_dir / filename

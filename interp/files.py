@@ -1,26 +1,34 @@
-"""Atomic file output, files opened without following links, and safe reading of weight files.
+"""The one owner of every file and folder the toolkit writes from user input: names, links, locks, clean-up.
 
-Every file the toolkit writes goes to a temporary file in the same folder, is fsynced, and is then
-renamed over the target, so a crash or a full disk never leaves a half-written file behind, and an
-existing file is only replaced by a complete new one.
+Why one module (this one, not a second ``paths`` module beside it): the run folder, the search folder
+and its trials, result folders and the caches all need the same five answers, and two modules would
+give two of each. (1) A name from user input becomes one path component (``component``; ``child``
+refuses one that climbs out of its parent). (2) Nothing is written, appended to or locked through a
+symbolic link, nor where a pipe, a socket, a device or a folder stands in place of a file
+(``open_regular``: ``O_NOFOLLOW`` | ``O_NONBLOCK``, then a check of what was opened; ``refuse_special``
+before a file is replaced), at every level below the folder the user named (``check_writes``). (3) Locks
+are taken one way (``Lock``; ``RunLock`` is a run folder's). (4) Clean-up removes only what this process
+created (``make_folders`` returns the folders it made; ``remove_made`` removes those, when empty, and
+nothing else). (5) A whole write set is checked before its first byte (``check_writes``: links and
+special files at every level, and the folder really writable, found by writing a probe file).
 
-No file the toolkit writes, appends to or locks is opened through a symbolic link, and none is
-taken when something other than a regular file (a link, a pipe, a folder, a device) stands in its
-place: a link planted at ``RUN/.lock`` or ``RUN/metrics.jsonl`` would otherwise make the toolkit
-overwrite whatever file the link points to, and a pipe would block it forever. ``open_regular``
-opens with ``O_NOFOLLOW`` (and ``O_NONBLOCK``, so a pipe cannot block the open) and checks what it
-opened; ``refuse_special`` checks a path before it is replaced.
+Every file goes to a temporary file in the same folder, is fsynced, and is then renamed over the
+target, so a crash or a full disk never leaves a half-written file behind, and an existing file is
+only replaced by a complete new one. A link planted at ``RUN/.lock`` or ``RUN/metrics.jsonl`` would
+otherwise make the toolkit overwrite whatever file the link points to, and a pipe would block it forever.
 """
 from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import stat
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from .errors import UserError
 
@@ -33,23 +41,10 @@ def special(mode: int) -> str | None:
     return next((kind for test, kind in _KINDS if test(mode)), None if stat.S_ISREG(mode) else "not a regular file")
 
 
-def not_regular(path: Path, kind: str) -> UserError:
+def not_regular(path: Path, kind: str, wanted: str = "a regular file") -> UserError:
     why = ("the toolkit never writes through a link (it would change the file the link points to)"
-           if kind == "a symbolic link" else "the toolkit only writes regular files there")
-    return UserError(f"{path} is {kind}, not a regular file; {why}: remove it, or write elsewhere")
-
-
-def refuse_special(path: str | Path) -> None:
-    """A UserError when something other than a regular file stands at ``path`` (checked without
-    following a link); nothing there, or a regular file, passes."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    except OSError:
-        return  # e.g. a name too long: the write itself says so
-    if (kind := special(mode)) is not None:
-        raise not_regular(Path(path), kind)
+           if kind == "a symbolic link" else f"the toolkit only writes {wanted.removeprefix('a ')}s there")
+    return UserError(f"{path} is {kind}, not {wanted}; {why}: remove it, or write elsewhere")
 
 
 def open_regular(path: str | Path, flags: int, mode: int = 0o644) -> int:
@@ -192,40 +187,161 @@ def read_json(path: str | Path, what: str = "file") -> dict:
     return document
 
 
-class RunLock:
-    """An exclusive lock on a run folder for the life of one training process.
+MAX_NAME = 200  # bytes of one name the toolkit makes (file systems allow 255: room for a temp file's affixes)
 
-    ``flock`` on ``FOLDER/.lock``: the kernel drops it when the process ends however it ends (a
-    SIGKILL too), so it never goes stale. The lock file is opened without following a link and must
-    be a regular file (a link planted there is refused, never written through). The file holds the holder's pid, which a refused second
-    process names. It is removed on release; a process that locked a file another one had just
-    removed checks that its file is still the one at the path, and tries again if not. A folder the
-    lock created is removed again if it is still empty when the lock is released.
+
+def component(text: str) -> str:
+    """``text`` (e.g. a value typed into ``--space``) as one safe file or folder name: ``/``, ``%``, control
+    characters and anything outside printable ASCII percent-encoded, so no two texts give one name and
+    none climbs out of its folder (``../x`` becomes ``..%2Fx``); a leading dot encoded too (no ``..`` or
+    hidden names); a name too long for a file system cut short, with a hash of the whole appended."""
+    name = quote(text, safe=" !#$&'()*+,-.:;=@[]^_`{}~")
+    name = "%2E" + name[1:] if name.startswith(".") else name
+    if len(name) > MAX_NAME:
+        name = f"{name[:MAX_NAME - 17]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    return name
+
+
+def child(parent: str | Path, name: str, what: str = "name") -> Path:
+    """``parent / name`` where ``name`` is one name that stays in ``parent`` (no ``/``, ``.`` or ``..``)."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise UserError(f"{what} {name!r} is not the name of one file or folder in {parent} (no /, . or ..)")
+    return Path(parent) / name
+
+
+def kind_of(path: str | Path) -> str | None:
+    """What stands at ``path`` (not following a link): None when nothing, "a regular file", or ``special``'s words."""
+    try:
+        return special(os.lstat(path).st_mode) or "a regular file"
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return None  # e.g. a name too long, or a file in the way: the write itself says so
+
+
+def _levels(path: Path, root: Path | None) -> list[Path]:
+    """The levels of ``path`` below ``root`` (the folder a user named, taken as it is), topmost first."""
+    if root is None:
+        return [path]
+    try:
+        rest = path.relative_to(root).parts
+    except ValueError:
+        raise UserError(f"{path} is not inside {root}") from None
+    if ".." in rest:
+        raise UserError(f"{path} climbs out of {root} (a name holds ..); the toolkit only writes inside {root}")
+    return [root.joinpath(*rest[:i]) for i in range(1, len(rest) + 1)]
+
+
+def refuse_in_the_way(path: str | Path, root: str | Path | None = None, folder: bool = False) -> None:
+    """A UserError when any level of ``path`` below ``root`` is a link, a level above the last is not a
+    folder, or the last is not what is meant to be written there (a regular file, or with ``folder`` a
+    folder); nothing there passes."""
+    levels = _levels(Path(path), None if root is None else Path(root))
+    for level in levels:
+        kind = kind_of(level)
+        wanted = "a folder" if folder or level != levels[-1] else "a regular file"
+        if kind not in (None, wanted):
+            raise not_regular(level, kind, wanted)
+
+
+def refuse_special(path: str | Path) -> None:
+    """A UserError when something other than a regular file stands at ``path`` (checked without
+    following a link); nothing there, or a regular file, passes."""
+    refuse_in_the_way(path)
+
+
+def check_writes(root: str | Path, files=(), folders=()) -> None:
+    """Check a whole write set before its first byte: ``files`` and ``folders`` (paths relative to ``root``,
+    the folder the user named) may not climb out of it, be or lie below a link, or be anything but what
+    they are meant to be; and the folder must take a file (a probe file is written and removed there, or
+    in its nearest existing parent: permission bits are not the whole story, e.g. for root on a read-only
+    file system)."""
+    root = Path(root)
+    for rel, folder in [(f, False) for f in files] + [(f, True) for f in folders]:
+        refuse_in_the_way(root / rel, root, folder)
+    probe_writable(root)
+
+
+def probe_writable(folder: str | Path) -> None:
+    """A UserError unless ``folder`` (or, where it does not exist yet, its nearest existing parent) takes a new file."""
+    folder = Path(folder)
+    existing = next((p for p in (folder, *folder.parents) if os.path.isdir(p)), Path("."))
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".probe.", suffix=".tmp", dir=existing)
+    except OSError as err:
+        raise unwritable(folder, err) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def make_folders(folder: str | Path, root: str | Path | None = None) -> list[Path]:
+    """Create ``folder`` and its missing parents one at a time, after checking its levels below ``root``
+    (``refuse_in_the_way``); the folders made, topmost first, which are all ``remove_made`` may remove."""
+    folder = Path(folder)
+    refuse_in_the_way(folder, root, folder=True)
+    made: list[Path] = []
+    for level in (*reversed(folder.parents), folder):
+        try:
+            os.mkdir(level)
+        except FileExistsError:
+            continue
+        except OSError as err:
+            remove_made(made)
+            raise unwritable(folder, err) from None
+        made.append(level)
+    return made
+
+
+def remove_made(made: list[Path]) -> None:
+    """Remove the folders ``make_folders`` made, deepest first, while they are empty: a folder that holds
+    something (a run that wrote a file) stays, and so do its parents; nothing else is ever removed."""
+    for folder in reversed(made):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
+    made.clear()
+
+
+class Lock:
+    """An exclusive lock on ``FOLDER/NAME``: ``flock``, which the kernel drops when the process ends however
+    it ends (a SIGKILL too), so it never goes stale. The lock file is opened with ``open_regular`` (a link or
+    a pipe planted there is refused, never written through nor waited on) and holds the holder's pid, which
+    a refused process names. It is removed on release; a process that locked a file another one had just
+    removed checks that its file is still the one at the path, and tries again if not. The folders the
+    lock made are removed again on release if they are still empty.
+
+    ``wait``: seconds to wait for another holder (0: refuse at once); ``busy(holder)``: the refusal's words.
     """
 
     NAME = ".lock"
 
-    def __init__(self, folder: str | Path):
+    def __init__(self, folder: str | Path, name: str | None = None, wait: float = 0.0, busy=None):
         self.folder = Path(folder)
-        self.path = self.folder / self.NAME
-        self.made: Path | None = None  # the topmost folder this lock created
+        self.path = child(self.folder, name or self.NAME)
+        self.wait, self.busy = wait, busy or self.busy_message
+        self.made: list[Path] = []
         self.fd: int | None = None
 
-    def acquire(self) -> "RunLock":
+    def busy_message(self, holder: str) -> str:
+        return f"{self.path} is held by another process (pid {holder}); wait for it to end, or stop it first"
+
+    def acquire(self) -> "Lock":
+        deadline = time.monotonic() + self.wait
         try:
-            self.made = next((p for p in (*reversed(self.folder.parents), self.folder) if not os.path.exists(p)), None)
+            self.made = make_folders(self.folder, self.folder)
             while True:
-                self.folder.mkdir(parents=True, exist_ok=True)
                 fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)  # never a planted link or pipe
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     holder = os.pread(fd, 32, 0) or (time.sleep(0.1), os.pread(fd, 32, 0))[1]  # written just after locking
-                    holder = holder.decode(errors="replace").strip() or "unknown"
                     os.close(fd)
+                    if time.monotonic() < deadline:
+                        time.sleep(0.1)
+                        continue
                     self._undo_folder()
-                    raise UserError(f"{self.folder} is in use by another training process (pid {holder}); wait "
-                                    f"for it to end, or stop it first") from None
+                    raise UserError(self.busy(holder.decode(errors="replace").strip() or "unknown")) from None
                 if os.path.exists(self.path) and os.stat(self.path).st_ino == os.fstat(fd).st_ino:
                     break
                 os.close(fd)  # the holder removed it as we opened it: lock the new one
@@ -248,18 +364,18 @@ class RunLock:
         self._undo_folder()
 
     def _undo_folder(self) -> None:
-        if self.made is None:
-            return
-        for folder in (self.folder, *self.folder.parents):  # only empty ones: a run that wrote something stays
-            try:
-                folder.rmdir()
-            except OSError:
-                return
-            if folder == self.made:
-                return
+        remove_made(self.made)
 
     def __enter__(self):
         return self.acquire()
 
     def __exit__(self, *exc):
         self.release()
+
+
+class RunLock(Lock):
+    """A run folder's lock, held for the life of one training process: a second trainer is refused at once."""
+
+    def busy_message(self, holder: str) -> str:
+        return (f"{self.folder} is in use by another training process (pid {holder}); wait for it to end, or "
+                f"stop it first")

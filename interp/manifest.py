@@ -168,6 +168,15 @@ def applies_to(reasons: dict[str, str | None], language: bool) -> str:
     return f"-> shipped: {shown}" + ("; also --model (language models)" if language else "")
 
 
+def unknown_analysis(name: str, names) -> str:
+    """"unknown analysis 'head-ablaton'; did you mean head-ablation? ..." with every name, sorted."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(names), n=3, cutoff=0.6)
+    guess = f" (did you mean {' or '.join(close)}?)" if close else ""
+    return f"unknown analysis {name!r}{guess}; valid analyses: {', '.join(sorted(names))}"
+
+
 def refusal(known: dict, analysis: str, ckpt: str) -> str | None:
     """Why ``analysis`` cannot run on the shipped model ``ckpt``, from the manifest ``known``, without
     loading anything; None when it can, or when the manifest does not say (the real check then runs)."""

@@ -20,7 +20,7 @@ import tasks
 from .catalog import PRETRAINED_DIR
 from .checkpoint import list_checkpoints
 from .errors import UserError
-from .recipe import preset_recipe, recorded_settings
+from .recipe import preset_recipe, recorded_train
 
 
 def shown(value) -> str:
@@ -33,7 +33,7 @@ def train_command(record: dict, preset: str) -> str:
     task_name, arch = record["task"]["name"], record["arch"]
     default_task = tasks.for_preset(task_name, preset).config()
     recipe = preset_recipe(preset, tasks.from_config(record["task"]), arch)  # on the run's own task
-    ran = recorded_settings(record["train"])
+    ran = recorded_train(record)
     flags = dict(steps="--steps", batch_size="--batch-size", lr="--lr", seed="--seed", loss="--loss",
                  warmup="--warmup", checkpoint_every="--checkpoint-every")
     return " ".join([f"interp train --task {task_name} --arch {arch} --preset {preset}"]

@@ -56,12 +56,13 @@ class TrainSettings:
     # kernels round differently from eager ones, so a compiled run replays itself bit for bit, not
     # the same run without it.
     compile: bool = False
-    # bf16 autocast on the CPU too (CUDA always trains under it); weights, optimizer and evaluation
-    # stay float32. Where the CPU has bf16 matrix instructions the HMM preset's compiled 4-layer step
-    # is faster: 116 ms against 160 ms on an Intel CPU with AMX, about 130 against 190 ms on an AMD
-    # EPYC with avx512_bf16; without them it may be slower (not measured). What it costs in precision is what a
-    # run measures.
-    bf16: bool = False
+    # The training forward pass under bf16 autocast: None (auto) on CUDA and not on the CPU (``bf16_on``),
+    # True or False on either; weights, optimizer and every evaluation stay float32. The trainer records
+    # the resolved value in run.json (so a resume keeps the precision the run started with). Where the CPU
+    # has bf16 matrix instructions the HMM preset's compiled 4-layer step is faster: 116 ms against 160 ms
+    # on an Intel CPU with AMX, about 130 against 190 ms on an AMD EPYC with avx512_bf16; for one eager step
+    # on this machine see benchmarks/step_profile.py. What it costs in precision is what a run measures.
+    bf16: bool | None = None
     # Start from the weights of this checkpoint instead of a fresh init (fine-tuning): the same
     # architecture and weight shapes, any task settings or model options that leave the shapes alone
     # (e.g. training a shipped model on with position offsets). run.json records the file's SHA-256.
@@ -96,7 +97,7 @@ class TrainSettings:
         if self.init is not None and (not isinstance(self.init, str) or not self.init):
             raise UserError(f"init must be a checkpoint's path, got {self.init!r}")
         for name in ("compile", "bf16"):
-            if not isinstance(getattr(self, name), bool):
+            if not isinstance(getattr(self, name), bool) and not (name == "bf16" and self.bf16 is None):
                 raise UserError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.loss not in ("soft", "hard"):
             raise UserError(f"loss must be 'soft' or 'hard', got {self.loss!r}")
@@ -167,6 +168,21 @@ def recorded_settings(train: dict) -> dict:
     return json.loads(json.dumps(asdict(TrainSettings()) | train))
 
 
+def bf16_on(bf16: bool | None, device: str) -> bool:
+    """Whether training autocasts to bf16: ``TrainSettings.bf16`` as given, None (auto) on CUDA only."""
+    return device.startswith("cuda") if bf16 is None else bf16
+
+
+def recorded_train(record: dict) -> dict:
+    """A run record's training settings (``recorded_settings``) as a recipe states them. A record written
+    before bf16 had an "auto" (it has no top-level "bf16", the resolved value) says false for what None
+    says now: autocast on CUDA only."""
+    train = recorded_settings(record.get("train", {}))
+    if "bf16" not in record and train["bf16"] is False:
+        train["bf16"] = None
+    return train
+
+
 def recorded_model(arch: str, model: dict) -> dict:
     """A model config as run.json holds it, with any setting added since the run was written at its default."""
     try:
@@ -230,4 +246,5 @@ def preset_recipe(preset: str, task, arch: str) -> dict:
 
 
 __all__ = ["MAX_BATCH", "MAX_LR", "MAX_STEPS", "PRESETS", "Recipe", "TrainSettings", "fitted_curriculum",
-           "preset_recipe", "preset_settings", "recorded_model", "recorded_settings", "resolve"]
+           "bf16_on", "preset_recipe", "preset_settings", "recorded_model", "recorded_settings", "recorded_train",
+           "resolve"]

@@ -23,7 +23,7 @@ from . import results
 from .checkpoint import load, pick_device, resolve
 from .errors import UserError
 from .files import atomic_write_json, atomic_write_text, read_json
-from .recipe import TrainSettings, preset_recipe, recorded_model, recorded_settings
+from .recipe import TrainSettings, preset_recipe, recorded_model, recorded_train
 from .train import Trainer, record_problem
 
 
@@ -108,7 +108,7 @@ class Reproduction:
         """Refuse to reuse (or resume) a run trained with other settings than the preset's: its numbers
         would silently stand in for the preset's in the table."""
         want = self.recipe(task, arch)
-        have = dict(record, train=recorded_settings(record.get("train", {})),
+        have = dict(record, train=recorded_train(record),
                     model=recorded_model(arch, record.get("model", {})))
         # which checkpoints a run kept, and how often and on how many held-out sequences it measured
         # itself, do not change its weights (the training is the same)

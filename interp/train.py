@@ -41,7 +41,7 @@ from .checkpoint import pick_device
 from .errors import UserError
 from .files import (RunLock, append_regular, atomic_write_bytes, atomic_write_json, read_json, read_regular,
                     refuse_special, remove_stale_temps)
-from .recipe import TrainSettings
+from .recipe import TrainSettings, bf16_on, recorded_train
 
 
 def checkpoint_steps(total: int, every: int = 0) -> list[int]:
@@ -322,6 +322,7 @@ class Trainer:
         if not resume:
             self.record = dict(task=self.task.config(), arch=arch, model=self.model.config.to_dict(),
                                train=asdict(s), n_params=models.n_params(self.model), device=self.device,
+                               bf16=bf16_on(s.bf16, self.device),  # the precision it trains in (a resume keeps it)
                                threads=torch.get_num_threads(), world_size=self.dist.world_size,
                                versions=versions(), status="running",
                                started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -513,9 +514,9 @@ class Trainer:
             loss_of = compiled(loss_of, f"interp train --resume --out {shlex.quote(str(self.out))} --no-compile"
                                if not self.fresh else "--no-compile")
         saves = set(checkpoint_steps(s.steps, s.checkpoint_every))
-        on_cuda = self.device.startswith("cuda")
-        autocast = (torch.autocast("cuda" if on_cuda else "cpu", dtype=torch.bfloat16) if on_cuda or s.bf16
-                    else nullcontext())
+        # bf16 autocast as recorded when the run started (a record from before "auto": as it then ran)
+        bf16 = self.record.setdefault("bf16", bf16_on(recorded_train(self.record)["bf16"], self.device))
+        autocast = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16) if bf16 else nullcontext()
         if self.step == 0 and main:
             checkpoint.save(self.out / "checkpoints" / checkpoint.checkpoint_name(0), self.model, 0, s.seed)
         bar = tqdm(total=s.steps, initial=self.step, desc=f"train {self.out.name}", unit="step",

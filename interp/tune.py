@@ -39,14 +39,19 @@ score and the run folder) and ``tune.json`` (a result record read with ``interp.
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import itertools
 import json
+import math
 import os
 import socket
+import sqlite3
+from contextlib import closing, contextmanager
 from dataclasses import asdict, fields
 from pathlib import Path
+from urllib.parse import quote
+
+import click
 
 from tqdm.auto import tqdm
 
@@ -57,13 +62,20 @@ from .errors import UserError
 from analyses.base import Result
 
 from . import results as store
-from .files import atomic_write_bytes, atomic_write_json
+from .files import (Lock, atomic_write_bytes, atomic_write_json, check_writes, child, component, kind_of,
+                    open_regular, probe_writable, read_json, read_regular, refuse_in_the_way)
+from . import checkpoint
 from .recipe import TrainSettings, fitted_curriculum, recorded_settings, resolve
 from .train import Trainer
 
 NOT_IN_SPACE = ("steps", "batch_size", "eval_every", "eval_size", "seed", "curriculum", "resume_every",
                 "checkpoint_every")  # the budget and the evaluation are the same for every trial
 PRUNERS = ("median", "halving", "none")
+MAX_GRID = 10_000  # trials a search may declare unless --max-grid raises it (each is a training run)
+STUDY_FILE, STUDY_LOCK = "study.db", ".study-lock"
+LOCK_WAIT_S = 60  # how long a worker waits for the study (its lock, or a database another process writes)
+CONNECT_TIMEOUT_S = 10  # how long a database server may take to answer before the search is refused
+SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 DEFINITION = ("Every combination of the search space is one `interp train` run with the same budget (steps x "
@@ -105,8 +117,12 @@ def read_value(raw: str):
 
 
 def trial_name(params: dict[str, str]) -> str:
-    """The trial's folder name: its settings in name order (the same folder whatever order the space lists them in)."""
+    """The trial's name: its settings in name order (the same trial whatever order the space lists them in)."""
     return "_".join(f"{k}={params[k]}" for k in sorted(params))
+
+
+def grid_size(space: dict[str, list[str]]) -> int:
+    return math.prod(len(values) for values in space.values())
 
 
 class Tune:
@@ -115,7 +131,7 @@ class Tune:
                  storage: str | None = None, study: str | None = None, pruner: str = "median",
                  prune_after: int | None = None, task_options: dict | None = None,
                  model_options: dict | None = None, device: str | None = None, progress: bool = True,
-                 curriculum: list | None = None):
+                 curriculum: list | None = None, max_grid: int = MAX_GRID):
         task = task or tasks.NAMES[0]
         arch = arch or models.REFERENCE or models.ARCHS[0]
         if task not in tasks.NAMES:
@@ -125,7 +141,15 @@ class Tune:
         if pruner not in PRUNERS:
             raise UserError(f"unknown pruner {pruner!r}; valid: {', '.join(PRUNERS)}")
         self.arch, self.preset, self.out, self.device, self.progress = arch, preset, Path(out), device, progress
+        optuna_module()  # before any work: a search without its engine cannot start
         self.space = parse_space(space)
+        if grid_size(self.space) > max_grid:  # before the grid is built: 10^12 points would fill any memory
+            raise UserError(f"--space declares {grid_size(self.space):,} trials, more than --max-grid {max_grid:,} "
+                            f"(each is a training run); narrow the space, or raise --max-grid")
+        for name, given in (("steps", steps), ("batch-size", batch_size)):
+            if given is not None and given < 1:  # 0 is no budget, never "the preset's"
+                raise UserError(f"--{name} must be a positive integer, got {given}")
+        self.storage = Storage(storage, self.out)  # parsed and reached before a trial trains
         self.task = resolve(task, arch, preset, task_options=task_options).task
         # The primitive's metric where the task tests one; otherwise (regression) the entropy error every
         # task's evaluation reports, lower being better.
@@ -147,7 +171,8 @@ class Tune:
         # The budget: the capacity reference's preset recipe for the task unless given, the same for every trial.
         reference = resolve(self.task, models.REFERENCE or arch, preset).train
         own = resolve(self.task, arch, preset).train
-        self.budget = dict(steps=steps or reference.steps, batch_size=batch_size or reference.batch_size,
+        self.budget = dict(steps=reference.steps if steps is None else steps,
+                           batch_size=reference.batch_size if batch_size is None else batch_size,
                            eval_size=eval_size, seed=seed)
         stages = own.curriculum or reference.curriculum
         self.curriculum_on = (fitted_curriculum(stages, (own if own.curriculum else reference).steps,
@@ -163,7 +188,9 @@ class Tune:
         except UserError as err:
             raise UserError(f"budget: {err}") from None
         self.grid = grid_of(self.space)
-        for params in self.grid:  # every trial's recipe is checked before anything trains
+        # every trial's recipe is checked before anything trains (a bar after 2 s: a big grid takes a while)
+        for params in tqdm(self.grid, desc="checking the trials' recipes", unit="trial", delay=2, leave=False,
+                           disable=not progress or len(self.grid) < 100, dynamic_ncols=True):
             self.recipe(params)
         # A curriculum trial is judged on the task itself: by default the pruner waits for the first
         # evaluation after the last stage (judged at its end, such a trial has not trained on the task yet).
@@ -177,7 +204,7 @@ class Tune:
                               f"--prune-after {curriculum_end + 1} or later judges them on it")
         self.prune_after = prune_after
         self.pruner_name = pruner
-        self.storage_url = storage or f"sqlite:///{(self.out / 'study.db').resolve()}"
+        self.storage_url = self.storage.url
         self.study_name = study or f"{task}-{arch}-{preset}"
 
     # -- trials --------------------------------------------------------------------------------
@@ -197,26 +224,28 @@ class Tune:
             spec = resolve(self.task, self.arch, self.preset, model_options=model,
                            train_options=asdict(self.base) | train)
             settings = spec.train.validate()
+            if settings.init is not None:  # a checkpoint to start from must be there before any trial trains
+                checkpoint.resolve(settings.init)
         except (UserError, TypeError) as err:
             raise UserError(f"trial {trial_name(params)}: {err}") from None
         return self.task.config(), spec.model, settings
 
     def folder(self, params: dict[str, str]) -> Path:
-        return self.out / "trials" / trial_name(params)
+        """The trial's run folder: its name made one safe name (a value such as ``init=../x`` never climbs out)."""
+        return child(self.out / "trials", component(trial_name(params)))
 
     def train(self, params: dict[str, str], report) -> float:
         """Train (or resume, or read back) one trial; its score."""
         folder = self.folder(params)
         task_config, model_config, settings = self.recipe(params)
         record = folder / "run.json"
-        if record.exists():
-            run = json.loads(record.read_text())
+        if kind_of(record) is not None:
+            run = trial_record(folder)
             recipe = dict(task=task_config, arch=self.arch, model=model_config, train=recorded_settings(asdict(settings)))
             if {k: run.get(k) for k in recipe} != json.loads(json.dumps(recipe)):
                 raise UserError(f"{folder} holds another recipe than this search's trial {trial_name(params)} (the "
                                 f"space or budget changed); use another --out")
-            for line in (folder / "metrics.jsonl").read_text().splitlines() if (folder / "metrics.jsonl").exists() else ():
-                logged = json.loads(line)  # the curve so far, for the pruner (a resume already dropped any later line)
+            for logged in logged_lines(folder / "metrics.jsonl"):  # the curve so far, for the pruner
                 if f"eval_{self.metric}" in logged:
                     report(logged["step"], {self.metric: logged[f"eval_{self.metric}"]}, replay=True)
             if run.get("status") != "finished":
@@ -224,23 +253,18 @@ class Tune:
         else:
             Trainer(folder, task_config, self.arch, model_config, settings, device=self.device,
                     progress=self.progress, on_eval=report).run()
-        run = json.loads(record.read_text())
-        return run["final"][self.metric]
+        run = trial_record(folder)
+        score = run.get("final", {}).get(self.metric) if isinstance(run.get("final"), dict) else None
+        if not isinstance(score, (int, float)):
+            raise UserError(f"{record} has no final {self.metric}; move {folder} away to train the trial again")
+        return score
 
     # -- the study -------------------------------------------------------------------------------
     def open_study(self):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.out.mkdir(parents=True, exist_ok=True)
-        if self.storage_url.startswith("journal:"):
-            from optuna.storages import JournalStorage
-            from optuna.storages.journal import JournalFileBackend
-
-            storage = JournalStorage(JournalFileBackend(self.storage_url.removeprefix("journal:")))
-        else:
-            storage = optuna.storages.RDBStorage(self.storage_url, engine_kwargs=(
-                {"connect_args": {"timeout": 60}} if self.storage_url.startswith("sqlite") else {}))
+        storage = self.storage.open()
         pruner = {"median": optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=self.prune_after),
                   "halving": optuna.pruners.SuccessiveHalvingPruner(
                       min_resource=max(1, self.prune_after), reduction_factor=2),
@@ -291,17 +315,29 @@ class Tune:
         return None
 
     def execute(self, max_trials: int | None = None) -> dict:
-        import optuna
-        from optuna.trial import TrialState
+        # The whole write set, checked before its first byte: no link or special file at any level of it
+        check_writes(self.out, files=[STUDY_LOCK, "tune.json", "trials.json", "trials.csv", *self.storage.files],
+                     folders=["trials", *(f"trials/{self.folder(p).name}" for p in self.grid)])
+        for params in self.grid:  # a trial folder left broken is said now, not after the trials before it ran
+            if kind_of(self.folder(params) / "run.json") is not None:
+                trial_record(self.folder(params))
+                logged_lines(self.folder(params) / "metrics.jsonl")
 
-        self.out.mkdir(parents=True, exist_ok=True)
         def locked(action):  # workers on this host create the study, queue and claim one at a time
-            with open(self.out / ".study-lock", "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with Lock(self.out, STUDY_LOCK, wait=LOCK_WAIT_S, busy=lambda pid: (
+                    f"{self.out / STUDY_LOCK} has been held by another worker (pid {pid}) for over {LOCK_WAIT_S} s; "
+                    f"wait for it, or stop it")), self.storage.errors(opening=True):
                 return action()
 
         study = locked(self.open_study)
         locked(lambda: self.queue(study))
+        with self.storage.errors():
+            return self._execute(study, max_trials, locked)
+
+    def _execute(self, study, max_trials, locked) -> dict:
+        import optuna
+        from optuna.trial import TrialState
+
         done = lambda: sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in study.get_trials(deepcopy=False))
         bar = tqdm(total=len(self.grid), initial=done(), desc=f"tune {self.study_name}", unit="trial",
                    disable=not self.progress, dynamic_ncols=True)
@@ -380,8 +416,11 @@ class Tune:
             listed.add(name)
             folder = self.folder({k: params[k] for k in self.space}) if set(params) >= set(self.space) else None
             run = {}
-            if folder is not None and (folder / "run.json").exists():
-                run = json.loads((folder / "run.json").read_text())
+            if folder is not None and kind_of(folder / "run.json") is not None:
+                try:  # the table lists what it can; the trial itself says what is wrong when it runs
+                    run = trial_record(folder)
+                except UserError:
+                    pass
             steps = max(t.intermediate_values, default=None)
             rows.append(dict(number=t.number, name=name, params=params, state=t.state.name.lower(),
                              score=t.value, metric=self.metric, steps_trained=steps, curve=dict(sorted(
@@ -413,6 +452,185 @@ class Tune:
         atomic_write_bytes(self.out / "trials.csv", buffer.getvalue().encode())
         return summary
 
+
+
+def optuna_module():
+    """Optuna, or a UserError saying how to install it (checked before a search does any work)."""
+    try:
+        import optuna
+    except ImportError:
+        raise UserError("interp tune needs Optuna, which is not installed here: pip install optuna") from None
+    return optuna
+
+
+def trial_record(folder: Path) -> dict:
+    """A trial's run.json, or a UserError that says how to start the trial afresh."""
+    try:
+        return read_json(folder / "run.json", "run record")
+    except UserError as err:
+        raise UserError(f"{err}; move {folder} away to train the trial again") from None
+
+
+def logged_lines(path: Path) -> list[dict]:
+    """The evaluations in a trial's metrics log (none without a log), read without following a link; a line a
+    kill cut short is skipped (a resume drops it too)."""
+    if kind_of(path) is None:
+        return []
+    lines = []
+    for line in read_regular(path).decode(errors="replace").splitlines():
+        try:
+            logged = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(logged, dict) and isinstance(logged.get("step"), int):
+            lines.append(logged)
+    return lines
+
+
+def first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+class Storage:
+    """Where the study lives, checked before a trial trains: ``OUT/study.db`` by default, an SQLAlchemy URL
+    (parsed, its driver imported, its server reached within ``CONNECT_TIMEOUT_S``; an SQLite file checked as the
+    default one is) or ``journal:FILE``. A file that is not a study, a link, a pipe or a missing folder is
+    one line here, not a traceback from the database layer after the search folder was made."""
+
+    def __init__(self, spec: str | None, out: Path):
+        self.spec, self.files, self.path = spec, [], None
+        if spec is None:  # part of the search folder: checked with its write set too
+            self.path, self.files = out / STUDY_FILE, [STUDY_FILE]
+            self.url, self.shown = f"sqlite:///{out.resolve() / STUDY_FILE}", str(self.path)
+            refuse_in_the_way(self.path, out)
+            self.sqlite_file()
+        elif spec.startswith("journal:"):
+            self.url = self.shown = spec
+            self.journal()
+        else:
+            self.url = spec
+            self.database()
+
+    # -- checks ----------------------------------------------------------------------------------
+    def database(self) -> None:
+        import sqlalchemy
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+        try:
+            url = make_url(self.spec)
+        except ArgumentError:
+            raise UserError(f"--storage {self.spec!r} is not a storage URL; give an SQLAlchemy URL (sqlite:///FILE, "
+                            f"postgresql://USER@HOST/DB, mysql+pymysql://...) or journal:FILE") from None
+        self.shown = url.render_as_string(hide_password=True)
+        try:
+            url.get_dialect().import_dbapi()
+        except NoSuchModuleError:
+            raise UserError(f"--storage {self.shown}: {url.drivername!r} is not a database SQLAlchemy knows") from None
+        except ImportError as err:
+            raise UserError(f"--storage {self.shown}: the driver of {url.drivername} is not installed here "
+                            f"({err.name or first_line(err)}); install it, e.g. pip install psycopg2-binary for "
+                            f"postgresql, pymysql for mysql+pymysql") from None
+        if url.get_backend_name() == "sqlite":
+            if url.database in (None, "", ":memory:") or str(url.database).startswith("file:"):
+                raise UserError(f"--storage {self.shown}: a study must live in a file (sqlite:///FILE); an in-memory "
+                                f"one is lost when the worker ends")
+            self.path = Path(url.database)
+            if not os.path.isdir(self.path.parent):
+                raise UserError(f"--storage {self.shown}: the folder {self.path.parent} does not exist; create it, "
+                                f"or name a file in a folder that exists")
+            refuse_in_the_way(self.path)
+            self.sqlite_file()
+            return
+        timeout = {"postgresql": "connect_timeout", "mysql": "connect_timeout"}.get(url.get_backend_name())
+        engine = sqlalchemy.create_engine(url, connect_args={timeout: CONNECT_TIMEOUT_S} if timeout else {})
+        try:
+            with engine.connect():
+                pass
+        except sqlalchemy.exc.SQLAlchemyError as err:
+            raise UserError(f"cannot reach the study storage {self.shown}: {first_line(getattr(err, 'orig', err))}; "
+                            f"check the server and the URL") from None
+        finally:
+            engine.dispose()
+
+    def sqlite_file(self) -> None:
+        """An existing file must be an SQLite database (empty is one); its folder must take files."""
+        if kind_of(self.path) is not None:
+            with os.fdopen(open_regular(self.path, os.O_RDONLY), "rb") as handle:
+                head = handle.read(len(SQLITE_MAGIC))
+            if head and head != SQLITE_MAGIC:
+                raise UserError(f"{self.path} is not an SQLite database, so not an Optuna study; move it away, or "
+                                f"give another {'--storage' if self.spec else '--out'}")
+        if self.spec is not None:
+            probe_writable(self.path.parent)
+
+    def journal(self) -> None:
+        raw = self.spec.removeprefix("journal:")
+        self.path = Path(raw)
+        if not raw.strip():
+            raise UserError("--storage journal: names no file; give journal:FILE, e.g. journal:search.log")
+        if not os.path.isdir(self.path.parent):
+            raise UserError(f"--storage {self.spec}: the folder {self.path.parent} does not exist; create it, or "
+                            f"name a file in a folder that exists")
+        refuse_in_the_way(self.path)
+        if kind_of(self.path) is not None:
+            with os.fdopen(open_regular(self.path, os.O_RDONLY), "rb") as handle:
+                first = handle.readline(1 << 20)
+            try:
+                record = json.loads(first) if first.strip() else {"op_code": None}
+            except (ValueError, RecursionError):
+                record = None
+            if not (isinstance(record, dict) and "op_code" in record):
+                raise UserError(f"{self.path} is not an Optuna journal (its first line is not a journal record); "
+                                f"give another journal:FILE")
+        probe_writable(self.path.parent)
+
+    # -- use -------------------------------------------------------------------------------------
+    def open(self):
+        import optuna
+
+        if self.spec is not None and self.spec.startswith("journal:"):
+            from optuna.storages import JournalStorage
+            from optuna.storages.journal import JournalFileBackend
+
+            return JournalStorage(JournalFileBackend(str(self.path)))
+        if self.path is not None:  # SQLite: say so before a wait for another process's write lock
+            self.note_if_locked()
+        return optuna.storages.RDBStorage(self.url, engine_kwargs=(
+            {"connect_args": {"timeout": LOCK_WAIT_S}} if self.path is not None else {}))
+
+    def note_if_locked(self) -> None:
+        try:
+            with closing(sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True, timeout=1)) as db:
+                db.execute("BEGIN IMMEDIATE")
+                db.rollback()
+        except sqlite3.OperationalError as err:
+            if "locked" in str(err):
+                click.echo(f"note: {self.path} is locked by another process; waiting up to {LOCK_WAIT_S} s for it",
+                           err=True)
+
+    @contextmanager
+    def errors(self, opening: bool = False):
+        """The database layer's errors as one line: a study locked past the wait, a file that is not a study,
+        a server gone; while ``opening``, also a journal that does not parse."""
+        import sqlalchemy.exc
+
+        where = "--storage" if self.spec else "--out"
+        try:
+            yield
+        except (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error) as err:
+            reason = first_line(getattr(err, "orig", None) or err)
+            if "locked" in reason:
+                raise UserError(f"the study in {self.shown} is locked by another process (waited {LOCK_WAIT_S} s); "
+                                f"wait for it to finish, or stop it") from None
+            raise UserError(f"{self.shown} is not a usable Optuna study ({reason}); move it away, or give another "
+                            f"{where}") from None
+        except (ValueError, OSError) as err:
+            if not (opening and self.spec and self.spec.startswith("journal:")):
+                raise
+            raise UserError(f"{self.path} is not a readable Optuna journal ({first_line(err)}); give another "
+                            f"journal:FILE") from None
 
 def planned(trial) -> dict:
     """A trial's settings: its parameters, or, while it waits in the queue, those it was queued with."""

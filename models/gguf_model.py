@@ -48,6 +48,8 @@ PARITY_TOLERANCE = 1e-3  # max |logit difference| allowed, Hugging Face model ag
 # The cache layout's version: a folder written by another layout is rebuilt (1: HookedTransformer's weights,
 # under TransformerLens 3; 2: the Hugging Face model, for a TransformerBridge).
 FORMAT = 2
+CACHED_FILES = {"parity.json": "file", "config.json": "file", "model.safetensors": "file",
+                "reference.safetensors": "file", "tokenizer": "folder"}  # a conversion's folder holds these
 
 
 def cache_folder() -> Path:
@@ -90,11 +92,67 @@ def file_digest(path: Path) -> str:
 def open_gguf(spec: str, device: str = "cpu", progress: bool = True) -> LanguageModel:
     """A packaged model's name or a .gguf path as a LanguageModel (converted on first use, then cached)."""
     path, name = locate(spec)
-    folder = cache_folder() / f"{path.stem}-{file_digest(path)[:16]}"
-    if not _complete(folder):
-        convert(path, folder, progress=progress)
+    folder = converted(path, progress)
     model, tokenizer = load_cached(folder)
     return LanguageModel(model.to(device), name, tokenizer)
+
+
+def converted(path: Path, progress: bool = True) -> Path:
+    """The cache folder of the GGUF file ``path``, converted first if it is not there yet: the file and the cache's
+    root are checked before the conversion (minutes of work) starts, not after it."""
+    folder = cache_folder() / f"{path.stem}-{file_digest(path)[:16]}"
+    if not _complete(folder):
+        check_gguf(path)
+        writable_cache(folder.parent)
+        convert(path, folder, progress=progress)
+    return folder
+
+
+def writable_cache(root: Path) -> None:
+    """A ConfigError unless ``root`` is (or can be made) a folder that takes files: a probe file is written there."""
+    blocker = next((p for p in (root, *root.parents) if os.path.lexists(p) and not os.path.isdir(p)), None)
+    reason = f"{blocker} is not a folder" if blocker else None
+    if reason is None:
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".probe.", suffix=".tmp", dir=root)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as err:
+            reason = err.strerror or str(err)
+    if reason is not None:
+        raise ConfigError(f"the conversion cache {root} cannot be written ({reason}); set XDG_CACHE_HOME to a "
+                          f"folder that can be, before converting")
+
+
+GGUF_HEADER = 24  # magic, version, tensor count, metadata count
+# The least a tensor's description takes (name length, dimension count, one dimension, type, offset) and a
+# metadata entry's (key length, value type, one byte): a count beyond what the file can hold is a corrupt header.
+MIN_TENSOR_INFO, MIN_METADATA = 8 + 4 + 8 + 4 + 8, 8 + 4 + 1
+
+
+def check_gguf(path: Path) -> None:
+    """A ConfigError unless ``path`` is a whole GGUF file: its header's counts fit in the file, it parses, and
+    every tensor's data lies inside it (a file cut short is refused here, not deep inside transformers)."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(GGUF_HEADER)
+    if len(head) < GGUF_HEADER or head[:4] != b"GGUF":
+        raise ConfigError(f"{path.name} is not a GGUF file ({'too short' if len(head) < GGUF_HEADER else 'no GGUF magic'})")
+    n_tensors, n_metadata = int.from_bytes(head[8:16], "little"), int.from_bytes(head[16:24], "little")
+    if n_tensors * MIN_TENSOR_INFO + n_metadata * MIN_METADATA > size - GGUF_HEADER:
+        raise ConfigError(f"{path.name}: its header claims {n_tensors:,} tensors and {n_metadata:,} metadata entries, "
+                          f"more than its {size:,} bytes can hold; the file is truncated or corrupt")
+    from gguf import GGUFReader
+
+    try:  # a parser of hostile bytes fails in many ways (struct, numpy, index errors): each is a broken file
+        tensors = GGUFReader(path).tensors
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in tensors), default=0)
+    except Exception:
+        raise ConfigError(f"{path.name} is not a whole GGUF file: its metadata or tensor table does not parse "
+                          f"({size:,} bytes; truncated or corrupt)") from None
+    if end > size:
+        raise ConfigError(f"{path.name} is truncated: its tensors end at byte {end:,}, the file has {size:,}")
 
 
 def _complete(folder: Path) -> bool:
@@ -186,30 +244,39 @@ def convert(path: Path, folder: Path, progress: bool = True) -> None:
 @torch.no_grad()
 def load_cached(folder: Path):
     """The bridged model and tokenizer in ``folder``, checked against the recorded reference logits."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
-    record = json.loads((folder / "parity.json").read_text())
+    def damaged(reason: str) -> ConfigError:
+        return ConfigError(f"the cached conversion in {folder} is damaged ({reason}); delete the folder to convert again")
+
+    for name, kind in CACHED_FILES.items():  # never read through a link, nor from a pipe
+        path = folder / name
+        if path.is_symlink() or not (path.is_dir() if kind == "folder" else path.is_file()):
+            raise damaged(f"{name} is missing, a link or not a {kind}")
     try:
+        record = json.loads((folder / "parity.json").read_text())
+        tolerance = record.get("tolerance") if isinstance(record, dict) else None
+        if not isinstance(tolerance, (int, float)):
+            raise ValueError("parity.json has no tolerance")
         hf_model, _ = read_folder(folder)
-        model = from_hugging_face(hf_model, name=record["gguf"].removesuffix(".gguf"))
+        reference = load_file(folder / "reference.safetensors")
         tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer", local_files_only=True)
-    except (ConfigError, OSError, ValueError, RuntimeError) as err:
-        raise ConfigError(f"{folder} does not hold a readable model ({str(err).splitlines()[0]}); delete the folder "
-                          f"to convert again") from None
-    reference = load_file(folder / "reference.safetensors")
+    except (ConfigError, OSError, ValueError, TypeError, KeyError, RecursionError, SafetensorError) as err:
+        raise damaged(str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__) from None
+    model = from_hugging_face(hf_model, tokenizer, str(record.get("gguf", folder.name)).removesuffix(".gguf"))
+    if any(f"prompt{i}" not in reference for i in range(len(PARITY_PROMPTS))):
+        raise damaged("reference.safetensors lacks the recorded logits")
     worst = max((model(ids)[0, -1] - reference[f"prompt{i}"]).abs().max().item()
                 for i, ids in enumerate(parity_tokens(tokenizer)))
-    if worst > record["tolerance"]:
+    if worst > tolerance:
         raise ConfigError(f"the cached model in {folder} gives logits {worst:.2g} away from the ones recorded when "
-                          f"it was converted (tolerance {record['tolerance']:g}); delete the folder to convert again")
+                          f"it was converted (tolerance {tolerance:g}); delete the folder to convert again")
     return model, tokenizer
 
 
 def parity(spec: str) -> dict:
     """The recorded parity of a converted GGUF model (``parity.json``), converting it first if needed."""
     path, _ = locate(spec)
-    folder = cache_folder() / f"{path.stem}-{file_digest(path)[:16]}"
-    if not _complete(folder):
-        convert(path, folder)
-    return json.loads((folder / "parity.json").read_text())
+    return json.loads((converted(path) / "parity.json").read_text())

@@ -28,8 +28,12 @@ channels, the state stays in a cache-sized buffer, forward and (hand-written) ba
 ``hook_h`` is hooked, or the kernel cannot be built, the states are materialised and the recurrence
 runs as one autograd function over positions (``LinearRecurrence``). On CUDA with mamba-ssm
 installed, ``selective_scan_fn`` computes the same y (it never materialises h either, so a hooked
-``hook_h`` takes the materialised path there too). tests/test_architectures.py checks every path
-against a direct sequential reference; the CUDA equivalence test runs where a GPU and mamba-ssm exist.
+``hook_h`` takes the materialised path there too). On CUDA without mamba-ssm (it ships source only and
+needs a CUDA toolchain to install), an unhooked scan runs ``parallel_scan``: the same recurrence in
+about 2 log2(T) whole-tensor steps (``scan_in_place``) instead of one Python step per position, states
+in float32 under autocast. INTERP_MAMBA_SCAN=parallel (or loop) forces a path anywhere, so the CPU
+tests cover it (``scan_method``). tests/test_architectures.py and tests/test_gpu_path.py check every
+path against a direct sequential reference; the CUDA equivalence tests run where a GPU exists.
 """
 from __future__ import annotations
 
@@ -44,6 +48,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
+
+from tasks import ConfigError
 
 from .base import HookedSequenceModel, ModelConfig, at_least_float32
 
@@ -104,6 +110,85 @@ class LinearRecurrence(torch.autograd.Function):
         grad_a = torch.zeros_like(a)
         torch.mul(grad_b[1:], h[:-1], out=grad_a[1:])
         return grad_a, grad_b
+
+
+def linear_scan(a: torch.Tensor, b: torch.Tensor, reverse: bool = False) -> torch.Tensor:
+    """h_t = a_t h_{t-1} + b_t with h_{-1} = 0 along dim 1 of [B, T, ...] (a_0 is never read), in about
+    2 log2(T) whole-tensor steps instead of T; ``reverse``: g_t = a_t g_{t+1} + b_t from the end (a_{T-1}
+    never read). Returns a new tensor. See ``scan_in_place``."""
+    h = b.clone()
+    scan_in_place(a.clone(), h, reverse)
+    return h
+
+
+def _pairs(T: int, reverse: bool) -> tuple[slice, slice, slice, slice]:
+    """Positions of one level of ``scan_in_place``: (receivers, their givers, the rest, their neighbours).
+    Forward a receiver takes its predecessor (1 <- 0, 3 <- 2, ...); in reverse its successor, counted from
+    the end (T-2 <- T-1, T-4 <- T-3, ...). The rest are the positions finished from a neighbouring
+    receiver afterwards (all but the first one, or the last one in reverse)."""
+    if not reverse:
+        return slice(1, T, 2), slice(0, T - 1, 2), slice(2, T, 2), slice(1, T - 1, 2)
+    odd = T % 2
+    return slice(odd, T - 1, 2), slice(odd + 1, T, 2), slice(1 - odd, T - 1, 2), slice(2 - odd, T, 2)
+
+
+def scan_in_place(a: torch.Tensor, h: torch.Tensor, reverse: bool = False) -> None:
+    """``linear_scan`` in place on [B, T, ...] tensors: h (holding b) becomes the states; a is overwritten.
+
+    A recursive pairwise scan (Ladner-Fischer / Blelloch): each receiving position absorbs its neighbour
+    (h_t += a_t h_{t-1}, a_t *= a_{t-1}), so the receivers form a recurrence of half the length, scanned the
+    same way; then every other position adds its decay times the finished neighbour. Each level touches
+    the positions once through strided views (no copies, no [B, T, T] tensors), so the whole scan moves
+    about 4x the data of the sequential loop in 2 log2(T) steps rather than T; on a GPU, where each of the
+    loop's steps is a kernel launch, that is the difference (benchmarks/scan_speed.py).
+
+    Only products of decays are formed, never their logarithms: for 0 <= a <= 1 (Mamba's exp(delta A))
+    every factor is at most 1, so nothing overflows, and a product that underflows to 0 is a decay that
+    has really died out.
+    """
+    T = h.shape[1]
+    if T < 2:
+        return
+    receivers, givers, rest, neighbours = _pairs(T, reverse)
+    h[:, receivers].addcmul_(a[:, receivers], h[:, givers])
+    a[:, receivers].mul_(a[:, givers])
+    scan_in_place(a[:, receivers], h[:, receivers], reverse)
+    h[:, rest].addcmul_(a[:, rest], h[:, neighbours])
+
+
+class ParallelRecurrence(torch.autograd.Function):
+    """``LinearRecurrence`` over dim 1 of [B, T, ...] by ``linear_scan``: the same h, and gradients from
+    the same scan run backwards (g_t = dL/dh_t + a_{t+1} g_{t+1}), so memory is a and h, as for the loop."""
+
+    @staticmethod
+    def forward(ctx, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        h = linear_scan(a, b)
+        ctx.save_for_backward(a, h)
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h: torch.Tensor):
+        a, h = ctx.saved_tensors
+        # g_t = dL/dh_t + a_{t+1} g_{t+1}: a reverse scan with a moved one step back (its unread last
+        # step gets the a_0 that rolls round); the roll is the copy the scan overwrites
+        grad_b = grad_h.clone()
+        scan_in_place(a.roll(-1, 1), grad_b, reverse=True)
+        grad_a = torch.zeros_like(a)
+        torch.mul(grad_b[:, 1:], h[:, :-1], out=grad_a[:, 1:])
+        return grad_a, grad_b
+
+
+def parallel_scan(x, delta, A, B, C, D):
+    """The selective scan's y [B, T, E] and states h [B, T, E, N] by ``ParallelRecurrence``, in at least
+    float32 whatever autocast would choose (the state is a sum over up to T steps), y in x's dtype."""
+    given, dtype = x.dtype, torch.promote_types(x.dtype, torch.float32)
+    x, delta, A, B, C, D = (t.to(dtype) for t in (x, delta, A, B, C, D))
+    with torch.autocast(x.device.type, enabled=False):
+        decay = torch.exp(delta.unsqueeze(-1) * A)  # [B, T, E, N], each <= 1 (A < 0)
+        drive = (delta * x).unsqueeze(-1) * B.unsqueeze(-2)
+        h = ParallelRecurrence.apply(decay, drive)
+        y = torch.einsum("bten,btn->bte", h, C) + D * x
+    return y.to(given), h
 
 
 KERNELS_SOURCE = Path(__file__).with_name("mamba_kernels.cpp")
@@ -181,15 +266,38 @@ def _use_kernels(*tensors) -> bool:
             and all(t.dtype == first.dtype and t.stride(-1) == 1 for t in tensors) and cpu_kernels() is not None)
 
 
+SCANS = ("auto", "parallel", "loop")  # what INTERP_MAMBA_SCAN may say
+
+
+def scan_method(x: torch.Tensor, hooked: bool) -> str:
+    """Which scan ``selective_scan`` runs on ``x``: "loop" (``LinearRecurrence`` and ``carried``) whenever
+    ``hook_h`` has hooks; else what INTERP_MAMBA_SCAN forces ("parallel" or "loop": tests and benchmarks
+    compare the paths with it); else "kernel" where the C++ kernel takes the inputs (CPU, float32/64),
+    "parallel" on any other device (CUDA without mamba-ssm), and "loop" on the CPU without the kernel."""
+    forced = os.environ.get("INTERP_MAMBA_SCAN", "auto")
+    if forced not in SCANS:
+        raise ConfigError(f"INTERP_MAMBA_SCAN must be one of {', '.join(SCANS)}, got {forced!r}")
+    if hooked:
+        return "loop"
+    if forced != "auto":
+        return forced
+    if x.device.type == "cpu":
+        return "kernel" if cpu_kernels() is not None and x.dtype in (torch.float32, torch.float64) else "loop"
+    return "parallel"
+
+
 def selective_scan(x, delta, A, B, C, D, hook_h=None):
     """The selective scan on [B, T, ...] inputs: returns y [B, T, E] and the states h [B, T, E, N]
-    (None when the C++ kernel ran, which never forms them).
+    (None when the C++ kernel ran, which never forms them); ``scan_method`` says which scan runs.
 
     When ``hook_h`` (a HookPoint) has hooks, they see the states and may replace them, and y is read
     from what they return; so the states are materialised, as they are where the kernel is missing.
     """
-    if (hook_h is None or not hook_h.fwd_hooks) and _use_kernels(x, delta, B, C):
+    method = scan_method(x, hook_h is not None and bool(hook_h.fwd_hooks))
+    if method == "kernel" and _use_kernels(x, delta, B, C):
         return CompiledScan.apply(x, delta, A.to(x.dtype), B, C, D.to(x.dtype)), None
+    if method == "parallel":
+        return parallel_scan(x, delta, A, B, C, D)
     decay = torch.exp(delta.unsqueeze(-1) * A).transpose(0, 1).contiguous()  # [T, B, E, N]: positions first,
     drive = ((delta * x).unsqueeze(-1) * B.unsqueeze(-2)).transpose(0, 1).contiguous()  # so each step is one slice
     h = LinearRecurrence.apply(decay, drive).transpose(0, 1)  # [B, T, E, N]
@@ -315,7 +423,8 @@ class MambaMixer(nn.Module):
         delta = self.hook_delta(F.softplus(self.dt_proj(dt)))
         B, C = self.hook_B(B), self.hook_C(C)
         A = -torch.exp(at_least_float32(self.A_log))  # float32 for the CUDA kernel; float64 kept
-        if u.is_cuda and selective_scan_fn is not None and not self.hook_h.fwd_hooks:
+        if (u.is_cuda and selective_scan_fn is not None and not self.hook_h.fwd_hooks
+                and os.environ.get("INTERP_MAMBA_SCAN", "auto") == "auto"):  # mamba-ssm first, unless a scan is forced
             y = selective_scan_fn(x.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), A,
                                   B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous(),
                                   self.D.float()).transpose(1, 2)

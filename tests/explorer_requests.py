@@ -78,6 +78,13 @@ REQUESTS = [
             "request body is not JSON ('utf-8' codec can't decode byte 0xe9 in position 4: invalid continuation byte)",
             raw="b'\"caf\\xe9\"'"),
     Request("a 30 MB body", "code", {}, 413, "request body over 1,048,576 bytes", raw="'[' + ' ' * (30 << 20) + ']'"),
+    Request("patching a typed sequence shorter than the task's (the view refuses it)", "patch-map",
+            {TOKENS: {"tokens": [0, 6], "seed": None}}, 200,
+            "the bijection corruption reads its answer at position 8, beyond this sequence of 2 tokens; patch a full "
+            "sequence (sample one by seed, or type all of it)"),
+    Request("a 5000-digit token typed (the view refuses it)", "sequence", {"tokens-text.value": "9" * 5000}, 200,
+            "unknown token '99999999999999999999...(5,000 characters)'; write names such as k0 k1 k2 or ids 0..11",
+            raw="BODY.replace('\"sample.n_clicks\"]', '\"apply.n_clicks\"]')"),
 ]
 
 
@@ -90,7 +97,9 @@ def explorer_request(app, explorer, request: Request) -> bytes:
             "step.value": last, TOKENS: {"tokens": sample, "seed": 0}, "ablate-heads.value": [],
             "ablate-blocks.value": [], "ablate-mode.value": "zero", "layer.value": 0, "head.value": 0,
             "stream.value": "residual", "colour.value": "entropy", "scale.value": "linear", "tick.n_intervals": 0,
-            "ablation-map-run.n_clicks": 0, "heads.clickData": None, "ablation-map.clickData": None}
+            "ablation-map-run.n_clicks": 0, "heads.clickData": None, "ablation-map.clickData": None,
+            "patch-run.n_clicks": 1, "patch-kind.value": (list(explorer.task.corruptions) or [None])[0],
+            "patch-index.value": None}
     values = {k: (dict(v, tokens=sample) if isinstance(v, dict) and v.get("tokens") == "SAMPLE0" else v)
               for k, v in request.values.items()}
     if request.raw is not None and "SEED" in request.raw:

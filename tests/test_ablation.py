@@ -104,6 +104,9 @@ def test_both_analyses_run_and_serialise(small_model):
     assert m["zero"]["delta_mae_bits"][1][0] == pytest.approx(
         m["zero"]["entropy_mae_bits"][1][0] - m["intact"]["entropy_mae_bits"])
     assert "mean over all sequences and all positions" in heads.definition
+    # the two pages share one colour scale, wide enough for the larger effect of either
+    scales = {(f.data[0].zmin, f.data[0].zmax) for f in heads.figures.values()}
+    assert len(scales) == 1 and scales.pop()[1] == head_ablation.doubling_span([m["zero"], m["mean"]])
     layers = analyses.run("layer-ablation", small_model, n=N)
     assert set(layers.figures) == {"mae-ratio"}
     assert layers.figures["mae-ratio"].layout.yaxis.type == "log"
@@ -143,3 +146,17 @@ def test_a_model_without_attention_is_refused():
 def test_options_are_listed():
     assert analyses.options("head-ablation") == {"n": 1000, "seed": 1234}
     assert analyses.options("layer-ablation") == {"n": 1000, "seed": 1234}
+
+
+
+def test_an_ablation_ratio_comes_with_a_paired_interval():
+    model = tiny_model(n_layers=2)
+    with torch.no_grad():
+        model.blocks[0].attn.W_O[1].zero_()  # a head that writes nothing: ablating it changes no sequence
+    heads = analyses.run("head-ablation", model, n=N).metrics
+    assert heads["zero"]["mae_ratio_interval"][0][1] == pytest.approx([1.0, 1.0])
+    live = heads["zero"]["mae_ratio_interval"][0][0]
+    assert live[0] <= heads["zero"]["mae_ratio"][0][0] <= live[1] and live[0] < live[1]
+    blocks = analyses.run("layer-ablation", model, n=N).metrics["block"]
+    for ratio, (low, high) in zip(blocks["mae_ratio"], blocks["mae_ratio_interval"]):
+        assert low <= ratio <= high and low < high

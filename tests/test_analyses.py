@@ -40,10 +40,15 @@ def test_calibration_of_a_uniform_predictor_matches_the_closed_form():
     batch = task.sample(200, generator=torch.Generator().manual_seed(0))
     oracle = PosteriorOracle(task, lambda p: torch.full_like(p, 1 / V))
     oracle.batch = batch
-    numbers = calibration.measure(oracle, batch)
+    numbers = calibration.measure(oracle, batch, intervals=True)
     # At the t-th key: |log2 V - log2(V-t+1)|, and KL(uniform over n || uniform over V) = log2(V/n).
     expected = sum(math.log2(V) - math.log2(V - t + 1) for t in range(1, L + 1)) / L
     assert numbers["entropy_mae_bits"] == pytest.approx(expected, rel=1e-5)
+    # every sequence has the same error, so resampling sequences cannot move it: the interval is a point
+    assert numbers["intervals"]["entropy_mae_bits"] == pytest.approx([expected, expected], rel=1e-5)
+    # the accuracy of sampled answers does vary by sequence: its interval is the binomial one, about
+    low, high = numbers["intervals"]["accuracy"]
+    assert low < numbers["accuracy"] < high and high - low < 4 * 1.96 * (0.25 / numbers["n_queries"]) ** 0.5
     assert numbers["kl_bits"] == pytest.approx(expected, rel=1e-5)
     assert numbers["per_position"]["bayes_entropy_bits"][0] == pytest.approx(math.log2(V))
 

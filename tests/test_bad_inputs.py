@@ -44,11 +44,16 @@ class Case:
     code: int = 1  # CLI exit status
     fault: str | None = None  # injected: "full-disk", "read-only", "port-in-use", "locked" or "fifo" (see injected)
     at: str = ""  # where the "link" fault (a symbolic link to victim.txt) or the "pipe" fault (a FIFO) is planted
+    no_gpu: bool = False  # the case is a machine without a GPU: skipped where one exists (it would train there)
 
 
 TRAIN = "interp train --out new-run"  # a fresh run folder; every bad input must leave it uncreated
 BUSY_PORT = 48213  # held open by the "port-in-use" fault
 TINY_RUN = " ".join(tiny.cli_args(n_layers=1))
+# A one-trial search of a tiny model: every bad input below is refused before its first trial trains
+TUNE = ("interp tune --task bijection -T V=3 -T L=2 --arch transformer -M d_model=8 -M n_heads=2 --steps 4 "
+        "--batch-size 4 --eval-size 8 --out search --space lr=1e-3")
+LINK = "the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere"
 
 CATALOGUE = [
     # -- names -------------------------------------------------------------------------------------
@@ -133,7 +138,7 @@ CATALOGUE = [
     Case("seed out of range", f"{TRAIN} --seed 99999999999999999999",
          'interp: error: seed must be an integer from 0 to 2^32 - 1, got 99999999999999999999'),
     Case("no CUDA device", f"{TRAIN} --device cuda",
-         'interp: error: --device cuda was asked for, but no CUDA device is available'),
+         'interp: error: --device cuda was asked for, but no CUDA device is available', no_gpu=True),
     Case("unknown device", f"{TRAIN} --device tpu {TINY_RUN}",
          "interp: error: unknown device 'tpu'; use auto, cpu or cuda"),
     # -- run folders -------------------------------------------------------------------------------
@@ -326,6 +331,41 @@ CATALOGUE = [
     Case('integer weights', "interp run calibration --ckpt int-weights.safetensors", "interp: error: int-weights.safetensors: tensor embed.W_E is int64; a model's weights are floating point, so these are not a trained model's"),
     Case('a checkpoint whose name and metadata disagree on its step', "interp run frame-precision --ckpt misnamed", 'interp: error: misnamed/checkpoints/step-00000010.safetensors is named step 10, but its metadata says step 15; rename it to step-00000015.safetensors or move it out of the run'),
     Case('a 48 MB word list (Python)', "tasks.prompts.read_words('big-words.txt')", 'ValueError: big-words.txt is 48.0 MB; a word list is at most 4 MB (100,000 words): prompts use a few hundred, pass a shorter list', fault='big-word-list'),
+    # -- round four: the search engine, the language-model cache ------------------------------------------------
+    Case("a link planted at a search's study", TUNE, f"interp: error: search/study.db is a symbolic link, not a regular file; {LINK}", fault="link", at="search/study.db"),
+    Case("a link planted at a search's lock", TUNE, f"interp: error: search/.study-lock is a symbolic link, not a regular file; {LINK}", fault="link", at="search/.study-lock"),
+    Case("a link planted at a trial's folder", TUNE, f"interp: error: search/trials/lr=1e-3 is a symbolic link, not a folder; {LINK}", fault="link", at="search/trials/lr=1e-3"),
+    Case("a pipe planted at a search's lock", TUNE, "interp: error: search/.study-lock is a named pipe, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere", fault="pipe", at="search/.study-lock"),
+    Case("a pipe planted at a search's study", TUNE, "interp: error: search/study.db is a named pipe, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere", fault="pipe", at="search/study.db"),
+    Case("a --space value that climbs out of the search folder", TUNE.replace("lr=1e-3", "init=../../../empty-folder"),
+         "interp: error: trial init=../../../empty-folder: checkpoint not found: ../../../empty-folder (pass a run folder, a .safetensors file or a shipped model: {SHIPPED})"),
+    Case("zero steps for a search", f"{TUNE} --steps 0", "interp: error: --steps must be a positive integer, got 0"),
+    Case("zero batch size for a search", f"{TUNE} --batch-size 0", "interp: error: --batch-size must be a positive integer, got 0"),
+    Case("a grid larger than --max-grid", f"{TUNE} warmup=0,1 --max-grid 1", "interp: error: --space declares 2 trials, more than --max-grid 1 (each is a training run); narrow the space, or raise --max-grid"),
+    Case("a study of random bytes", f"{TUNE} --out search-garbage", "interp: error: search-garbage/study.db is not an SQLite database, so not an Optuna study; move it away, or give another --out"),
+    Case("a study cut short to its header", f"{TUNE} --out search-truncated", "interp: error: search-truncated/study.db is not a usable Optuna study (file is not a database); move it away, or give another --out"),
+    Case("a study that is a folder", f"{TUNE} --out search-folder", "interp: error: search-folder/study.db is a folder, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere"),
+    Case("a storage that is not a URL", f"{TUNE} --storage 'not a url'", "interp: error: --storage 'not a url' is not a storage URL; give an SQLAlchemy URL (sqlite:///FILE, postgresql://USER@HOST/DB, mysql+pymysql://...) or journal:FILE"),
+    Case("a postgresql storage without its driver", f"{TUNE} --storage postgresql://me@localhost/db", "interp: error: --storage postgresql://me@localhost/db: the driver of postgresql is not installed here (psycopg); install it, e.g. pip install psycopg2-binary for postgresql, pymysql for mysql+pymysql"),
+    Case("an SQLite storage in a missing folder", f"{TUNE} --storage sqlite:////missing/dir/x.db", "interp: error: --storage sqlite:////missing/dir/x.db: the folder /missing/dir does not exist; create it, or name a file in a folder that exists"),
+    Case("a journal that is a text file", f"{TUNE} --storage journal:notes.txt", "interp: error: notes.txt is not an Optuna journal (its first line is not a journal record); give another journal:FILE"),
+    Case("a journal that is a binary file", f"{TUNE} --storage journal:evil.pt", "interp: error: evil.pt is not an Optuna journal (its first line is not a journal record); give another journal:FILE"),
+    Case("a journal that is a folder", f"{TUNE} --storage journal:empty-folder", "interp: error: empty-folder is a folder, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere"),
+    Case("a journal in a missing folder", f"{TUNE} --storage journal:nowhere/j.log", "interp: error: --storage journal:nowhere/j.log: the folder nowhere does not exist; create it, or name a file in a folder that exists"),
+    Case("a journal without a file", f"{TUNE} --storage journal:", "interp: error: --storage journal: names no file; give journal:FILE, e.g. journal:search.log"),
+    Case("a journal that is a link", f"{TUNE} --storage journal:journal.log", f"interp: error: journal.log is a symbolic link, not a regular file; {LINK}", fault="link", at="journal.log"),
+    Case("a search folder that cannot be written", f"{TUNE} --out read-only", "interp: error: cannot write to read-only: Permission denied; choose another folder with --out", fault="read-only"),
+    Case("a new search folder that cannot be made", f"{TUNE} --out read-only/search", "interp: error: cannot write to read-only/search: Permission denied; choose another folder with --out", fault="read-only"),
+    Case("a trial's run.json that is not JSON", f"{TUNE} --out search-record", "interp: error: cannot read search-record/trials/lr=1e-3/run.json (Expecting value: line 1 column 1 (char 0)); move search-record/trials/lr=1e-3 away to train the trial again"),
+    Case("a trial's metrics log that is a folder", f"{TUNE} --out search-metrics", "interp: error: search-metrics/trials/lr=1e-3/metrics.jsonl is a folder, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere"),
+    Case("a search without Optuna installed", TUNE, "interp: error: interp tune needs Optuna, which is not installed here: pip install optuna", fault="no-optuna"),
+    Case("a GGUF file cut short (Python)", "models.gguf_model.open_gguf('short.gguf')", "ConfigError: short.gguf is not a whole GGUF file: its metadata or tensor table does not parse (524,352 bytes; truncated or corrupt)"),
+    Case("a GGUF file of 100 bytes (Python)", "models.gguf_model.open_gguf('stub.gguf')", "ConfigError: stub.gguf is not a whole GGUF file: its metadata or tensor table does not parse (100 bytes; truncated or corrupt)"),
+    Case("a GGUF header claiming 2^62 tensors (Python)", "models.gguf_model.open_gguf('many-tensors.gguf')", "ConfigError: many-tensors.gguf: its header claims 4,611,686,018,427,387,904 tensors and 1 metadata entries, more than its 1,048,704 bytes can hold; the file is truncated or corrupt"),
+    Case("a conversion cache whose root is a file (Python)", "models.gguf_model.open_gguf('whole.gguf')", "ConfigError: the conversion cache notes.txt/interp/gguf cannot be written (notes.txt is not a folder); set XDG_CACHE_HOME to a folder that can be, before converting", fault="cache-root-file"),
+    Case("the explorer's numbers with a head ablation on an LSTM", "interp explore --ckpt bijection-lstm-cpu --numbers --seed 1 --ablate H0.0",
+         "interp: error: unknown ablation 'H0.0'; heads are H<layer>.<head> (zero) or M<layer>.<head> (mean), blocks B<layer>, within the model's 2 layers of 0 heads"),
+    Case("a result's JSON that is a folder, beside an earlier page", "interp run calibration --ckpt tiny --format json,html --out calib-out", "interp: error: calib-out/tiny/calibration.json is a folder, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere"),
 ]
 
 
@@ -355,6 +395,10 @@ def injected(fault: str | None, root: Path, at: str = ""):
             lock.parent.mkdir(parents=True)
             os.symlink("../victim.txt", lock) if fault == "kernel-lock-link" else os.mkfifo(lock)
             undo.callback(shutil.rmtree, root / "builds")
+        elif fault == "no-optuna":  # an import of optuna fails, as where it is not installed
+            patch.setitem(sys.modules, "optuna", None)
+        elif fault == "cache-root-file":  # the conversion cache's root is a regular file
+            patch.setenv("XDG_CACHE_HOME", "notes.txt")
         elif fault == "big-word-list":  # 48 MB, sparse: made here, not copied for every case
             with open(root / "big-words.txt", "wb") as handle:
                 handle.truncate(48 << 20)
@@ -423,7 +467,7 @@ def expected(case: Case, doc: bool = False) -> str:
 
     message = case.message
     settings = sorted(f.name for f in fields(models.architecture("transformer").config_class))
-    for key, names in (("TASKS", tasks.NAMES), ("ARCHS", models.ARCHS), ("ANALYSES", analyses.NAMES),
+    for key, names in (("TASKS", tasks.NAMES), ("ARCHS", models.ARCHS), ("ANALYSES", sorted(analyses.NAMES)),
                        ("SHIPPED", shipped()), ("TRANSFORMER", settings)):
         message = message.replace("{" + key + "}", ", ".join(names))
     if doc:
@@ -456,7 +500,15 @@ def outcome(case: Case, capsys) -> tuple[int, str]:
     return 0, capsys.readouterr().err.strip()  # a call that goes on says why in a warning line
 
 
-@pytest.mark.parametrize("case", CATALOGUE, ids=[f"{i + 1:02d}-{c.what}" for i, c in enumerate(CATALOGUE)])
+def _with_marks(case: Case):
+    import torch
+
+    gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the case is one without")
+    return pytest.param(case, marks=[gpu] if case.no_gpu else [])
+
+
+@pytest.mark.parametrize("case", [_with_marks(c) for c in CATALOGUE],
+                         ids=[f"{i + 1:02d}-{c.what}" for i, c in enumerate(CATALOGUE)])
 def test_bad_input(case, workspace_template, tmp_path, monkeypatch, capsys):
     root = tmp_path / "work"
     shutil.copytree(workspace_template, root)
@@ -548,7 +600,8 @@ def render() -> str:
         "pipe where a checkpoint is expected, *link planted at* P puts a symbolic link at P to `victim.txt`",
         "(a file of the working folder, so a write through the link would show as a changed file), *pipe",
         "planted at* P a named pipe; *kernel lock link* and *kernel lock pipe* put a link or a pipe where",
-        "the Mamba kernels' build locks (with INTERP_BUILD_DIR=builds), *big word list* a 48 MB file.",
+        "the Mamba kernels' build locks (with INTERP_BUILD_DIR=builds), *big word list* a 48 MB file,",
+        "*no optuna* makes `import optuna` fail, *cache root file* sets XDG_CACHE_HOME to a regular file.",
         "Concurrency for real (two trainers released together on one",
         "folder), the resume of a real resume state and generated inputs are tested in `tests/test_hardening.py`.",
         "A real full disk is tested too (`test_a_real_file_size_limit_leaves_no_half_written_file`:",

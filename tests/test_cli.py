@@ -30,7 +30,8 @@ def assert_one_line_error(outcome, *fragments):
     (["train", "--lr", "nan"], ["lr must be a finite positive number"]),
     (["train", "-T", "V"], ["is not KEY=VALUE"]),
     (["train", "-M", "d_model=30", "-M", "n_heads=4"], ["not divisible"]),
-    (["run", "telepathy", "--ckpt", "x"], ["unknown analysis 'telepathy'", "calibration, key-orthogonality"]),
+    (["run", "telepathy", "--ckpt", "x"], ["unknown analysis 'telepathy'", "belief-state, calibration, compare"]),
+    (["run", "head-ablaton", "--ckpt", "x"], ["unknown analysis 'head-ablaton' (did you mean head-ablation"]),
     (["run", "calibration", "--ckpt", "does/not/exist"], ["checkpoint not found"]),
     (["run", "calibration", "--ckpt", "x", "--format", "svg"], ["unknown format svg"]),
     (["train", "--resume", "--out", "/nonexistent/run"], ["nothing to resume"]),
@@ -41,6 +42,18 @@ def test_bad_input_gets_one_line(capsys, tmp_path, args, fragments):
         args += ["--out", str(tmp_path / "run")]
     assert_one_line_error(run_cli(capsys, *args), *fragments)
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_misspelt_model_is_answered_before_torch_loads_with_the_name_it_meant():
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom interp.cli import entry\nsys.argv = ['interp', 'run', 'calibration', '--ckpt', "
+              "'bijection-transfomer-cpu']\ntry:\n    entry()\nexcept SystemExit as stop:\n"
+              "    print('exit', stop.code, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "exit 1 False"
+    assert "checkpoint not found: bijection-transfomer-cpu; did you mean bijection-transformer-cpu" in done.stderr
 
 
 def test_pickle_checkpoint_is_refused_on_the_command_line(capsys, tmp_path):

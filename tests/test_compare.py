@@ -44,3 +44,28 @@ def test_compare_measures_every_model():
     assert set(result.figures) == {"calibration", "primitives"}
     with pytest.raises(analyses.AnalysisError, match="at least one model"):
         analyses.run("compare", [])
+
+
+def test_differences_are_paired_and_marked_only_beyond_the_noise():
+    import copy
+
+    import torch
+
+    task = tasks.make("bijection", V=6, L=5)
+    model = models.build("transformer", task, config=dict(d_model=16, n_layers=1, n_heads=2)).eval()
+    twin = copy.deepcopy(model)  # the same weights: every resample gives a difference of exactly 0
+    sharper = copy.deepcopy(model)
+    with torch.no_grad():
+        sharper.unembed.W_U.mul_(30)  # confidently wrong: far from Bayes on every sequence
+    other_task = models.build("transformer", tasks.make("bijection", V=6, L=4),
+                              config=dict(d_model=16, n_layers=1, n_heads=2)).eval()
+    metrics = analyses.run("compare", [model, twin, sharper, other_task], n=200).metrics
+    found = {(d["first"], d["second"], d["metric"]): d for d in metrics["differences"]}
+    runs = [r["run"] for r in metrics["runs"]]
+    same = found[(runs[0], runs[1], "entropy_mae_bits")]
+    assert same["interval"] == [0.0, 0.0] and not same["differs"] and same["difference"] == 0
+    apart = found[(runs[0], runs[2], "entropy_mae_bits")]
+    assert apart["differs"] and apart["interval"][1] < 0 and apart["difference"] < 0
+    assert not any(runs[3] in (d["first"], d["second"]) for d in metrics["differences"])  # other sequences
+    low, high = metrics["runs"][0]["intervals"]["entropy_mae_bits"]
+    assert low <= metrics["runs"][0]["entropy_mae_bits"] <= high

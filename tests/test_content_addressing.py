@@ -57,6 +57,24 @@ def test_a_positional_shortcut_is_caught():
     # tables of up to 8 pairs never use the forgotten slots, larger ones do in proportion
     assert m["accuracy_by_table_size"]["8"] == 1.0
     assert m["accuracy_by_table_size"]["16"] == pytest.approx(0.5, abs=0.05)
+    # a perfect model's intervals are a point; a half-right one's contain its accuracy and have the binomial width
+    assert m["accuracy_by_table_size_interval"]["8"] == [1.0, 1.0]
+    low, high = m["accuracy_full_table_interval"]
+    assert low < m["accuracy_full_table"] < high and m["n_queries_full_table"] == 512 * 2
+    se = (0.25 / m["n_queries_full_table"]) ** 0.5  # 2 queries per sequence, slots drawn independently
+    assert high - low == pytest.approx(2 * 1.96 * se, rel=0.25)
+
+
+def test_a_bootstrap_interval_resamples_sequences_not_queries():
+    from analyses.base import bootstrap_interval
+
+    # 4,000 sequences, each either all right or all wrong on its 4 queries: the spread is that of 4,000
+    # coin flips, twice what 16,000 independent queries would give
+    right = (torch.arange(4000) % 2 * 4).float()
+    low, high = bootstrap_interval(right, torch.full((4000,), 4.0))
+    assert (low + high) / 2 == pytest.approx(0.5, abs=0.005)
+    assert high - low == pytest.approx(2 * 1.96 * (0.25 / 4000) ** 0.5, rel=0.1)
+    assert bootstrap_interval(torch.ones(10), torch.ones(10)) == [1.0, 1.0]
 
 
 def test_options_and_refusals():

@@ -29,7 +29,7 @@ from tests.cli import run_cli, threaded_cli
 
 # 1500 steps: checkpoints (and resume states) every 100 steps; about 5 s uninterrupted here (600
 # steps finished in 2 s on a faster day, before most kills could land).
-ARGS = ["--steps", "1500", "--checkpoint-every", "100", "--batch-size", "16", "--warmup", "10", "-T", "V=6", "-T", "L=5",
+ARGS = ["--device", "cpu", "--steps", "1500", "--checkpoint-every", "100", "--batch-size", "16", "--warmup", "10", "-T", "V=6", "-T", "L=5",
         "-M", "d_model=16", "-M", "n_layers=1", "-M", "n_heads=2"]
 KILLS = 6
 SEED = int(os.environ.get("CRASH_SEED", "0"))
@@ -94,7 +94,7 @@ def sigkill_and_resume(tmp_path, capsys):
             # What --resume will do: continue from the last complete resume state.
             assert Trainer(run_dir, resume=True, progress=False).step == start, note
         log = tmp_path / f"child-{len(history)}.log"
-        child = threaded_cli(log, "train", "--out", run_dir, *(ARGS if start is None else ["--resume"]), threads=THREADS)
+        child = threaded_cli(log, "train", "--out", run_dir, *(ARGS if start is None else ["--resume", "--device", "cpu"]), threads=THREADS)
         # Even kills: any moment from the start (start-up included). Odd kills: just after the
         # next checkpoint appears, where a checkpoint, its resume state and the log are written.
         if len(history) % 2:
@@ -114,7 +114,7 @@ def sigkill_and_resume(tmp_path, capsys):
 
     start = check_after_kill(run_dir, reference, note)
     if json.loads((run_dir / "run.json").read_text())["status"] != "finished":
-        outcome = run_cli(capsys, "train", "--out", run_dir, "--resume")
+        outcome = run_cli(capsys, "train", "--out", run_dir, "--resume", "--device", "cpu")
         assert outcome.code == 0, f"{note}: {outcome.err}"
     assert [s for s, _ in checkpoint.list_checkpoints(run_dir)] == [s for s, _ in checkpoint.list_checkpoints(reference)]
     check_after_kill(run_dir, reference, note)  # every checkpoint, the final one included, bit for bit

@@ -1,5 +1,5 @@
 """Paper III's diagnostics on language models: known answers on constructed models, every analysis on every
-constructed model family (a random-initialised HookedTransformer, tiny GPT-NeoX and grouped-query Llama
+constructed model family (a random-initialised TransformerLens-native model, tiny GPT-NeoX and grouped-query Llama
 models converted from Hugging Face), and the CLI's --model on a saved model folder with its tokenizer."""
 import json
 import math

@@ -198,6 +198,18 @@ def test_direct_logit_attribution_adds_up_and_matches_removing_a_head_with_the_n
         ablated = (SMALL.answer_logits(model(pair.clean)[:, pair.query]).double() * direction(pair)).sum(-1)
     torch.testing.assert_close(d["total"] - ablated, d["parts"]["L0H0"], atol=1e-4, rtol=1e-4)
     assert parts["L0H0"]["clean"] > parts["L0H0"]["corrupted"]  # the head pushes toward each input's own answer
+    assert not any("bias" in label for label in parts)  # its attention bias is zero: no bar of zeros
+
+
+def test_the_attribution_figure_shows_the_components_that_change_most_and_sums_the_rest():
+    from analyses.direct_logit_attribution import SHOWN, figure
+
+    rows = [dict(component=f"L{i}H0", clean=float(i), corrupted=0.0, share=i / 1770) for i in range(60)]
+    fig = figure(dict(components=rows, subject="m", query=3, answer="class", logit_difference_clean=1.0,
+                      logit_difference_corrupted=0.0, corruption="c"))
+    clean = fig.data[0]
+    assert len(clean.y) == SHOWN and clean.y[0] == "L59H0" and clean.y[-1] == f"the other {60 - SHOWN + 1} components"
+    assert clean.x[-1] == sum(range(60 - SHOWN + 1)) and "logit" in fig.layout.xaxis.title.text
 
 
 @pytest.mark.parametrize("arch", ["mamba", "lstm", "mlp"])

@@ -452,3 +452,80 @@ def test_real_valued_sequences_compare_as_numbers_as_the_page_writes_them():
     assert same_numbers([[1.0, -0.5], [0.0, 2.25]], [[1, -0.5], [0, 2.25]])
     assert not same_numbers([[1.0, -0.5]], [[1.0, -0.25]]) and not same_numbers([[1.0]], [[1.0, 0.0]])
     assert not same_numbers([[True]], [[1.0]]) and not same_numbers([["1"]], [[1.0]])
+
+
+# -- round four: clean-up of only what was made; the language-model cache -----------------------------------
+def test_a_lock_removes_only_the_folders_it_made(tmp_path):
+    """A name that climbs (``trials/init=../../x``) resolves to a folder that was there: the lock's clean-up
+    must leave it, and remove only the folder it made on the way."""
+    from interp.files import RunLock
+
+    (tmp_path / "out" / "trials").mkdir(parents=True)
+    (tmp_path / "out" / "x").mkdir()  # there before: trials/init=.. is made, then ../.. lands here
+    lock = RunLock(tmp_path / "out" / "trials" / "init=.." / ".." / ".." / "x").acquire()
+    lock.release()
+    assert (tmp_path / "out" / "x").is_dir() and not (tmp_path / "out" / "trials" / "init=..").exists()
+
+
+@pytest.fixture(scope="module")
+def cached_conversion(tmp_path_factory):
+    """A conversion cache folder of a tiny Llama, made by the real ``convert`` (the GGUF reading replaced)."""
+    from models import gguf_model
+    from tests.tiny_language_models import tiny, word_tokenizer
+
+    tokenizer = word_tokenizer()
+    folder = tmp_path_factory.mktemp("cache") / "tiny-0123"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf_model, "read_gguf", lambda path: (tiny("llama-gqa", len(tokenizer)), tokenizer))
+        patch.setattr(gguf_model, "file_digest", lambda path: "0" * 64)
+        gguf_model.convert(Path("tiny.gguf"), folder, progress=False)
+    return folder
+
+
+DAMAGE = {
+    "model.safetensors truncated": lambda f: (f / "model.safetensors").write_bytes(
+        (f / "model.safetensors").read_bytes()[:1000]),
+    "model.safetensors missing": lambda f: (f / "model.safetensors").unlink(),
+    "config.json missing": lambda f: (f / "config.json").unlink(),
+    "reference.safetensors missing": lambda f: (f / "reference.safetensors").unlink(),
+    "config.json garbage": lambda f: (f / "config.json").write_text("{not json"),
+    "tokenizer missing": lambda f: shutil.rmtree(f / "tokenizer"),
+    "parity.json without its tolerance": lambda f: (f / "parity.json").write_text(json.dumps(
+        {k: v for k, v in json.loads((f / "parity.json").read_text()).items() if k != "tolerance"})),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_conversion_cache_is_one_line(damage, cached_conversion, tmp_path):
+    from models import gguf_model
+    from tasks import ConfigError
+
+    folder = tmp_path / cached_conversion.name
+    shutil.copytree(cached_conversion, folder)
+    gguf_model.load_cached(folder)  # whole, it loads
+    DAMAGE[damage](folder)
+    with pytest.raises(ConfigError) as refused:
+        gguf_model.load_cached(folder)
+    assert str(refused.value).startswith(f"the cached conversion in {folder} is damaged (")
+    assert str(refused.value).endswith("); delete the folder to convert again") and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("root", ["a file", "read-only"])
+def test_the_conversion_cache_root_is_checked_before_converting(root, workspace_template, tmp_path, monkeypatch):
+    from models import gguf_model
+    from tasks import ConfigError
+
+    if root == "a file":
+        (tmp_path / "cache").write_text("a file where the cache folder goes\n")
+    else:  # a read-only file system refuses new files to anyone, root too
+        real = tempfile.mkstemp
+
+        def refuse(*args, dir=None, **kwargs):
+            if dir is not None and str(tmp_path / "cache") in str(dir):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+            return real(*args, dir=dir, **kwargs)
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(gguf_model, "convert", lambda *a, **k: pytest.fail("converted before the cache was checked"))
+    with pytest.raises(ConfigError, match="the conversion cache .* cannot be written .*set XDG_CACHE_HOME"):
+        gguf_model.open_gguf(str(workspace_template / "whole.gguf"))

@@ -54,11 +54,11 @@ def test_training_learns_the_task(tmp_path):
 def test_resume_after_sigkill_is_bit_exact(tmp_path):
     settings = dict(steps=400, batch_size=32, warmup=20, resume_every=50, eval_every=100, eval_size=200)
     reference = Trainer(tmp_path / "straight", TASK, "transformer", MODEL, TrainSettings(**settings),
-                        progress=False)
+                        device="cpu", progress=False)  # bit for bit: a CPU claim
     reference.run()
 
     run_dir = tmp_path / "killed"
-    command = [sys.executable, "-m", "interp", "train", "--out", str(run_dir), "--steps", "400",
+    command = [sys.executable, "-m", "interp", "train", "--out", str(run_dir), "--device", "cpu", "--steps", "400",
                "--batch-size", "32", "--warmup", "20", "-T", "V=6", "-T", "L=5", "-M", "d_model=16",
                "-M", "n_layers=2", "-M", "n_heads=2"]
     # The CLI keeps the preset's eval and resume cadence; neither touches the weights or the batches.
@@ -72,7 +72,7 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path):
     assert (run_dir / "resume.safetensors").exists(), "killed before any resume state was written"
     for _, path in checkpoint.list_checkpoints(run_dir):
         checkpoint.load(path)  # every checkpoint on disk is complete
-    resumed = Trainer(run_dir, resume=True, progress=False)
+    resumed = Trainer(run_dir, resume=True, device="cpu", progress=False)
     # The kill may land between checkpoint 200 and the resume state written after it: then the
     # run resumes from the previous state, at step 100, and must still end bit for bit the same.
     assert resumed.step in (100, 200)

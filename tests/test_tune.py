@@ -231,3 +231,72 @@ def test_a_worker_started_before_the_search_was_widened_records_the_wider_search
     summary = narrow.write(study)  # the narrow worker's record names the study's search, not its own command
     assert summary["space"]["lr"] == ["1e-3", "1e-2", "3e-2"] and summary["n_trials"] == 3
     assert results.read(tmp_path / "tune.json", "tune")["metrics"]["n_trials"] == 3
+
+
+# -- round four: the search folder under bad input --------------------------------------------------------
+def test_a_locked_sqlite_study_is_one_line_after_a_stated_wait(tmp_path, monkeypatch, capsys):
+    import sqlite3
+
+    from interp import tune
+
+    monkeypatch.setattr(tune, "LOCK_WAIT_S", 1)
+    (tmp_path / "s").mkdir()
+    holder = sqlite3.connect(tmp_path / "s" / "study.db", isolation_level=None)  # another process's write lock
+    holder.execute("CREATE TABLE x (a)")
+    holder.execute("BEGIN EXCLUSIVE")
+    started = time.time()
+    result = run_cli(capsys, "tune", *TINY, "--steps", "4", "--out", tmp_path / "s", "--space", "lr=1e-3")
+    holder.close()
+    assert result.code == 1 and time.time() - started < 30
+    assert result.err.splitlines() == [
+        f"note: {tmp_path / 's' / 'study.db'} is locked by another process; waiting up to 1 s for it",
+        f"interp: error: the study in {tmp_path / 's' / 'study.db'} is locked by another process (waited 1 s); wait "
+        f"for it to finish, or stop it"]
+
+
+def test_a_study_lock_held_by_another_worker_is_waited_for_then_named(tmp_path, monkeypatch, capsys):
+    import fcntl
+
+    from interp import tune
+
+    monkeypatch.setattr(tune, "LOCK_WAIT_S", 0.5)
+    (tmp_path / "s").mkdir()
+    with open(tmp_path / "s" / ".study-lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write("4242")
+        held.flush()
+        result = run_cli(capsys, "tune", *TINY, "--steps", "4", "--out", tmp_path / "s", "--space", "lr=1e-3")
+    assert result.code == 1 and result.err.strip() == (
+        f"interp: error: {tmp_path / 's' / '.study-lock'} has been held by another worker (pid 4242) for over 0.5 s; "
+        f"wait for it, or stop it")
+    assert not (tmp_path / "s" / "study.db").exists()
+
+
+def test_a_trial_folder_linked_to_another_folder_is_never_trained_into(tmp_path, capsys):
+    (tmp_path / "s" / "trials").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", tmp_path / "s" / "trials" / "lr=1e-3")
+    result = run_cli(capsys, "tune", *TINY, "--steps", "4", "--out", tmp_path / "s", "--space", "lr=1e-3")
+    assert result.code == 1 and "trials/lr=1e-3 is a symbolic link, not a folder" in result.err
+    assert list((tmp_path / "elsewhere").iterdir()) == [] and not (tmp_path / "s" / "study.db").exists()
+
+
+def test_a_space_value_never_names_a_folder_outside_the_search(tmp_path):
+    from interp.tune import Tune
+
+    search = Tune.__new__(Tune)  # the folder of a trial depends on the search folder alone
+    search.out = tmp_path / "s"
+    folder = search.folder({"init": "../../../../x"})
+    assert folder.parent == tmp_path / "s" / "trials" and folder.name == "init=..%2F..%2F..%2F..%2Fx"
+    assert search.folder({"lr": "1e-3", "warmup": "0"}).name == "lr=1e-3_warmup=0"  # plain names as before
+
+
+def test_a_grid_of_a_trillion_points_is_refused_at_once_with_its_cause(tmp_path, capsys):
+    values = ",".join(str(i) for i in range(1, 1001))
+    started = time.time()
+    result = run_cli(capsys, "tune", *TINY, "--steps", "4", "--out", tmp_path / "s", "--space",
+                     *(f"{key}={values}" for key in ("lr", "warmup", "weight_decay", "grad_clip")))
+    assert result.code == 1 and time.time() - started < 10, result.err
+    assert result.err.strip() == ("interp: error: --space declares 1,000,000,000,000 trials, more than --max-grid "
+                                  "10,000 (each is a training run); narrow the space, or raise --max-grid")
+    assert not (tmp_path / "s").exists()

@@ -30,8 +30,8 @@ def build_workspace(root: Path) -> None:
     from interp.train import TrainSettings, Trainer
 
     settings = TrainSettings(steps=20, batch_size=8, warmup=2, eval_every=20, eval_size=20)
-    Trainer(root / "tiny", dict(name="bijection", V=6, L=5), "transformer",
-            dict(d_model=16, n_layers=1, n_heads=2), settings, progress=False).run()
+    Trainer(root / "tiny", dict(name="bijection", V=6, L=5), "transformer",  # the CPU: the cases score it there
+            dict(d_model=16, n_layers=1, n_heads=2), settings, device="cpu", progress=False).run()
     good = root / "tiny" / "checkpoints" / checkpoint.checkpoint_name(20)
     meta, tensors = checkpoint.read(good)
     record = json.loads((root / "tiny" / "run.json").read_text())
@@ -79,6 +79,38 @@ def build_workspace(root: Path) -> None:
     (root / "read-only").mkdir()
     build_hardening_workspace(root, meta, tensors, record, with_meta)
     build_round_three_workspace(root, tensors)
+    build_round_four_workspace(root)
+
+
+def build_round_four_workspace(root: Path) -> None:
+    """Broken search folders (a study of random bytes, one cut to its header, one a folder; a trial's record that
+    is not JSON, a trial's metrics log that is a folder), GGUF files cut short or with an absurd header, and an
+    output folder whose result JSON is a folder beside an earlier page."""
+    import random
+
+    import gguf
+    import numpy as np
+
+    for folder, name, content in [("search-garbage", "study.db", random.Random(0).randbytes(4096)),
+                                  ("search-truncated", "study.db", b"SQLite format 3\x00" + bytes(84)),
+                                  ("search-folder", "study.db/keep", b"a folder where the study is expected\n"),
+                                  ("search-record", "trials/lr=1e-3/run.json", b"not json"),
+                                  ("search-metrics", "trials/lr=1e-3/run.json", b"{}"),
+                                  ("search-metrics", "trials/lr=1e-3/metrics.jsonl/keep", b"a folder\n"),
+                                  ("calib-out", "tiny/calibration.html", b"an earlier page\n"),
+                                  ("calib-out", "tiny/calibration.json/keep", b"a folder\n")]:
+        (root / folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / folder / name).write_bytes(content)
+    writer = gguf.GGUFWriter(str(root / "whole.gguf"), "llama")  # one 1 MB tensor: a whole file, not a model
+    writer.add_tensor("token_embd.weight", np.zeros((256, 1024), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    whole = (root / "whole.gguf").read_bytes()
+    (root / "short.gguf").write_bytes(whole[:len(whole) // 2])
+    (root / "stub.gguf").write_bytes(whole[:100])
+    (root / "many-tensors.gguf").write_bytes(whole[:8] + (2 ** 62).to_bytes(8, "little") + whole[16:])
 
 
 def build_round_three_workspace(root: Path, tensors: dict) -> None:
@@ -137,8 +169,8 @@ def build_hardening_workspace(root: Path, meta: dict, tensors: dict, record: dic
     (root / "changed-run" / "run.json").write_text(json.dumps(dict(running, task=dict(record["task"], V=8, L=7))))
     # -- a run paused after one step (a real resume state), and resume states broken in each way
     settings = TrainSettings(steps=20, batch_size=8, warmup=2, eval_every=20, eval_size=20)
-    paused = Trainer(root / "paused", dict(name="bijection", V=6, L=5), "transformer",
-                     dict(d_model=16, n_layers=1, n_heads=2), settings, progress=False)
+    paused = Trainer(root / "paused", dict(name="bijection", V=6, L=5), "transformer",  # stepped on CPU batches below
+                     dict(d_model=16, n_layers=1, n_heads=2), settings, device="cpu", progress=False)
     loss_fn(paused.model, paused.task.sample(8, generator=torch.Generator().manual_seed(0)), "soft").backward()
     paused.opt.step()
     paused.step = 1
