@@ -402,7 +402,8 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, c
               "mysql://...) or journal:FILE, for workers on several machines")
 @click.option("--curriculum", metavar="JSON", help="the stages curriculum=on trains, as JSON [[until_step, {task "
                                                    "settings}], ...] (for a task whose preset has none) [default: the "
-                                                   "preset's]")
+                                                   "preset's]; or several by name, {\"NAME\": [...], ...}, searched as "
+                                                   "curriculum=NAME,...,off")
 @click.option("--study", help="study name in the storage [default: TASK-ARCH-PRESET]")
 @click.option("--max-trials", type=click.IntRange(1), help="this worker stops after this many trials")
 @click.option("--max-grid", type=click.IntRange(1), help="the most trials --space may declare (each is a training "

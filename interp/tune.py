@@ -16,7 +16,9 @@ the trial's settings on top of the architecture's own preset recipe. Space keys 
 (``lr``, ``warmup``, ``weight_decay``, ...), model settings of the architecture (``shift``, ``d_model``,
 ...; ``shift=0`` is no shift) and ``curriculum``: ``on`` is the task's preset curriculum (the
 architecture's own, else the capacity reference's; stage ends scaled when they do not fit the
-budget) or the stages given with ``--curriculum``, ``off`` none.
+budget) or the stages given with ``--curriculum``, ``off`` none. ``--curriculum`` may also name
+several, ``{"stages": [...], "dense-mix": [...]}``, searched as ``curriculum=stages,dense-mix,off``
+(e.g. the short-table stage against a mixture of dense table sizes).
 
 While a trial trains it reports the task's primitive metric (a task that tests no primitive, such as
 regression: its entropy MAE in bits) on held-out sequences at every
@@ -131,7 +133,7 @@ class Tune:
                  storage: str | None = None, study: str | None = None, pruner: str = "median",
                  prune_after: int | None = None, task_options: dict | None = None,
                  model_options: dict | None = None, device: str | None = None, progress: bool = True,
-                 curriculum: list | None = None, max_grid: int = MAX_GRID):
+                 curriculum: list | dict | None = None, max_grid: int = MAX_GRID):
         task = task or tasks.NAMES[0]
         arch = arch or models.REFERENCE or models.ARCHS[0]
         if task not in tasks.NAMES:
@@ -166,8 +168,14 @@ class Tune:
             if key not in model_fields | train_fields:
                 raise UserError(f"--space {key}: not a training setting nor a {arch} model setting; valid: curriculum, "
                                 f"{', '.join(sorted((train_fields - set(NOT_IN_SPACE)) | model_fields))}")
-        if "curriculum" in self.space and not set(self.space["curriculum"]) <= {"on", "off"}:
-            raise UserError(f"--space curriculum takes on and/or off, got {','.join(self.space['curriculum'])}")
+        named = curriculum if isinstance(curriculum, dict) else None  # several curricula, by name
+        if named is not None and (not named or "off" in named):
+            raise UserError("--curriculum as a JSON object names curricula for --space curriculum=NAME,...: give at "
+                            "least one, none called off")
+        choices = {"off", *(named or {"on": None})}
+        if "curriculum" in self.space and not set(self.space["curriculum"]) <= choices:
+            raise UserError(f"--space curriculum takes {', '.join(sorted(choices))}, got "
+                            f"{','.join(self.space['curriculum'])}")
         # The budget: the capacity reference's preset recipe for the task unless given, the same for every trial.
         reference = resolve(self.task, models.REFERENCE or arch, preset).train
         own = resolve(self.task, arch, preset).train
@@ -175,13 +183,16 @@ class Tune:
                            batch_size=reference.batch_size if batch_size is None else batch_size,
                            eval_size=eval_size, seed=seed)
         stages = own.curriculum or reference.curriculum
-        self.curriculum_on = (fitted_curriculum(stages, (own if own.curriculum else reference).steps,
-                                                self.budget["steps"]) if curriculum is None else curriculum)
+        self.curricula = named if named is not None else {"on": (
+            fitted_curriculum(stages, (own if own.curriculum else reference).steps, self.budget["steps"])
+            if curriculum is None else curriculum)}
+        self.curriculum_on = self.curricula.get("on")  # what the search's record calls it
         if "on" in self.space.get("curriculum", ()) and not self.curriculum_on:
             raise UserError(f"--space curriculum=on: the {preset} preset of {task} has no curriculum to turn on; "
                             f"give its stages with --curriculum, or leave curriculum out of the space")
-        if curriculum is not None and "on" not in self.space.get("curriculum", ()):
-            raise UserError("--curriculum gives the stages of curriculum=on; add curriculum=on (or on,off) to --space")
+        if curriculum is not None and not set(self.curricula) & set(self.space.get("curriculum", ())):
+            raise UserError(f"--curriculum gives the stages of curriculum={','.join(self.curricula)}; add "
+                            f"curriculum={','.join(self.curricula)} (and off, if wanted) to --space")
         self.base = resolve(self.task, arch, preset, train_options=self.budget).train  # stages fitted to the budget
         try:
             self.base.validate()
@@ -194,7 +205,8 @@ class Tune:
             self.recipe(params)
         # A curriculum trial is judged on the task itself: by default the pruner waits for the first
         # evaluation after the last stage (judged at its end, such a trial has not trained on the task yet).
-        curriculum_end = self.curriculum_on[-1][0] if "on" in self.space.get("curriculum", ()) else 0
+        curriculum_end = max((self.curricula[name][-1][0] for name in self.space.get("curriculum", ())
+                              if name != "off" and self.curricula[name]), default=0)
         self.notes: list[str] = []  # what a user should know before the trials run (the CLI prints them)
         if prune_after is None:
             prune_after = max(self.budget["steps"] // 2, curriculum_end + 1)
@@ -215,7 +227,7 @@ class Tune:
         for key, raw in params.items():
             value = read_value(raw)
             if key == "curriculum":
-                train["curriculum"] = self.curriculum_on if raw == "on" else []
+                train["curriculum"] = [] if raw == "off" else self.curricula[raw]
             elif key in model_fields:
                 model[key] = None if key == "shift" and value == 0 else value
             else:
@@ -286,6 +298,7 @@ class Tune:
     def declaration(self) -> dict:
         return dict(task=self.task.config(), arch=self.arch, preset=self.preset, space=self.space,
                     budget=self.budget, curriculum_on=self.curriculum_on, metric=self.metric,
+                    **({} if set(self.curricula) == {"on"} else dict(curricula=self.curricula)),
                     direction="maximize" if self.maximize else "minimize", pruner=self.pruner_name,
                     prune_after=self.prune_after, model_options=self.model_options)
 

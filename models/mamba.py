@@ -139,8 +139,8 @@ def scan_in_place(a: torch.Tensor, h: torch.Tensor, reverse: bool = False) -> No
     (h_t += a_t h_{t-1}, a_t *= a_{t-1}), so the receivers form a recurrence of half the length, scanned the
     same way; then every other position adds its decay times the finished neighbour. Each level touches
     the positions once through strided views (no copies, no [B, T, T] tensors), so the whole scan moves
-    about 4x the data of the sequential loop in 2 log2(T) steps rather than T; on a GPU, where each of the
-    loop's steps is a kernel launch, that is the difference (benchmarks/scan_speed.py).
+    a few times the data of the sequential loop, in 2 log2(T) steps rather than T: on the CPU the two take
+    about the same time, on a GPU each of the loop's steps is a kernel launch (benchmarks/scan_speed.py).
 
     Only products of decays are formed, never their logarithms: for 0 <= a <= 1 (Mamba's exp(delta A))
     every factor is at most 1, so nothing overflows, and a product that underflows to 0 is a decay that

@@ -183,7 +183,9 @@ CATALOGUE = [
     Case("missing checkpoint", "interp run calibration --ckpt missing.safetensors",
          'interp: error: checkpoint not found: missing.safetensors (pass a run folder, a .safetensors file or a shipped model: {SHIPPED})'),
     Case("misspelled shipped model", "interp run calibration --ckpt bijection-transformer",
-         'interp: error: checkpoint not found: bijection-transformer (pass a run folder, a .safetensors file or a shipped model: {SHIPPED})'),
+         'interp: error: checkpoint not found: bijection-transformer; did you mean bijection-transformer-cpu or '
+         'bijection-transformer-equal or bijection-transformer-dense? (pass a run folder, a .safetensors file or a '
+         'shipped model: {SHIPPED})'),
     Case("folder without checkpoints", "interp run calibration --ckpt empty-folder",
          'interp: error: empty-folder holds no checkpoints/step-*.safetensors; is it a run folder from `interp train`?'),
     Case("empty file", "interp run calibration --ckpt empty.safetensors",

@@ -168,6 +168,24 @@ def test_curriculum_gives_the_stages_of_curriculum_on_for_a_task_whose_preset_ha
     assert not (tmp_path / "u" / "trials").exists() and not (tmp_path / "v" / "trials").exists()
 
 
+def test_named_curricula_are_searched_side_by_side_a_mixture_among_them(tmp_path, capsys):
+    out = tmp_path / "t"
+    named = '{"short": [[3, {"L": 1}]], "mix": [[4, [{"L": 1}, {}]]]}'
+    done = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", out, "--pruner", "none", "--space",
+                   "curriculum=short,mix,off", "--curriculum", named)
+    assert done.code == 0, done.err
+    ran = {name: json.loads((out / "trials" / f"curriculum={name}" / "run.json").read_text())["train"]["curriculum"]
+           for name in ("short", "mix", "off")}
+    assert ran == {"short": [[3, {"L": 1}]], "mix": [[4, [{"L": 1}, {}]]], "off": []}
+    assert results.read(out / "tune.json", "tune")["metrics"]["curricula"] == json.loads(named)
+    for space, curricula, message in (("curriculum=on", named, "curriculum takes mix, off, short"),
+                                      ("lr=1e-3", named, "add curriculum=short,mix"),
+                                      ("curriculum=off", '{"off": [[3, {"L": 1}]]}', "none called off")):
+        refused = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", tmp_path / "u", "--space", space,
+                          "--curriculum", curricula)
+        assert refused.code == 1 and message in refused.err and "Traceback" not in refused.err
+
+
 def test_the_pruner_waits_for_the_end_of_the_curriculum(tmp_path, capsys):
     # judged at the end of its last stage a curriculum trial has not trained on the task yet, so by
     # default the first judgement comes after it, and a --prune-after before it is warned about
