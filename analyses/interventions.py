@@ -336,7 +336,7 @@ def grid_figure(values: list[list[float | None]], rows: list[str], cols: list[st
         hovertemplate="%{y} at %{x}<br>%{z:.3f}" + ("<br>%{text}" if hover else "") + "<extra></extra>"))
     fig.update_layout(title=title, xaxis_title="position (token)", yaxis_autorange="reversed",
                       width=min(1400, 260 + 26 * len(cols)), height=min(1400, 220 + 22 * len(rows)),
-                      xaxis=dict(type="category", tickangle=-60), yaxis=dict(type="category"))
+                      xaxis=dict(type="category", tickangle=-60, dtick=1), yaxis=dict(type="category"))  # every label
     return fig
 
 

@@ -11,6 +11,8 @@ the callbacks and ``rules`` their request rules: an explorer adds the three and 
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import plotly.graph_objects as go
 import torch
 from dash import Input, Output, State, dcc, html, no_update
@@ -38,6 +40,21 @@ class WindTunnelPairs:
         self.explorer, self.lock, self.waits = explorer, explorer.lock, explorer.waits
         self.kinds, self.subject = list(explorer.task.corruptions), explorer.task.name
         self.states = (State("step", "value"), State("sequence", "data"))
+        # the ablation controls: a map already drawn is drawn again for the model as ablated, like every view
+        self.follows = (Input("ablate-heads", "value"), Input("ablate-blocks", "value"), Input("ablate-mode", "value"))
+
+    def applied(self, index, sequence, heads=None, blocks=None, mode=None):
+        """The model as the ablation controls leave it, while a pair is patched (a context)."""
+        from .explore import chosen_ablations
+
+        return self.explorer.ablated(index, chosen_ablations(heads or [], blocks or [], mode or "zero"))
+
+    def answer_names(self, classes: list[int]) -> list[str]:
+        """The task's names of answer classes (v2, s0, ...): the tokens they are read from, where it has them."""
+        task, offset = self.explorer.task, getattr(self.explorer.task, "answer_token_offset", None)
+        if offset is None:
+            return [f"class {c}" for c in classes]
+        return task.token_names(torch.tensor(classes) + offset)
 
     def pair(self, kind: str, which: int | None, index: int, sequence: dict) -> P.Pair:
         ex = self.explorer
@@ -67,6 +84,13 @@ class LanguagePairs:
         self.kinds = [n for n in prompt_tasks.NAMES if prompt_tasks.make(n).predictive([0], LANGUAGE_ALPHA) is not None]
         self.subject = explorer.lm.name
         self.states = (State("seed", "value"),)
+        self.follows = ()  # no ablation controls in the language-model explorer
+
+    def applied(self, *state):
+        return nullcontext()
+
+    def answer_names(self, classes: list[int]) -> list[str]:
+        return [f"class {c}" for c in classes]
 
     def pair(self, kind: str, which: int | None, seed) -> P.Pair:
         from tasks.base import SEED_RANGE, is_seed
@@ -87,11 +111,11 @@ class PatchingView:
         self.source = source
         self._key, self._value = None, None
 
-    def computed(self, kind: str, which: int | None, *state):
-        key = (kind, which, repr(state))
+    def computed(self, kind: str, which: int | None, follows: tuple, *state):
+        key = (kind, which, repr(follows), repr(state))
         if key != self._key:
             src = self.source
-            with src.lock:
+            with src.lock, src.applied(*state, *follows):  # the model as the other views see it
                 pair = src.pair(kind, which, *state)
                 with src.waits.on(f"activation patching on {len(pair.clean)} input pair(s)"):
                     scorer = P.Scorer(pair)
@@ -119,8 +143,11 @@ def panel(source) -> html.Div:
                                              overflowX="auto", whiteSpace="nowrap")),
         html.Div([
             dcc.Loading(dcc.Graph(id="patch-map", config=dict(displaylogo=False), responsive=True,
+                                  figure=message_figure("press patch: each site and position of the corrupted input "
+                                                        "patched from the clean one"),
                                   style=dict(height="520px")), type="dot", delay_show=400),
-            dcc.Graph(id="patch-cell", config=dict(displaylogo=False), responsive=True, style=dict(height="520px")),
+            dcc.Graph(id="patch-cell", config=dict(displaylogo=False), responsive=True, style=dict(height="520px"),
+                      figure=message_figure("then click a cell of the map for that patch's answer")),
         ], style=dict(display="grid", gridTemplateColumns="3fr 2fr", alignItems="start")),
     ], style=dict(border="1px solid #ddd", borderRadius="6px", padding="8px", margin="6px",
                   display="block" if kinds else "none"))
@@ -138,7 +165,15 @@ def pair_text(pair: P.Pair, source) -> list:
                              style=dict(fontFamily="sans-serif", color="#555"))]
 
 
-def cell_figure(pair: P.Pair, scorer: P.Scorer, subject: str, site: str, position, answer: torch.Tensor) -> go.Figure:
+def message_figure(text: str) -> go.Figure:
+    """An empty panel's figure: one line saying what fills it (no blank axes)."""
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
+    return style.use_template(fig.update_layout(xaxis_visible=False, yaxis_visible=False, height=240))
+
+
+def cell_figure(pair: P.Pair, scorer: P.Scorer, subject: str, site: str, position, answer: torch.Tensor,
+                source_names=lambda classes: [f"class {c}" for c in classes]) -> go.Figure:
     """That intervention's answer next to the Bayes answers of both inputs and the model's own."""
     rows = [("Bayes, clean input", pair.bayes_clean[0]), ("Bayes, corrupted input", pair.bayes_corrupted[0]),
             ("model, clean input", scorer.clean[0]), ("model, corrupted input", scorer.corrupted[0]),
@@ -150,7 +185,7 @@ def cell_figure(pair: P.Pair, scorer: P.Scorer, subject: str, site: str, positio
     else:
         relevant = (pair.bayes_clean[0] + pair.bayes_corrupted[0] + scorer.clean[0] + scorer.corrupted[0] +
                     answer[0]).topk(min(8, pair.bayes_clean.shape[1])).indices.sort().values
-        names = [f"class {int(c)}" for c in relevant]
+        names = source_names(relevant.tolist())
         for name, vector in rows:
             fig.add_bar(x=names, y=vector[relevant].tolist(), name=name)
         fig.update_layout(barmode="group", yaxis_title="probability", legend=dict(orientation="h", y=-0.25))
@@ -181,31 +216,30 @@ def register(app, source) -> None:
     if not source.kinds:
         return
 
+    follows = source.follows
+    followed = [State(f.component_id, f.component_property) for f in follows]  # the cell reads the map's cache
+
     @app.callback(Output("patch-map", "figure"), Output("patch-pair", "children"), Output("patch-message", "children"),
-                  Input("patch-run", "n_clicks"), *source.states,
+                  Input("patch-run", "n_clicks"), *follows, *source.states,
                   State("patch-kind", "value"), State("patch-index", "value"), prevent_initial_call=True)
-    def patch_map(_clicks, *values):
-        *state, kind, which = values
+    def patch_map(clicks, *values):
+        if not clicks:  # an ablation ticked before any map was asked for: nothing to redraw
+            return no_update, no_update, no_update
+        chosen_follows, (*state, kind, which) = values[:len(follows)], values[len(follows):]
         try:
-            pair, scorer, chosen, where, grid, _ = view.computed(kind, which, *state)
+            pair, scorer, chosen, where, grid, _ = view.computed(kind, which, tuple(chosen_follows), *state)
         except (UserError, AnalysisError, ConfigError) as err:
             return no_update, no_update, str(err)
-        cols = [pair.labels[p] for p in where] + ["all positions"]
-        hover = [[f"model scale {P.short(m)}" for m in row] for row in grid["model"]]
-        fig = P.grid_figure(grid["bayes"], [s.label for s in chosen], cols,
-                            f"activation patching on this sequence<br><sup>Bayes scale at position {pair.query}; "
-                            f"click a cell for its answer</sup>", "Bayes scale", hover)
-        fig.update_layout(width=None, height=None)
-        return style.apply(fig, subject=source.subject), pair_text(pair, source), ""
+        return map_figure(pair, scorer, chosen, where, grid, source.subject), pair_text(pair, source), warning(scorer)
 
-    @app.callback(Output("patch-cell", "figure"), Input("patch-map", "clickData"), *source.states,
+    @app.callback(Output("patch-cell", "figure"), Input("patch-map", "clickData"), *followed, *source.states,
                   State("patch-kind", "value"), State("patch-index", "value"), prevent_initial_call=True)
     def patch_cell(click, *values):
-        *state, kind, which = values
+        chosen_follows, (*state, kind, which) = values[:len(follows)], values[len(follows):]
         if not click:
             return no_update
         try:
-            pair, scorer, chosen, where, _, answers = view.computed(kind, which, *state)
+            pair, scorer, chosen, where, _, answers = view.computed(kind, which, tuple(chosen_follows), *state)
         except (UserError, AnalysisError, ConfigError):
             return no_update
         point = click["points"][0]
@@ -215,4 +249,34 @@ def register(app, source) -> None:
         if answer is None:
             return no_update
         return cell_figure(pair, scorer, source.subject, point["y"], "every position" if position is None else
-                           pair.labels[position], answer)
+                           pair.labels[position], answer, source.answer_names)
+
+
+SMALL_EFFECT = 0.1  # the model's clean and corrupted answers closer than this on the Bayes scale: little to restore
+
+
+def warning(scorer: P.Scorer) -> str:
+    """A line for the panel when the model barely tells the two inputs apart (the fractions are then noise)."""
+    base = scorer.baselines()
+    gap = (None if base["clean_on_bayes_scale"] is None or base["corrupted_on_bayes_scale"] is None else
+           base["clean_on_bayes_scale"] - base["corrupted_on_bayes_scale"])
+    if not base["model_moves"] or gap is None or abs(gap) < SMALL_EFFECT:
+        return (f"the model's answers on the clean and the corrupted input barely differ ({P.short(gap)} on the Bayes "
+                f"scale): there is little effect to restore, so the fractions in the map are mostly noise")
+    return ""
+
+
+def map_figure(pair: P.Pair, scorer: P.Scorer, chosen, where, grid: dict, subject: str) -> go.Figure:
+    """The fraction of the model's own effect each patch restores (0: its answer on the corrupted input, 1: on the
+    clean one), the Bayes scale in the hover, and where the model's two answers sit on it in the title."""
+    base = scorer.baselines()
+    cols = [pair.labels[p] for p in where] + ["all positions"]
+    hover = [[f"Bayes scale {P.short(b)}" for b in row] for row in grid["bayes"]]
+    fig = P.grid_figure(grid["model"], [s.label for s in chosen], cols,
+                        f"activation patching: effect restored at position {pair.query}<br><sup>0 = the model's "
+                        f"corrupted answer, 1 = its clean one; on the Bayes scale it answers "
+                        f"{P.short(base['clean_on_bayes_scale'])} clean, {P.short(base['corrupted_on_bayes_scale'])} "
+                        f"corrupted</sup>",
+                        "effect restored", hover)
+    fig.update_layout(width=None, height=None)
+    return style.apply(fig, subject=subject)

@@ -389,20 +389,43 @@ def test_the_explorer_patches_the_sequence_shown_and_a_click_draws_that_interven
                                                                             value=2)]
     outs = [dict(id="patch-map", property="figure"), dict(id="patch-pair", property="children"),
             dict(id="patch-message", property="children")]
+    intact = [dict(id="ablate-heads", property="value", value=[]), dict(id="ablate-blocks", property="value", value=[]),
+              dict(id="ablate-mode", property="value", value="zero")]
     response = post("..patch-map.figure...patch-pair.children...patch-message.children..", outs,
-                    [dict(id="patch-run", property="n_clicks", value=1)], common)
+                    [dict(id="patch-run", property="n_clicks", value=1)] + intact, common)
     heat = response["patch-map"]["figure"]["data"][0]
     assert "L0H0" in heat["y"] and heat["x"][-1] == "all positions"
+    title = " ".join(response["patch-map"]["figure"]["layout"]["title"]["text"].replace("<br>", " ").split())
+    assert "effect restored" in title and "on the Bayes scale it answers 1.000 clean" in title
+    # positions before the change hold the same activations in both inputs: patching them restores nothing
+    import base64
+
+    import numpy as np
+
+    def z(figure):  # plotly sends arrays as base64 ("bdata") or as lists
+        data = figure["data"][0]["z"]
+        if isinstance(data, dict):
+            shape = [int(n) for n in str(data["shape"]).split(",")]
+            return np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"]).reshape(shape).astype(float)
+        return np.array([[np.nan if v is None else v for v in row] for row in data], dtype=float)
+    before = [i for i, x in enumerate(heat["x"][:-1]) if int(x.split()[0]) < 5]
+    grid = z(response["patch-map"]["figure"])
+    assert before and np.nanmax(np.abs(grid[:, before])) < 1e-6
+    # the map follows the ablations: block 0 skipped, the same press draws another map
+    ablated = post("..patch-map.figure...patch-pair.children...patch-message.children..", outs,
+                   [dict(id="patch-run", property="n_clicks", value=1), dict(intact[0]),
+                    dict(id="ablate-blocks", property="value", value=["B0"]), dict(intact[2])], common)
+    assert not np.allclose(z(ablated["patch-map"]["figure"]), grid, equal_nan=True)
     assert "pair 2 shows a value never revealed" in json.dumps(response["patch-pair"]["children"])
     changed = next(x for x in heat["x"] if x.startswith("5 "))  # position 5: pair 2's value, the change
     click = dict(points=[dict(x=changed, y="resid before L0")])
     response = post("patch-cell.figure", dict(id="patch-cell", property="figure"),
-                    [dict(id="patch-map", property="clickData", value=click)], common)
+                    [dict(id="patch-map", property="clickData", value=click)], intact + common)
     figure = response["patch-cell"]["figure"]
     names = [trace["name"] for trace in figure["data"]]
     assert names[:2] == ["Bayes, clean input", "Bayes, corrupted input"] and "patched" in names[-1]
     assert "Bayes scale 1.000" in figure["layout"]["title"]["text"]  # the residual at the change: all restored
     bad = dict(body=dict(output="patch-cell.figure", outputs=dict(id="patch-cell", property="figure"),
-                         inputs=[dict(id="patch-map", property="clickData", value={"points": "x"})], state=common,
+                         inputs=[dict(id="patch-map", property="clickData", value={"points": "x"})], state=intact + common,
                          changedPropIds=["patch-map.clickData"]))
     assert client.post("/_dash-update-component", json=bad["body"]).status_code == 400
