@@ -27,7 +27,7 @@ from tasks.base import SEED_RANGE, is_seed
 
 from .catalog import not_found
 from .errors import UserError
-from .files import atomic_write_bytes, sniff_weights
+from .files import atomic_write_bytes, checkpoint_name, sniff_weights
 
 FORMAT_VERSION = 1
 STEP_FILE = re.compile(r"step-(\d{8})\.safetensors$")
@@ -50,10 +50,6 @@ def pick_device(device: str | None) -> str:
         raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
                         f"numbered from 0")
     return device
-
-
-def checkpoint_name(step: int) -> str:
-    return f"step-{step:08d}.safetensors"
 
 
 def describe(model, step: int, seed: int) -> dict:

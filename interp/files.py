@@ -379,3 +379,54 @@ class RunLock(Lock):
     def busy_message(self, holder: str) -> str:
         return (f"{self.folder} is in use by another training process (pid {holder}); wait for it to end, or "
                 f"stop it first")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}.safetensors"
+
+
+class RunFolder:
+    """Every file a training run writes, in one place: ``run.json`` (the record), ``metrics.jsonl`` (the
+    curve), ``resume.safetensors`` (weights and optimizer, to continue), ``checkpoints/step-*.safetensors``,
+    and the lock that keeps a second trainer out. The trainer asks it for paths, to check them before the
+    first byte (no link or special file among them), to clear a killed write's temp files, and to undo a
+    fresh run that failed before its first resume state (only the files a run writes, never others)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.record, self.metrics = self.root / "run.json", self.root / "metrics.jsonl"
+        self.resume, self.checkpoints = self.root / "resume.safetensors", self.root / "checkpoints"
+        self.lock = RunLock(self.root)
+
+    def checkpoint(self, step: int) -> Path:
+        return self.checkpoints / checkpoint_name(step)
+
+    def own_files(self) -> list[Path]:
+        """Every file this run writes (besides the lock and temp files)."""
+        return [self.record, self.metrics, self.resume] + sorted(self.checkpoints.glob("step-*.safetensors"))
+
+    def check(self) -> None:
+        """None of the run's files may be a link or a pipe: checked before anything is read or written."""
+        for path in self.own_files():
+            refuse_special(path)
+
+    def clear_temps(self) -> None:
+        """A SIGKILL mid-write leaves its temp file: removed before a run continues."""
+        for folder in (self.root, self.checkpoints):
+            remove_stale_temps(folder)
+
+    def undo_fresh(self) -> None:
+        """Undo a fresh run that failed before its first resume state, as far as the file system lets it: each
+        removal is tried on its own (a checkpoints folder that cannot be read or written must not keep run.json,
+        marked running, from going), and run.json goes first, so that whatever cannot be removed is at worst a
+        stray file, never a run that blocks the next one."""
+        for path in (self.record, self.metrics, self.checkpoint(0)):
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass
+        try:
+            remove_stale_temps(self.checkpoints)
+            self.checkpoints.rmdir()  # only when empty
+        except OSError:
+            pass

@@ -39,8 +39,7 @@ from tasks.base import curriculum_choice, stage_options
 from . import checkpoint, distributed
 from .checkpoint import pick_device
 from .errors import UserError
-from .files import (RunLock, append_regular, atomic_write_bytes, atomic_write_json, read_json, read_regular,
-                    refuse_special, remove_stale_temps)
+from .files import RunFolder, append_regular, atomic_write_bytes, atomic_write_json, read_json, read_regular
 from .recipe import TrainSettings, bf16_on, recorded_train
 
 
@@ -231,6 +230,7 @@ class Trainer:
                  device: str | None = None, resume: bool = False, progress: bool = True, on_eval=None,
                  compile: bool | None = None):
         self.out = Path(out)
+        self.folder = RunFolder(self.out)  # every file the run writes, its lock among them
         self.progress = progress
         # on_eval(step, metrics) after every held-out evaluation (and the step's saves): a tuner
         # reports it to its pruner, and stops the run by raising (the run stays resumable)
@@ -241,7 +241,7 @@ class Trainer:
         self.dist, self.device = distributed.start(pick_device(device))
         # Held by rank 0 from before the first check to the end of run(): a second trainer on this
         # folder is refused (naming this one), never interleaved with it.
-        self.lock = RunLock(self.out)
+        self.lock = self.folder.lock
         try:
             with self.dist.together():  # every process checks and builds before rank 0 writes anything
                 if self.dist.is_main:
@@ -253,7 +253,7 @@ class Trainer:
                 if resume:
                     self._restore()
                 elif self.dist.is_main:
-                    atomic_write_json(self.out / "run.json", self.record)
+                    atomic_write_json(self.folder.record, self.record)
         except BaseException:
             self.close()
             raise
@@ -267,15 +267,9 @@ class Trainer:
         if getattr(self, "lock", None) is not None:
             self.lock.release()
 
-    def own_files(self) -> list[Path]:
-        """Every file this run writes (besides the lock and temp files): none may be a link or a pipe."""
-        return [self.out / name for name in ("run.json", "metrics.jsonl", "resume.safetensors")] + sorted(
-            (self.out / "checkpoints").glob("step-*.safetensors"))
-
     def _build(self, task_config, arch, model_config, settings, resume) -> None:
-        run_file = self.out / "run.json"
-        for path in self.own_files():  # before anything is read or written through them
-            refuse_special(path)
+        run_file = self.folder.record
+        self.folder.check()  # before anything is read or written through its files
         if resume:
             if not run_file.exists():
                 raise UserError(f"nothing to resume: {run_file} does not exist (start the run without --resume)")
@@ -307,7 +301,7 @@ class Trainer:
         except tasks.ConfigError as err:
             raise UserError(f"{run_file}: {err}; it cannot be resumed" if resume else str(err)) from None
         # The start's weights, unless a resume state will replace them (then the start is not read again)
-        if self.settings.init and not (resume and (self.out / "resume.safetensors").exists()):
+        if self.settings.init and not (resume and self.folder.resume.exists()):
             init = self._start_from(self.settings.init, arch)
         self.model.to(self.device)
         s = self.settings
@@ -379,7 +373,7 @@ class Trainer:
 
     # -- persistence -------------------------------------------------------------------------
     def _restore(self) -> None:
-        resume_file = self.out / "resume.safetensors"
+        resume_file = self.folder.resume
         self._check_checkpoints()
         state = None
         if resume_file.exists():  # everything is checked before anything is loaded or written
@@ -395,9 +389,8 @@ class Trainer:
             moments = {k: v for k, v in tensors.items() if k.startswith("optim.")}
             check_optimizer(self.opt, moments, meta["step"], resume_file)
             state = meta, weights, moments
-        for folder in (self.out, self.out / "checkpoints"):  # a SIGKILL mid-write leaves its temp file
-            if self.dist.is_main:
-                remove_stale_temps(folder)
+        if self.dist.is_main:
+            self.folder.clear_temps()
         # Without a resume state the run was interrupted before its first one: it starts over,
         # which gives the same result because every batch is a function of (seed, step).
         if state:
@@ -406,7 +399,7 @@ class Trainer:
             load_optimizer(self.opt, {k: v.to(self.device) for k, v in moments.items()})
             self.step, self.elapsed = meta["step"], float(meta.get("elapsed_s", 0.0))
         # Drop metric lines written after the resume point, so the log reads as one clean run.
-        metrics = self.out / "metrics.jsonl"
+        metrics = self.folder.metrics
         if os.path.lexists(metrics) and self.dist.is_main:
             try:
                 lines = read_regular(metrics).splitlines()
@@ -457,14 +450,14 @@ class Trainer:
 
     def _save_resume(self) -> None:
         self.progress_saved = True
-        checkpoint.save(self.out / "resume.safetensors", self.model, self.step, self.settings.seed,
+        checkpoint.save(self.folder.resume, self.model, self.step, self.settings.seed,
                         extra=optimizer_tensors(self.opt), extra_meta={"elapsed_s": self.elapsed})
 
     def _log(self, record: dict) -> None:
         try:
-            append_regular(self.out / "metrics.jsonl", (json.dumps(record) + "\n").encode())
+            append_regular(self.folder.metrics, (json.dumps(record) + "\n").encode())
         except OSError as err:  # e.g. a full disk: the last resume state is intact
-            raise UserError(f"could not write {self.out / 'metrics.jsonl'}: {err.strerror or err}; free some "
+            raise UserError(f"could not write {self.folder.metrics}: {err.strerror or err}; free some "
                             f"space, then continue with --resume") from None
 
     # -- the loop ----------------------------------------------------------------------------
@@ -483,26 +476,10 @@ class Trainer:
                 return self._run()
         except Exception:
             if self.fresh and not self.progress_saved and self.dist.is_main:
-                self._remove_own_files()  # a run refused at its first steps leaves nothing to block the next
+                self.folder.undo_fresh()  # a run refused at its first steps leaves nothing to block the next
             raise
         finally:
             self.close()
-
-    def _remove_own_files(self) -> None:
-        """Undo a fresh run that failed before its first resume state, as far as the file system lets
-        it: each removal is tried on its own (a checkpoints folder that cannot be read or written must
-        not keep run.json, marked running, from going), and run.json goes first, so that whatever
-        cannot be removed is at worst a stray file, never a run that blocks the next one."""
-        for name in ("run.json", "metrics.jsonl", f"checkpoints/{checkpoint.checkpoint_name(0)}"):
-            try:
-                (self.out / name).unlink(missing_ok=True)
-            except OSError:
-                pass
-        try:
-            remove_stale_temps(self.out / "checkpoints")
-            (self.out / "checkpoints").rmdir()  # only when empty
-        except OSError:
-            pass
 
     def _run(self) -> dict:
         from tqdm.auto import tqdm
@@ -518,7 +495,7 @@ class Trainer:
         bf16 = self.record.setdefault("bf16", bf16_on(recorded_train(self.record)["bf16"], self.device))
         autocast = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16) if bf16 else nullcontext()
         if self.step == 0 and main:
-            checkpoint.save(self.out / "checkpoints" / checkpoint.checkpoint_name(0), self.model, 0, s.seed)
+            checkpoint.save(self.folder.checkpoint(0), self.model, 0, s.seed)
         bar = tqdm(total=s.steps, initial=self.step, desc=f"train {self.out.name}", unit="step",
                    disable=not (self.progress and main), dynamic_ncols=True)
         last_eval = {}
@@ -563,7 +540,7 @@ class Trainer:
                 elif self.step % 50 == 0:
                     self._log(record)
                 if self.step in saves:
-                    checkpoint.save(self.out / "checkpoints" / checkpoint.checkpoint_name(self.step),
+                    checkpoint.save(self.folder.checkpoint(self.step),
                                     self.model, self.step, s.seed)
                 if self.step in saves or self.step % s.resume_every == 0:
                     self._save_resume()
@@ -579,8 +556,8 @@ class Trainer:
         if main:
             self.record.update(status="finished", final=final, wall_time_s=round(self.elapsed, 1),
                                finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-            atomic_write_json(self.out / "run.json", self.record)
-            (self.out / "resume.safetensors").unlink(missing_ok=True)
+            atomic_write_json(self.folder.record, self.record)
+            self.folder.resume.unlink(missing_ok=True)
         return final
 
 

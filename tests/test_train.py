@@ -255,3 +255,15 @@ def test_no_bf16_and_no_compile_override_a_preset_that_turns_them_on(tmp_path, c
     assert train_command(record, "cpu").endswith("--steps 3 --no-compile --no-bf16")
     again = run_cli(capsys, "train", "--task", "hmm", "--out", run, "--resume", "--no-bf16")
     assert again.code != 0 and "drop --bf16/--no-bf16" in again.err
+
+
+def test_the_run_folder_undoes_a_failed_fresh_run_and_leaves_what_is_not_its_own(tmp_path):
+    from interp.files import RunFolder
+
+    folder = RunFolder(tmp_path / "run")
+    folder.checkpoints.mkdir(parents=True)
+    for path in (folder.record, folder.metrics, folder.checkpoint(0), tmp_path / "run" / "notes.txt"):
+        path.write_text("x")
+    folder.undo_fresh()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["notes.txt"]  # the user's file stays
+    assert [p.name for p in folder.own_files()] == ["run.json", "metrics.jsonl", "resume.safetensors"]
