@@ -56,14 +56,10 @@ def patch(model, options: dict, positions: str) -> Result:
         bayes_scale=grid["bayes"], model_scale=grid["model"],
         whole_residual=whole, restores_clean_exactly=whole["model"] is not None and abs(whole["model"] - 1) < 1e-4,
         strongest=strongest(chosen, where, grid["bayes"]))
-    cols = [pair.labels[p] for p in where] + ["all positions"]
-    hover = [[f"model scale {P.short(m)}" for m in row] for row in grid["model"]]
-    fig = P.grid_figure(grid["bayes"], [s.label for s in chosen], cols,
-                        f"{pair.subject}: activation patching, clean into corrupted ({pair.what})<br><sup>answer at "
-                        f"position {pair.query} on the Bayes scale (1: the clean input's Bayes answer, 0: the "
-                        f"corrupted one's); unpatched, the model's clean answer scores "
-                        f"{P.short(metrics['clean_on_bayes_scale'])} and its corrupted one "
-                        f"{P.short(metrics['corrupted_on_bayes_scale'])}</sup>", "Bayes scale", hover)
+    fig = P.patching_map(pair, chosen, where, grid, metrics, "bayes",
+                         f"{pair.subject}: activation patching, clean into corrupted ({pair.what})<br><sup>answer at "
+                         f"position {pair.query} on the Bayes scale (1: the clean input's Bayes answer, 0: the "
+                         f"corrupted one's)</sup>")
     return Result("activation-patching", DEFINITION, metrics, {"sites-by-position": fig}, descriptions={
         "clean_on_bayes_scale": "the model's own clean answer on the Bayes scale (1 = Bayes's clean answer)",
         "corrupted_on_bayes_scale": "the model's own corrupted answer on the Bayes scale (0 = Bayes's corrupted answer)"})

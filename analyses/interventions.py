@@ -340,5 +340,18 @@ def grid_figure(values: list[list[float | None]], rows: list[str], cols: list[st
     return fig
 
 
+def patching_map(pair, chosen, where, grid: dict, baselines: dict, scale: str, title: str) -> go.Figure:
+    """activation patching's site x position map on ``scale`` ("bayes": 1 the clean input's Bayes answer, 0 the
+    corrupted one's; "model": the fraction of the model's own effect restored), the other scale in the hover, and
+    where the model's unpatched answers sit on the Bayes scale in the title's second line."""
+    other = "model" if scale == "bayes" else "bayes"
+    cols = [pair.labels[p] for p in where] + ["all positions"]
+    hover = [[f"{other} scale {short(v)}" for v in row] for row in grid[other]]
+    base = (f"unpatched, the model's clean answer scores {short(baselines['clean_on_bayes_scale'])} on the Bayes scale "
+            f"and its corrupted one {short(baselines['corrupted_on_bayes_scale'])}")
+    return grid_figure(grid[scale], [s.label for s in chosen], cols, f"{title}<br><sup>{base}</sup>",
+                       "Bayes scale" if scale == "bayes" else "effect restored", hover)
+
+
 def short(x: float | None) -> str:
     return "–" if x is None else f"{x:.3f}"

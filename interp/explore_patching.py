@@ -269,14 +269,8 @@ def warning(scorer: P.Scorer) -> str:
 def map_figure(pair: P.Pair, scorer: P.Scorer, chosen, where, grid: dict, subject: str) -> go.Figure:
     """The fraction of the model's own effect each patch restores (0: its answer on the corrupted input, 1: on the
     clean one), the Bayes scale in the hover, and where the model's two answers sit on it in the title."""
-    base = scorer.baselines()
-    cols = [pair.labels[p] for p in where] + ["all positions"]
-    hover = [[f"Bayes scale {P.short(b)}" for b in row] for row in grid["bayes"]]
-    fig = P.grid_figure(grid["model"], [s.label for s in chosen], cols,
-                        f"activation patching: effect restored at position {pair.query}<br><sup>0 = the model's "
-                        f"corrupted answer, 1 = its clean one; on the Bayes scale it answers "
-                        f"{P.short(base['clean_on_bayes_scale'])} clean, {P.short(base['corrupted_on_bayes_scale'])} "
-                        f"corrupted</sup>",
-                        "effect restored", hover)
+    fig = P.patching_map(pair, chosen, where, grid, scorer.baselines(), "model",
+                         f"activation patching: effect restored at position {pair.query}<br><sup>0 = the model's "
+                         f"corrupted answer, 1 = its clean one</sup>")
     fig.update_layout(width=None, height=None)
     return style.apply(fig, subject=subject)

@@ -396,7 +396,7 @@ def test_the_explorer_patches_the_sequence_shown_and_a_click_draws_that_interven
     heat = response["patch-map"]["figure"]["data"][0]
     assert "L0H0" in heat["y"] and heat["x"][-1] == "all positions"
     title = " ".join(response["patch-map"]["figure"]["layout"]["title"]["text"].replace("<br>", " ").split())
-    assert "effect restored" in title and "on the Bayes scale it answers 1.000 clean" in title
+    assert "effect restored" in title and "the model's clean answer scores 1.000 on the Bayes scale" in title
     # positions before the change hold the same activations in both inputs: patching them restores nothing
     import base64
 
