@@ -43,14 +43,18 @@ def gradients(pair: P.Pair, names: list[str]) -> tuple[dict, dict]:
     """(activations, gradients of sum <a, Delta>) of every hook in ``names`` on the corrupted input."""
     saved = {}
 
-    def keep(act, hook):
-        if not act.requires_grad:  # frozen weights: the first hooked activation becomes a leaf
-            act = act.detach().requires_grad_()
-        act.retain_grad()
-        saved[hook.name] = act
-        return act
+    def keep(name):
+        # stored under the name asked for: on a TransformerBridge, blocks.0.hook_resid_pre is an alias and the
+        # hook point's own name is another (blocks.0.hook_in)
+        def hook(act, hook):
+            if not act.requires_grad:  # frozen weights: the first hooked activation becomes a leaf
+                act = act.detach().requires_grad_()
+            act.retain_grad()
+            saved[name] = act
+            return act
+        return hook
 
-    with torch.enable_grad(), pair.model.hooks(fwd_hooks=[(name, keep) for name in names]):
+    with torch.enable_grad(), pair.model.hooks(fwd_hooks=[(name, keep(name)) for name in names]):
         answer = pair.read(pair.model(pair.corrupted))
         (answer * pair.delta).sum().backward()
     grads = {name: (act.grad if act.grad is not None else torch.zeros_like(act)).detach()

@@ -46,16 +46,26 @@ def final_read(model):
     return model.ln_final, model.W_U, model.b_U
 
 
-def linear_norm(norm, x: torch.Tensor, reference: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def norm_rule(model, norm) -> tuple[bool, float | None]:
+    """(whether the final norm centres, its epsilon): a TransformerLens model's config says (``normalization_type``
+    "LN"/"LNPre" centre, "RMS"/"RMSPre" do not; a bridge's norm modules are all one wrapper class); otherwise the
+    module's class does (a LayerNorm centres, an RMSNorm does not)."""
+    cfg = getattr(model, "cfg", None)
+    kind = getattr(cfg, "normalization_type", None)
+    if kind is not None:
+        return kind.startswith("LN"), getattr(cfg, "eps", None)
+    return type(norm).__name__ in ("LayerNorm", "LayerNormPre"), getattr(norm, "eps", None)
+
+
+def linear_norm(norm, x: torch.Tensor, reference: torch.Tensor, centred: bool, eps: float | None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
     """The final norm applied to the component ``x`` with the scale frozen at ``reference``'s (the whole residual),
     without its bias; and the bias (added once). LayerNorm centres and divides; RMSNorm only divides."""
     weight = getattr(norm, "weight", None)
     weight = getattr(norm, "w", None) if weight is None else weight
     bias = getattr(norm, "bias", None)
     bias = getattr(norm, "b", None) if bias is None else bias
-    eps = getattr(norm, "eps", None)
     eps = torch.finfo(reference.dtype).eps if eps is None else eps
-    centred = type(norm).__name__ in ("LayerNorm", "LayerNormPre")
     ref = reference - reference.mean(-1, keepdim=True) if centred else reference
     scale = (ref.pow(2).mean(-1, keepdim=True) + eps).sqrt()
     out = (x - x.mean(-1, keepdim=True) if centred else x) / scale
@@ -73,7 +83,8 @@ def components(pair: P.Pair, cache: dict) -> list[tuple[str, torch.Tensor]]:
             z, attn = cache[act_name("z", l)][:, q], model.blocks[l].attn
             W_O = attn.W_O  # [heads, d_head, d]
             out += [(f"L{l}H{h}", z[:, h] @ W_O[h]) for h in range(z.shape[1])]
-            if bool((attn.b_O != 0).any()):  # a model without an attention bias (SmolLM2) gets no row of zeros
+            # no row for a missing bias (a bridged Llama's is None) or a zero one (SmolLM2's, converted under TL 3)
+            if attn.b_O is not None and bool((attn.b_O != 0).any()):
                 out.append((f"L{l} attention bias", attn.b_O.expand(len(z), -1)))
             if P.has(model, act_name("mlp_out", l)):
                 out.append((f"L{l} MLP", cache[act_name("mlp_out", l)][:, q]))
@@ -110,14 +121,15 @@ def decompose(pair: P.Pair, tokens: torch.Tensor) -> dict:
     """Attributions [B] per component, the bias term [B] and the logit difference [B] on ``tokens``."""
     model = pair.model
     norm, W_U, b_U = final_read(model)
+    rule = norm_rule(model, norm)
     with torch.no_grad():
         logits, cache = model.run_with_cache(tokens, names_filter=needed(model))
         L = P.n_layers(model)
         final = cache[act_name("resid_post", L - 1)][:, pair.query]
         d = direction(pair)
         u = output_direction(pair, W_U, d)
-        parts = {label: (linear_norm(norm, x, final)[0] * u).sum(-1).double() for label, x in components(pair, cache)}
-        _, norm_bias = linear_norm(norm, final, final)
+        parts = {label: (linear_norm(norm, x, final, *rule)[0] * u).sum(-1).double() for label, x in components(pair, cache)}
+        _, norm_bias = linear_norm(norm, final, final, *rule)
         out = logits[:, pair.query]
         picked = out[:, :1] if pair.kind == "mean" else pair.answer_index(out)
         b_pick = b_U[:1] if pair.kind == "mean" else pair.answer_index(b_U)

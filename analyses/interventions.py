@@ -52,7 +52,7 @@ def language_options() -> tuple[Option, ...]:
 
 @dataclass
 class Pair:
-    model: torch.nn.Module  # the hooked model (a language model's HookedTransformer)
+    model: torch.nn.Module  # the hooked model (a language model's TransformerBridge)
     clean: torch.Tensor  # inputs [B, T] (continuous tasks [B, T, F])
     corrupted: torch.Tensor
     query: int  # the position whose answer is compared

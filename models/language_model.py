@@ -1,27 +1,33 @@
-"""Language models from Hugging Face as TransformerLens HookedTransformers, offline (Paper III's setting).
+"""Language models as TransformerLens 4 ``TransformerBridge``s, offline (Paper III's setting).
 
-Two ways in, neither of which downloads anything:
+Three ways in, none of which downloads anything:
 
 - ``from_hugging_face(hf_model)``: a transformers causal LM already in memory (a pretrained one, or one
-  built from a config, as the tests do) converted through TransformerLens's own weight conversion;
-- ``load_language_model(name)``: ``HookedTransformer.from_pretrained`` with the Hugging Face hub
+  built from a config, as the tests do) wrapped in a bridge (``build_bridge_from_module``: the bridge's
+  own ``boot_transformers`` looks the tokenizer up on the Hub even when handed a model, so it cannot run
+  offline on a model without one);
+- ``load_language_model(name)``: ``TransformerBridge.boot_transformers`` with the Hugging Face hub
   offline, so the weights must already be in the local cache; if they are not, one line says how to
-  fetch them on a machine with internet.
+  fetch them on a machine with internet;
+- ``LanguageModel(model, name, tokenizer)`` around any TransformerLens model built in Python (a
+  ``TransformerBridge`` from ``boot_transformers`` or ``boot_native``, or a ``HookedRootModule`` with
+  TransformerLens's hook names, such as a wind-tunnel transformer).
+
+Bridges run in compatibility mode without weight processing: HookedTransformer's hook names and shapes
+(``blocks.{l}.attn.hook_z`` per head, ``ln1.hook_normalized``, ...) on the model's raw weights. No LayerNorm
+folding or centring, which would change W_K and W_V, the geometry the analyses read.
 
 Keys and values are read per *key/value head*: a grouped-query model (Llama 3, Mistral) has fewer
 key/value heads than query heads, and ``kv_weights`` returns one projection per key/value head, never
 a copy per query head (copies would count one head's geometry several times). GPT-NeoX's fused QKV
-matrix is laid out (heads, 3, d_head) per row block, not (3, heads, d_head); TransformerLens's
-conversion slices it that way, and ``tests/test_language_models.py`` checks every head's keys and
-values against the Hugging Face module's own projections.
+matrix is laid out (heads, 3, d_head) per row block, not (3, heads, d_head); the bridge slices it that
+way, and ``tests/test_language_models.py`` checks every head's keys and values against the Hugging Face
+module's own projections.
 """
 from __future__ import annotations
 
 import copy
 import os
-import tempfile
-import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -30,16 +36,13 @@ import torch
 
 from tasks import ConfigError
 
-# Keep what the analyses read: no LayerNorm folding or centring, which would change W_K and W_V.
-RAW_WEIGHTS = dict(fold_ln=False, center_writing_weights=False, center_unembed=False, fold_value_biases=False)
-
 
 @dataclass
 class LanguageModel:
-    """A HookedTransformer the analyses run on through prompts (``interp run NAME --model ...``), with the
+    """A TransformerLens model the analyses run on through prompts (``interp run NAME --model ...``), with the
     tokenizer its prompts are written with (None: prompts of token ids, e.g. a model built from a config)."""
 
-    model: Any  # transformer_lens.HookedTransformer
+    model: Any  # a transformer_lens TransformerBridge, or a HookedRootModule with its hook names
     name: str
     tokenizer: Any = None
     task: Any = None  # a wind-tunnel transformer's task (its prompts: ``--prompts wind-tunnel``)
@@ -65,51 +68,52 @@ def open_language_model(spec: str, device: str = "cpu") -> LanguageModel:
     if not path.is_dir():
         model = load_language_model(spec, device=device)
         return LanguageModel(model, spec.rstrip("/").split("/")[-1], getattr(model, "tokenizer", None))
+    hf_model, tokenizer = read_folder(path)
+    return LanguageModel(from_hugging_face(hf_model, tokenizer, path.resolve().name).to(device),
+                         path.resolve().name, tokenizer)
+
+
+def read_folder(path: Path):
+    """The Hugging Face causal LM (float32) in ``path`` and its tokenizer (None: the folder has none)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not (path / "config.json").is_file():
         raise ConfigError(f"{path} holds no config.json: --model takes a Hugging Face model folder "
-                        f"(save_pretrained's files) or a model name in the local cache")
+                          f"(save_pretrained's files) or a model name in the local cache")
     try:
-        hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path} is not a loadable Hugging Face causal LM: {str(err).splitlines()[0]}") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, TypeError):  # no tokenizer files: prompts of token ids
         tokenizer = None
-    return LanguageModel(from_hugging_face(hf_model).to(device, print_details=False), path.resolve().name, tokenizer)
+    return hf_model.eval(), tokenizer
 
 
-def from_hugging_face(hf_model, dtype: torch.dtype = torch.float32, n_ctx: int | None = None):
-    """A HookedTransformer with ``hf_model``'s weights (no download: only its config is written, to a temporary
-    folder, for TransformerLens to read the architecture from); ``n_ctx`` caps its context (TransformerLens
-    keeps an n_ctx x n_ctx mask per layer, 2 GB over 30 layers at 8192)."""
-    import transformer_lens.loading_from_pretrained as loading
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+def from_hugging_face(hf_model, tokenizer=None, name: str = "external"):
+    """A TransformerBridge around ``hf_model`` (no download, and ``hf_model`` itself is wrapped, not copied), in
+    compatibility mode on its raw weights."""
+    from transformer_lens.model_bridge.sources import build_bridge_from_module
 
-    config = copy.deepcopy(hf_model.config)
-    config.architectures = config.architectures or [type(hf_model).__name__]
-    with tempfile.TemporaryDirectory() as folder:
-        config.save_pretrained(folder)
-        try:
-            settings = loading.convert_hf_model_config(folder)
-        except (NotImplementedError, ValueError, KeyError) as err:
-            raise ConfigError(f"TransformerLens cannot convert a {config.architectures[0]}: {err}") from None
-        settings.pop("tokenizer_name", None)  # a model built from a config has no tokenizer to load
-        if n_ctx is not None:
-            settings["n_ctx"] = min(settings["n_ctx"], n_ctx)
-        cfg = HookedTransformerConfig(**settings, dtype=dtype)
-        state = loading.get_pretrained_state_dict(folder, cfg, hf_model=hf_model, dtype=dtype)
-    with quiet_deprecation():
-        model = HookedTransformer(cfg)
-    model.load_and_process_state_dict(state, **RAW_WEIGHTS)
+    architecture = (hf_model.config.architectures or [type(hf_model).__name__])[0]
+    try:
+        model = build_bridge_from_module(hf_model, architecture, hf_config=hf_model.config, tokenizer=tokenizer,
+                                         model_name=name)
+    except (NotImplementedError, ValueError, KeyError) as err:
+        raise ConfigError(f"TransformerLens has no bridge for a {architecture}: {str(err).splitlines()[0]}") from None
+    return compatible(model)
+
+
+def compatible(model):
+    """``model`` (a TransformerBridge) with HookedTransformer's hook names and shapes, its weights unprocessed."""
+    model.enable_compatibility_mode(no_processing=True, disable_warnings=True)
     return model.eval()
 
 
 def load_language_model(name: str, device: str = "cpu"):
     """``name`` (e.g. ``EleutherAI/pythia-410m``) from the local Hugging Face cache, without network."""
-    from transformer_lens import HookedTransformer
+    from transformer_lens.model_bridge import TransformerBridge
 
     import huggingface_hub.constants as hub
 
@@ -119,16 +123,18 @@ def load_language_model(name: str, device: str = "cpu"):
     # from the cache is first looked up on the network (about 20 s of retries here before the error)
     was_offline, hub.HF_HUB_OFFLINE = hub.HF_HUB_OFFLINE, True
     try:
-        with quiet_deprecation():
-            return HookedTransformer.from_pretrained(name, device=device, **RAW_WEIGHTS).eval()
-    except (OSError, ValueError) as err:
-        if "not found" in str(err).lower() and "model" in str(err).lower() and "cache" not in str(err).lower():
+        return compatible(TransformerBridge.boot_transformers(name, device=device))
+    except (OSError, ValueError):
+        from transformer_lens.supported_models import MODEL_ALIASES, OFFICIAL_MODEL_NAMES
+
+        if name not in {*OFFICIAL_MODEL_NAMES, *(alias for aliases in MODEL_ALIASES.values() for alias in aliases)}:
             raise ConfigError(f"{name!r} is neither a folder holding a Hugging Face model nor a model TransformerLens "
-                            f"knows (transformer_lens.loading.OFFICIAL_MODEL_NAMES lists those)") from None
+                              f"knows (transformer_lens.supported_models.OFFICIAL_MODEL_NAMES lists those), and the "
+                              f"local Hugging Face cache holds no model of that name") from None
         raise ConfigError(f"the weights of {name!r} are not in the local Hugging Face cache and this machine does "
-                        f"not download; fetch them once where there is internet: python -c \"from transformers "
-                        f"import AutoModelForCausalLM as M; M.from_pretrained('{name}')\" (then copy "
-                        f"~/.cache/huggingface here)") from None
+                          f"not download; fetch them once where there is internet: python -c \"from transformers "
+                          f"import AutoModelForCausalLM as M; M.from_pretrained('{name}')\" (then copy "
+                          f"~/.cache/huggingface here)") from None
     finally:
         hub.HF_HUB_OFFLINE = was_offline
         for key, value in saved.items():
@@ -138,22 +144,39 @@ def load_language_model(name: str, device: str = "cpu"):
                 os.environ[key] = value
 
 
-@contextmanager
-def quiet_deprecation():
-    """TransformerLens 3 marks HookedTransformer deprecated in favour of TransformerBridge; the toolkit's hook
-    names are HookedTransformer's, so the warning says nothing a user can act on."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*HookedTransformer.*deprecated", category=DeprecationWarning)
-        yield
+def reinitialised(model, seed: int = 0):
+    """A twin of ``model`` with freshly initialised weights, as its architecture initialises them: a wind-tunnel
+    model rebuilt from its config, a ``boot_native`` bridge re-initialised by TransformerLens, a bridge over a
+    Hugging Face model around a new one built from the same config."""
+    from transformer_lens.model_bridge.sources.native.model import NativeModel
+
+    from .base import AnswerHead
+
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if isinstance(model, AnswerHead):
+            from . import build
+
+            return build(model.arch, model.task, model.config.to_dict(), seed=seed).to(device).eval()
+        original = model.original_model
+        if isinstance(original, NativeModel):
+            fresh = copy.deepcopy(model)
+            fresh.init_weights()
+            return fresh.eval()
+        return from_hugging_face(type(original)(original.config).to(device)).eval()
 
 
 def kv_weights(model, layer: int) -> dict[str, torch.Tensor]:
     """Layer ``layer``'s key and value projections, one per key/value head: W_K, W_V [kv_heads, d_model, d_head]
     and b_K, b_V [kv_heads, d_head] (grouped-query models keep theirs unrepeated)."""
     attn = model.blocks[layer].attn
-    grouped = getattr(model.cfg, "n_key_value_heads", None) not in (None, model.cfg.n_heads)
-    name = (lambda p: f"_{p}") if grouped else (lambda p: p)  # noqa: E731
-    return {p: getattr(attn, name(p)) for p in ("W_K", "b_K", "W_V", "b_V")}
+    out = {}
+    for weight, bias in (("W_K", "b_K"), ("W_V", "b_V")):
+        out[weight] = getattr(attn, weight)  # a bridge's are per key/value head already
+        b = getattr(attn, bias, None)  # Llama's projections have no bias: a zero one
+        out[bias] = b if b is not None else out[weight].new_zeros(out[weight].shape[0], out[weight].shape[2])
+    return out
 
 
 def n_kv_heads(model) -> int:

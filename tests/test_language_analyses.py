@@ -1,5 +1,5 @@
 """Paper III's diagnostics on language models: known answers on constructed models, every analysis on every
-constructed model family (a random-initialised HookedTransformer, tiny GPT-NeoX and grouped-query Llama
+constructed model family (a random-initialised TransformerLens-native model, tiny GPT-NeoX and grouped-query Llama
 models converted from Hugging Face), and the CLI's --model on a saved model folder with its tokenizer."""
 import json
 import math
@@ -13,7 +13,8 @@ from analyses import activations
 from analyses.attention_focusing import normalised_entropy
 from analyses.base import AnalysisError
 from analyses.value_manifold import bootstrap_intervals, pca_share_and_r
-from models.language_model import LanguageModel, from_hugging_face, n_kv_heads, quiet_deprecation
+from models.language_model import LanguageModel, from_hugging_face, n_kv_heads
+from tests.tiny_language_models import native
 from tasks.prompts import two_label
 from tests.cli import run_cli
 from tests.tiny_language_models import FAMILIES, brute_force_calibration, saved, tiny, word_tokenizer
@@ -23,14 +24,9 @@ QUICK = {"value-manifold": dict(bootstrap=20), "entropy-axis": dict(controls=2)}
 
 
 def hooked(d_vocab=16, n_layers=1, n_heads=1, d_head=16, **settings):
-    """A HookedTransformer without LayerNorm, MLP or positions: one-hot embeddings when d_model = d_vocab."""
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-
-    cfg = HookedTransformerConfig(n_layers=n_layers, d_model=d_vocab, n_ctx=64, d_head=d_head, n_heads=n_heads,
-                                  d_vocab=d_vocab, act_fn="relu", attn_only=True, normalization_type=None,
-                                  **settings)
-    with quiet_deprecation():
-        model = HookedTransformer(cfg).eval()
+    """A TransformerLens model without LayerNorm, MLP or positions: one-hot embeddings when d_model = d_vocab."""
+    model = native(n_layers=n_layers, d_model=d_vocab, d_head=d_head, n_heads=n_heads, d_vocab=d_vocab,
+                   act_fn="relu", attn_only=True, normalization_type=None, **settings)
     with torch.no_grad():
         model.W_E.copy_(torch.eye(d_vocab))
         model.W_pos.zero_()
@@ -39,13 +35,7 @@ def hooked(d_vocab=16, n_layers=1, n_heads=1, d_head=16, **settings):
 
 def family(name: str) -> LanguageModel:
     if name == "random":
-        from transformer_lens import HookedTransformer, HookedTransformerConfig
-
-        torch.manual_seed(0)
-        cfg = HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=64, d_head=8, n_heads=4, d_vocab=48,
-                                      act_fn="gelu")
-        with quiet_deprecation():
-            return LanguageModel(HookedTransformer(cfg).eval(), "random")
+        return LanguageModel(native(), "random")
     return LanguageModel(from_hugging_face(tiny(name, vocab_size=len(word_tokenizer()))), name, word_tokenizer())
 
 

@@ -221,15 +221,10 @@ def test_direct_logit_attribution_adds_up_on_every_architecture(arch):
 
 
 def random_language_model():
-    """A random-initialised HookedTransformer without a tokenizer (prompts of token ids): built in a moment."""
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    """A random-initialised TransformerLens model without a tokenizer (prompts of token ids): built in a moment."""
+    from tests.tiny_language_models import native
 
-    from models.language_model import quiet_deprecation
-
-    torch.manual_seed(0)
-    cfg = HookedTransformerConfig(n_layers=2, d_model=32, n_ctx=64, d_head=8, n_heads=4, d_vocab=48, act_fn="gelu")
-    with quiet_deprecation():
-        return LanguageModel(HookedTransformer(cfg).eval(), "random")
+    return LanguageModel(native(), "random")
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +248,13 @@ def test_patching_and_attribution_on_a_transformer_lens_model_with_the_prompt_ta
     cell = {(s, r): v for s, row in zip(paths["senders"], paths["bayes_scale"]) for r, v in zip(paths["receivers"], row)}
     assert cell["L0H0", "L0 MLP"] is not None  # a sequential block: attention feeds its MLP
     assert analyses.run("attribution-patching", lm, prompts=prompts, per_shot=4, exact=True).metrics["mean_abs_gap"] is not None
+
+
+def test_direct_logit_attribution_adds_up_on_a_bridged_grouped_query_llama():
+    """The final RMSNorm read off the bridge's config (a bridge wraps every norm in one class), no output biases."""
+    lm = LanguageModel(from_hugging_face(tiny("llama-gqa", vocab_size=len(word_tokenizer()))), "llama-gqa",
+                       word_tokenizer())
+    assert analyses.run("direct-logit-attribution", lm, prompts="two-label", per_shot=4).metrics["sum_check"] < 1e-4
 
 
 @pytest.mark.slow

@@ -92,7 +92,10 @@ def test_the_converted_model_computes_what_transformers_computes(lm):
     assert record["max_abs_logit_diff"] <= 1e-3 and record["architecture"] == "LlamaForCausalLM"
     cfg = lm.model.cfg
     assert (cfg.n_layers, cfg.d_model, cfg.n_heads, cfg.n_key_value_heads, cfg.d_head) == (30, 576, 9, 3, 64)
-    assert cfg.d_vocab == 49152 and cfg.rotary_base == 100_000
+    # RoPE base 10^5, read off the Hugging Face config the bridge wraps: TransformerLens 4.3's cfg.rotary_base says
+    # 10,000 (it reads transformers 4's rope_theta, which transformers 5 moved into rope_parameters); the forward pass
+    # runs the Hugging Face rotary module itself, so the numbers below are unaffected
+    assert cfg.d_vocab == 49152 and lm.model.original_model.config.rope_parameters["rope_theta"] == 100_000
     # again, independently of the recorded figure, on a prompt the conversion never saw
     hf_model, _ = gguf_model.read_gguf(gguf_model.locate(NAME)[0])
     ids = torch.tensor([lm.tokenizer.encode("Bayes was a minister who thought about chance and", add_special_tokens=False)])

@@ -81,14 +81,10 @@ def test_the_coins_predictive_and_posterior_entropy_are_exact():
 
 
 def constant_model(log_odds: float):
-    """A HookedTransformer whose next-token logits are its unembedding bias alone: label 0 vs 1 at log_odds."""
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    """A TransformerLens model whose next-token logits are its unembedding bias alone: label 0 vs 1 at log_odds."""
+    from tests.tiny_language_models import native
 
-    from models.language_model import quiet_deprecation
-
-    cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=64, d_head=4, n_heads=2, d_vocab=24, act_fn="gelu")
-    with quiet_deprecation():
-        model = HookedTransformer(cfg).eval()
+    model = native(n_layers=1, d_model=8, d_head=4, n_heads=2, d_vocab=24)
     with torch.no_grad():
         model.W_U.zero_()
         model.b_U.zero_()

@@ -1,5 +1,5 @@
 """Tiny language models of real families, built from a config (nothing downloaded), for the tests: a
-GPT-NeoX (Pythia's family: fused query-key-value matrix, partial rotary), a grouped-query Llama, and a
+TransformerLens-native model, a GPT-NeoX (Pythia's family: fused query-key-value matrix, partial rotary), a grouped-query Llama, and a
 word-level tokenizer that knows every word the shipped prompt tasks use."""
 from __future__ import annotations
 
@@ -25,6 +25,15 @@ def tiny(family: str, vocab_size: int = 64):
                                         num_hidden_layers=2, num_attention_heads=4,
                                         num_key_value_heads=2,  # grouped-query: 2 query heads per key head
                                         max_position_embeddings=64)).eval()
+
+
+def native(**settings):
+    """A random-initialised TransformerLens 4 model built from a config (``TransformerBridge.boot_native``), without
+    a tokenizer (prompts of token ids): 2 layers, d_model 32, 4 heads of 8, 48 tokens unless ``settings`` say otherwise."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    config = dict(n_layers=2, d_model=32, n_ctx=64, d_head=8, n_heads=4, d_vocab=48, act_fn="gelu", seed=0) | settings
+    return TransformerBridge.boot_native(config).eval()
 
 
 def word_tokenizer():
