@@ -144,8 +144,13 @@ def differences(rows: list[dict], sums: list[dict]) -> list[dict]:
 def bar_figure(rows: list[dict]) -> go.Figure:
     labels = [f"{r['run']}<br>{r['task']}/{r['arch']}" for r in rows]
     fig = go.Figure()
-    spread = lambda metric, side: [(r["intervals"][metric][1] - r[metric]) if side else (r[metric] - r["intervals"][metric][0])
-                                   if r.get(metric) is not None and metric in r.get("intervals", {}) else 0 for r in rows]
+    def spread(metric: str, above: bool) -> list[float]:  # error bar lengths; 0 where a run has no such number
+        bars = []
+        for r in rows:
+            low, high = r.get("intervals", {}).get(metric) or (None, None)
+            bars.append(0 if r.get(metric) is None or low is None else (high - r[metric] if above else r[metric] - low))
+        return bars
+
     fig.add_bar(x=labels, y=[r["entropy_mae_bits"] for r in rows], name="entropy MAE (bits)", offsetgroup="mae",
                 error_y=dict(type="data", symmetric=False, array=spread("entropy_mae_bits", 1),
                              arrayminus=spread("entropy_mae_bits", 0)),

@@ -153,6 +153,10 @@ class Explorer:
                     attention_out=all(act_name("attn_out", l) in model.hook_dict for l in range(n_layers)),
                     blocks=blocks, arch=getattr(model, "arch", type(model).__name__))
 
+    def ablated_by_controls(self, index: int, heads: list[str], blocks: list[str], mode: str):
+        """``ablated`` with the choices as the page's ablation controls give them."""
+        return self.ablated(index, chosen_ablations(heads, blocks, mode))
+
     @contextmanager
     def ablated(self, index: int, choices: list[str]):
         with self.lock:

@@ -45,9 +45,7 @@ class WindTunnelPairs:
 
     def applied(self, index, sequence, heads=None, blocks=None, mode=None):
         """The model as the ablation controls leave it, while a pair is patched (a context)."""
-        from .explore import chosen_ablations
-
-        return self.explorer.ablated(index, chosen_ablations(heads or [], blocks or [], mode or "zero"))
+        return self.explorer.ablated_by_controls(index, heads or [], blocks or [], mode or "zero")
 
     def answer_names(self, classes: list[int]) -> list[str]:
         """The task's names of answer classes (v2, s0, ...): the tokens they are read from, where it has them."""
