@@ -75,7 +75,7 @@ def test_a_file_that_is_not_a_gguf_model_is_one_line(tmp_path, capsys, monkeypat
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     bad = tmp_path / "notes.gguf"
     bad.write_bytes(b"GGUF" + b"\0" * 60)
-    for spec, message in ((tmp_path / "absent.gguf", "no GGUF file"), (bad, "cannot read notes.gguf")):
+    for spec, message in ((tmp_path / "absent.gguf", "no GGUF file"), (bad, "notes.gguf is not a whole GGUF file")):
         shown = run_cli(capsys, "run", "key-orthogonality", "--model", spec)
         assert shown.code == 1 and "Traceback" not in shown.err, shown.err
         assert message in shown.err.strip().splitlines()[-1], shown.err
