@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The binding runs: Mamba (token shift 3, weight decay and RMSNorm eps as mamba-ssm trains) and the plain
+# transformer (no shift), each on one thread, on a mixture of dense tables (every stored key queried, no gap;
+# 8, 16, 32 and 64 pairs) and the paper's own format, 100,000 x 64 sequences (zoology's budget). Evaluation
+# stays the paper's format. Run from the repository root; run it again to resume both (RUNS: where they live).
+set -u
+RUNS=${RUNS:-runs}
+export OMP_NUM_THREADS=1
+MIX='[[100000, [{"N":8,"slots":8,"fillers":4,"queries":8,"gap":0,"ask":"every"},{"N":16,"slots":16,"fillers":8,"queries":16,"gap":0,"ask":"every"},{"N":32,"slots":32,"fillers":16,"queries":32,"gap":0,"ask":"every"},{"queries":64,"gap":0,"ask":"every"},{}]]]'
+run() {  # name, then interp train options
+  local name=$1; shift
+  if [ -e "$RUNS/$name/run.json" ]; then
+    interp train --resume --out "$RUNS/$name" >> "$RUNS/$name.log" 2>&1
+  else
+    mkdir -p "$RUNS"
+    interp train --task recall --steps 100000 --batch-size 64 --lr 1e-3 --warmup 1000 --eval-every 1000 \
+      --eval-size 512 --curriculum "$MIX" --out "$RUNS/$name" "$@" >> "$RUNS/$name.log" 2>&1
+  fi
+}
+run bind-mamba-dense-mix --arch mamba -M ssm_weight_decay=false -M norm_eps=1e-5 &
+run bind-transformer-plain-dense-mix --arch transformer -M shift=null -M n_ctx=480 &
+wait
