@@ -95,7 +95,7 @@ def test_interp_run_help_comes_from_the_schema(capsys):
     assert "Definition:" in shown.out
     listing = run_cli(capsys, "run", "--help")
     assert listing.code == 0 and all(name in listing.out for name in analyses.NAMES)
-    bad = run_cli(capsys, "run", "value-manifold", "--ckpt", "bijection-transformer-cpu", "--max-points", "0")
+    bad = run_cli(capsys, "run", "value-manifold", "--ckpt", str(ROOT / "tests"), "--max-points", "0")
     assert bad.code == 1 and "--max-points must be at least 1, got 0" in bad.err
 
 
