@@ -27,6 +27,14 @@ from .recipe import TrainSettings, preset_recipe, recorded_model, recorded_train
 from .train import Trainer, record_problem
 
 
+def recorded_task(task: dict) -> dict:
+    """A run record's task with any setting added since it was written at its default (as its run resumes)."""
+    try:
+        return tasks.from_config(task).config()
+    except (tasks.ConfigError, TypeError, KeyError):
+        return task
+
+
 @dataclass(frozen=True)
 class Row:
     """One line of the table: a task's ``PaperRow`` for one architecture."""
@@ -108,7 +116,7 @@ class Reproduction:
         """Refuse to reuse (or resume) a run trained with other settings than the preset's: its numbers
         would silently stand in for the preset's in the table."""
         want = self.recipe(task, arch)
-        have = dict(record, train=recorded_train(record),
+        have = dict(record, train=recorded_train(record), task=recorded_task(record.get("task", {})),
                     model=recorded_model(arch, record.get("model", {})))
         # which checkpoints a run kept, and how often and on how many held-out sequences it measured
         # itself, do not change its weights (the training is the same)
