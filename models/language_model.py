@@ -23,45 +23,30 @@ a copy per query head (copies would count one head's geometry several times). GP
 matrix is laid out (heads, 3, d_head) per row block, not (3, heads, d_head); the bridge slices it that
 way, and ``tests/test_language_models.py`` checks every head's keys and values against the Hugging Face
 module's own projections.
+
+``LanguageModel``, ``from_hugging_face``, ``compatible`` and ``read_folder`` live in ``models/hf_bridge.py``, which
+``models/gguf_model.py`` shares (this module imports that one, never the other way round); they are importable
+from here as before.
 """
 from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
 import torch
 
 from tasks import ConfigError
 
-
-@dataclass
-class LanguageModel:
-    """A TransformerLens model the analyses run on through prompts (``interp run NAME --model ...``), with the
-    tokenizer its prompts are written with (None: prompts of token ids, e.g. a model built from a config)."""
-
-    model: Any  # a transformer_lens TransformerBridge, or a HookedRootModule with its hook names
-    name: str
-    tokenizer: Any = None
-    task: Any = None  # a wind-tunnel transformer's task (its prompts: ``--prompts wind-tunnel``)
-
-    arch = "language model"  # what refusals call it
-
-    @property
-    def encode(self) -> Callable[[str], list[int]] | None:
-        if self.tokenizer is None:
-            return None
-        return lambda text: self.tokenizer.encode(text, add_special_tokens=False)
+from .gguf_model import is_gguf_spec, open_gguf
+# the bridge and the model type live in hf_bridge, which gguf_model shares; named here too, where callers look
+from .hf_bridge import LanguageModel, compatible, from_hugging_face, read_folder  # noqa: F401
 
 
 def open_language_model(spec: str, device: str = "cpu") -> LanguageModel:
     """``spec``: a folder holding a Hugging Face causal LM (``save_pretrained``'s files, a tokenizer beside
     it if there is one), a GGUF file or a packaged GGUF model (``smollm2-135m``: models/gguf_model.py), or a
     model name TransformerLens knows whose weights are in the local cache."""
-    from .gguf_model import is_gguf_spec, open_gguf
-
     if is_gguf_spec(str(spec)):
         return open_gguf(str(spec), device=device)
     path = Path(spec).expanduser()
@@ -71,44 +56,6 @@ def open_language_model(spec: str, device: str = "cpu") -> LanguageModel:
     hf_model, tokenizer = read_folder(path)
     return LanguageModel(from_hugging_face(hf_model, tokenizer, path.resolve().name).to(device),
                          path.resolve().name, tokenizer)
-
-
-def read_folder(path: Path):
-    """The Hugging Face causal LM (float32) in ``path`` and its tokenizer (None: the folder has none)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    if not (path / "config.json").is_file():
-        raise ConfigError(f"{path} holds no config.json: --model takes a Hugging Face model folder "
-                          f"(save_pretrained's files) or a model name in the local cache")
-    try:
-        hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"{path} is not a loadable Hugging Face causal LM: {str(err).splitlines()[0]}") from None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError, TypeError):  # no tokenizer files: prompts of token ids
-        tokenizer = None
-    return hf_model.eval(), tokenizer
-
-
-def from_hugging_face(hf_model, tokenizer=None, name: str = "external"):
-    """A TransformerBridge around ``hf_model`` (no download, and ``hf_model`` itself is wrapped, not copied), in
-    compatibility mode on its raw weights."""
-    from transformer_lens.model_bridge.sources import build_bridge_from_module
-
-    architecture = (hf_model.config.architectures or [type(hf_model).__name__])[0]
-    try:
-        model = build_bridge_from_module(hf_model, architecture, hf_config=hf_model.config, tokenizer=tokenizer,
-                                         model_name=name)
-    except (NotImplementedError, ValueError, KeyError) as err:
-        raise ConfigError(f"TransformerLens has no bridge for a {architecture}: {str(err).splitlines()[0]}") from None
-    return compatible(model)
-
-
-def compatible(model):
-    """``model`` (a TransformerBridge) with HookedTransformer's hook names and shapes, its weights unprocessed."""
-    model.enable_compatibility_mode(no_processing=True, disable_warnings=True)
-    return model.eval()
 
 
 def load_language_model(name: str, device: str = "cpu"):

@@ -69,3 +69,73 @@ def test_the_shared_layers_live_in_one_module_each():
         assert found == [owner], (needle, found)
     assert not [name for name, text in sources() if name.startswith("analyses/") and re.search(
         r"open\([^)]*sweep\.json|json\.loads\([^)]*sweep", text)]  # sweeps are read through read_result
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Which of the repo's modules each module imports, at its top or inside a function (a lazy import closes a
+    circle as surely as an eager one: it only moves the failure to the first call)."""
+    import ast
+
+    names = {}
+    for name, _ in sources():
+        parts = name.removesuffix(".py").split("/")
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = name
+
+    def known(module: str) -> str | None:  # the module itself, or the package that holds the name
+        while module and module not in names:
+            module = module.rpartition(".")[0]
+        return module or None
+
+    graph = {}
+    for module, path in names.items():
+        package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse((ROOT / path).read_text())):
+            if isinstance(node, ast.Import):
+                found |= {known(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in names else known(base) for a in node.names}
+        # A package's __init__ is its registry, gathered from its own modules; a module that looks the registry
+        # up at call time (``from . import make``) is how a registry works, not a circle between two modules.
+        graph[module] = {m for m in found if m and m != module and not (m == package and module.startswith(m + "."))}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (each holds at least one import circle)."""
+    order, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        order[v] = low[v] = len(order)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in order:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], order[w])
+        if low[v] == order[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+                on.discard(group[-1])
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in order:
+            visit(v)
+    return found
+
+
+def test_no_two_modules_import_each_other():
+    """No import circle among the repo's modules, lazy imports included: models/gguf_model.py and
+    models/language_model.py once imported each other; what they share is models/hf_bridge.py now."""
+    graph = import_graph()
+    assert "models.hf_bridge" in graph["models.gguf_model"] and "models.gguf_model" in graph["models.language_model"]
+    assert circles(graph) == []
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the check finds one
