@@ -21,21 +21,20 @@ import plotly.graph_objects as go
 import torch
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from analyses import activations, style
-from analyses.base import AnalysisError
+from analyses import activations
 from models.base import act_name
-from tasks import ConfigError
 from tasks.base import SEED_LIMIT, SEED_RANGE, is_seed
 from tasks import prompts as prompt_tasks
 
 from . import explore_attention, explore_patching
 from .errors import UserError
+from .explore_common import INLINE, REFUSED, click_rule, graph, message_figure, panel, radios, sized_graph
+from .explore_lens import top_tokens_figure
 from .requests import MAX_CLICKS, Refused, guard, integer, one_of, scalar, text
 from .waits import Waits, register_status, status_line
 
 MAX_TOKENS = 256  # a typed prompt's length limit: the views draw T x T patterns for every head
 TOP = 8  # tokens shown per layer in the logit lens
-REFUSED = (UserError, AnalysisError, ConfigError)
 
 
 def token_text(piece: str) -> str:
@@ -136,33 +135,14 @@ class LanguageExplorer:
         probs = torch.softmax(model.unembed(model.ln_final(resid[None].to(device)))[0].double(), -1).cpu()
         top = probs.topk(TOP, -1)
         text = [[token_text(self.lm.tokenizer.decode([t])) for t in row] for row in top.indices.tolist()]
-        layers = [f"layer {l}" for l in range(model.cfg.n_layers)]
-        fig = go.Figure(go.Heatmap(z=top.values.numpy(), x=[f"#{r + 1}" for r in range(TOP)], y=layers, text=text,
-                                   texttemplate="%{text}", zmin=0, zmax=1, colorscale="Blues",
-                                   colorbar=dict(title="probability"),
-                                   hovertemplate="%{y}, rank %{x}<br>%{text}: %{z:.3f}<extra></extra>"))
-        label = self.labels(ids)[position]
-        fig.update_layout(title=f"{self.lm.name}: logit lens at position {label}, the top {TOP} next tokens per layer",
-                          xaxis_title="rank", yaxis_title="residual stream after", yaxis_autorange="reversed",
-                          width=760, height=160 + 22 * model.cfg.n_layers)
-        return style.apply(fig)
+        return top_tokens_figure(top.values, text, f"{self.lm.name}: logit lens at position "
+                                 f"{self.labels(ids)[position]}, the top {TOP} next tokens per layer")
 
 
 def build_app(explorer: LanguageExplorer, initial: str = "The capital of France is") -> Dash:
     cfg = explorer.lm.model.cfg
     app = Dash(__name__, title=f"interp explore: {explorer.lm.name}")
-    inline = dict(display="inline-block", marginRight="12px")
-    radios = lambda id_, n, label: html.Div([html.Label(label), dcc.RadioItems(  # noqa: E731
-        id=id_, options=[{"label": str(i), "value": i} for i in range(n)], value=0, inline=True,
-        inputStyle=dict(marginLeft="6px", marginRight="2px"))], style=dict(marginTop="4px"))
-    graph = lambda id_, height: dcc.Loading(dcc.Graph(id=id_, config=dict(displaylogo=False), responsive=True,  # noqa: E731
-                                                      style=dict(height=f"{height}px")), type="dot", delay_show=400)
-    panel = lambda title, *children: html.Div(  # noqa: E731
-        [html.H3(title, style=dict(margin="4px 0")), *children],
-        style=dict(border="1px solid #ddd", borderRadius="6px", padding="8px", margin="6px", minWidth="0"))
-    # a figure that sets its own size (the attention views grow with the prompt: every token is named)
-    sized_graph = lambda id_: dcc.Loading(dcc.Graph(id=id_, config=dict(displaylogo=False)),  # noqa: E731
-                                          type="dot", delay_show=400)
+    inline = INLINE
     patching = explore_patching.LanguagePairs(explorer)  # the patching panel's pairs: drawn prompts, one flipped
     app.layout = html.Div([
         *status_line(),  # what a slow view is waiting on
@@ -180,16 +160,17 @@ def build_app(explorer: LanguageExplorer, initial: str = "The capital of France 
                         dcc.Input(id="seed", type="number", value=0, min=0, step=1, style=dict(width="80px")),
                         html.Button("draw", id="draw", n_clicks=0, style=dict(marginLeft="6px")),
                         html.Span(id="message", style=dict(color="#b00", marginLeft="12px"))]),
-              html.Div(id="answer", style=dict(marginTop="6px", fontSize="13px"))),
-        panel("layer and head", radios("layer", cfg.n_layers, "layer"), radios("head", cfg.n_heads, "query head"),
+              html.Div(id="answer", style=dict(marginTop="6px", fontSize="13px")), minWidth="0"),
+        panel("layer and head", radios("layer", cfg.n_layers, "layer", marginTop="4px"),
+              radios("head", cfg.n_heads, "query head", marginTop="4px"),
               html.Div([html.Label("colour "), dcc.RadioItems(
                   id="scale", options=[{"label": "linear", "value": "linear"}, {"label": "log", "value": "log"}],
                   value="linear", inline=True, inputStyle=dict(marginLeft="6px", marginRight="2px"))],
-                  style=dict(marginTop="4px"))),
-        html.Div([panel("attention", html.Div(sized_graph("attention"), style=dict(overflowX="auto"))),
-                  panel("logit lens", graph("lens", 160 + 22 * cfg.n_layers))],
+                  style=dict(marginTop="4px")), minWidth="0"),
+        html.Div([panel("attention", html.Div(sized_graph("attention"), style=dict(overflowX="auto")), minWidth="0"),
+                  panel("logit lens", graph("lens", 160 + 22 * cfg.n_layers), minWidth="0")],
                  style=dict(display="grid", gridTemplateColumns="minmax(0, 3fr) minmax(0, 2fr)", alignItems="start")),
-        panel("every head of the layer", sized_graph("grid")),
+        panel("every head of the layer", sized_graph("grid"), minWidth="0"),
         explore_patching.panel(patching),
     ], style=dict(fontFamily="sans-serif", fontSize="14px"))
 
@@ -218,8 +199,7 @@ def build_app(explorer: LanguageExplorer, initial: str = "The capital of France 
                     explorer.lens_view(ids),
                     explorer.answer_summary(ids, sampled if sampled and sampled["text"] == prompt["text"] else None))
         except REFUSED as err:
-            message = go.Figure().add_annotation(text=str(err), showarrow=False, x=0.5, y=0.5, xref="paper",
-                                                 yref="paper")
+            message = message_figure(str(err))
             return message, message, message, ""
 
     @app.callback(Output("head", "value"), Input("grid", "clickData"), prevent_initial_call=True)
@@ -239,13 +219,6 @@ def rules(explorer: LanguageExplorer) -> dict:
     cfg = explorer.lm.model.cfg
     clicks = integer(0, MAX_CLICKS, optional=True)
 
-    def head_click(value):
-        points = value.get("points") if isinstance(value, dict) else None
-        if value is not None and not (isinstance(points, list) and len(points) == 1 and isinstance(points[0], dict)):
-            raise Refused("a click on the grid of heads is one point")
-        if value is not None:
-            integer(0, cfg.n_heads)(points[0].get("curveNumber"))
-
     def prompt_rule(value):
         if not isinstance(value, dict) or set(value) != {"text", "task", "seed"}:
             raise Refused(f'expected {{"text": ..., "task": ..., "seed": ...}}, got {type(value).__name__}')
@@ -262,7 +235,7 @@ def rules(explorer: LanguageExplorer) -> dict:
             ("task", "value"): one_of(*prompt_tasks.NAMES), ("seed", "value"): scalar(),
             ("layer", "value"): integer(0, cfg.n_layers), ("head", "value"): integer(0, cfg.n_heads),
             ("prompt", "data"): prompt_rule, ("scale", "value"): one_of("linear", "log"), ("tick", "n_intervals"): clicks,
-            ("grid", "clickData"): head_click}
+            ("grid", "clickData"): click_rule("the grid of heads", cfg.n_heads, named=False)}
 
 
 def serve(spec: str, host: str = "127.0.0.1", port: int = 8050) -> None:

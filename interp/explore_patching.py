@@ -24,6 +24,7 @@ from analyses.base import AnalysisError
 from tasks import ConfigError
 
 from .errors import UserError
+from .explore_common import message_figure
 
 CORRUPTION_SEED = 0  # which corrupted value or symbol is drawn: fixed, so a view is reproducible
 LANGUAGE_PROMPTS = 8  # prompts per number of shown examples drawn for a language model's pair
@@ -161,13 +162,6 @@ def pair_text(pair: P.Pair, source) -> list:
         lines.append(html.Div([html.Span(label + "  ")] + [x for s in spans for x in (s, html.Span(" "))]))
     return lines + [html.Div(f"{pair.what}; the answer is read at position {pair.query} (underlined)",
                              style=dict(fontFamily="sans-serif", color="#555"))]
-
-
-def message_figure(text: str) -> go.Figure:
-    """An empty panel's figure: one line saying what fills it (no blank axes)."""
-    fig = go.Figure()
-    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=14))
-    return style.use_template(fig.update_layout(xaxis_visible=False, yaxis_visible=False, height=240))
 
 
 def cell_figure(pair: P.Pair, scorer: P.Scorer, subject: str, site: str, position, answer: torch.Tensor,

@@ -1,0 +1,81 @@
+"""What every view of both explorers shares (``interp/explore.py`` on a wind tunnel, ``interp/explore_lm.py`` on a
+language model), written once: the refusals a view turns into a message, a panel's frame, a graph's box, a figure
+that says why a panel is empty, a row of radio buttons, the rule of a click on a map, and numbers made JSON-ready.
+Each view's own file (``explore_posterior``, ``explore_lens``, ``explore_attention``, ``explore_geometry``,
+``explore_ablation``, ``explore_numbers``, ``explore_patching``) builds on these and on nothing of another view.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import torch
+from dash import dcc, html
+
+from analyses import style
+from analyses.base import AnalysisError
+from tasks import ConfigError
+
+from .errors import UserError
+
+REFUSED = (UserError, AnalysisError, ConfigError)  # inputs a view refuses with a message, not a traceback
+RADIO = dict(marginLeft="8px", marginRight="2px")  # a radio button's spacing
+INLINE = dict(display="inline-block", marginRight="12px")
+
+
+def message_figure(text: str, size: int = 15) -> go.Figure:
+    """An empty panel's figure: one line saying what fills it, or why nothing can (no blank axes)."""
+    fig = go.Figure()
+    fig.add_annotation(text=text, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", font=dict(size=size))
+    return style.use_template(fig.update_layout(xaxis_visible=False, yaxis_visible=False, height=240))
+
+
+def panel(title: str, *children, **css) -> html.Div:
+    """A titled, framed panel of the page."""
+    return html.Div([html.H3(title, style=dict(margin="4px 0")), *children],
+                    style=dict(border="1px solid #ddd", borderRadius="6px", padding="8px", margin="6px", **css))
+
+
+def graph(id_: str, height: int) -> dcc.Loading:
+    """A graph that fills a box of a fixed height and the full width of its panel; until its first figure arrives
+    it says so (not empty axes), and a spinner shows while the view is recomputed."""
+    return dcc.Loading(dcc.Graph(id=id_, figure=message_figure("computing…"), config=dict(displaylogo=False),
+                                 responsive=True, style=dict(height=f"{height}px")), type="dot", delay_show=400)
+
+
+def sized_graph(id_: str) -> dcc.Loading:
+    """A graph whose figure sets its own size (the attention views grow with the sequence: every token is named)."""
+    return dcc.Loading(dcc.Graph(id=id_, figure=message_figure("computing…"), config=dict(displaylogo=False)),
+                       type="dot", delay_show=400)
+
+
+def radios(id_: str, n: int, label: str, **css) -> html.Div:
+    """A labelled row of radio buttons 0..n-1 (a layer, a head)."""
+    return html.Div([html.Label(label), dcc.RadioItems(id=id_, options=[{"label": str(i), "value": i} for i in range(n)],
+                                                       value=0, inline=True, inputStyle=RADIO)], style=css)
+
+
+def click_rule(what: str, within: int | None = None, named: bool = True):
+    """The request rule of a click on a map: one point, naming its column and row (``named``) in short text, and,
+    with ``within``, a curve number below it (the head of a grid)."""
+    from .requests import Refused, integer
+
+    def check(value):
+        if value is None:
+            return
+        points = value.get("points") if isinstance(value, dict) else None
+        point = points[0] if isinstance(points, list) and len(points) == 1 and isinstance(points[0], dict) else None
+        if point is None or named and not all(isinstance(point.get(k), str) and len(point[k]) < 200 for k in ("x", "y")):
+            raise Refused(f"a click on {what} is one point" + (" with its row and column" if named else ""))
+        if within is not None:
+            integer(0, within)(point.get("curveNumber"))
+    return check
+
+
+def plain(value):
+    """Tensors and numpy numbers as JSON-ready lists and floats, recursively."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    return value.item() if hasattr(value, "item") else value

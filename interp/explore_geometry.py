@@ -1,0 +1,68 @@
+"""The wind-tunnel explorer's geometry view: value-manifold's PCA of the residual stream or the attention output
+per layer, coloured by Bayes entropy, token position or the task's true latent class (the analysis's own
+figures, cached per checkpoint and ablation).
+"""
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+from dash import Input, Output, dcc
+
+from analyses import style, value_manifold
+
+from .explore_common import REFUSED, RADIO, graph, message_figure, panel
+
+
+class GeometryViews:
+    """The ``Explorer``'s geometry view (a part of the class, see ``interp/explore.py``)."""
+
+    def geometry_view(self, index: int, choices: list[str], stream: str, colour: str = "entropy") -> go.Figure:
+        """value-manifold's PCA figure of one stream, coloured by Bayes entropy, by token position
+        (``colour="position"``) or by the task's true latent class (``"latent"``), cached per checkpoint and
+        ablation; a figure is styled the first time it is shown (value-manifold draws several)."""
+        key = ("geometry", index, tuple(sorted(choices or [])))
+        if key not in self._cache:
+            with self.ablated(index, choices) as model, self.waits.on(
+                    f"geometry: the PCA of every layer on {self.n_geometry} sequences"):
+                self._cache[key] = (value_manifold.measure(model, n=self.n_geometry, seed=self.seed, max_points=1500,
+                                                           readout=False).figures, set())
+        figures, styled = self._cache[key]
+        name = f"{stream.replace('_', '-')}-pca"
+        if colour == "latent" and self.task.query_latent is not None:
+            name += f"-by-{self.task.query_latent}"
+        elif colour == "position" and f"{name}-by-position" in figures:
+            name += "-by-position"
+        if name not in figures:
+            return message_figure("this model has no attention output to look at; see the residual stream")
+        if name not in styled:
+            style.apply(figures[name], subject=self.task.name)  # as the analysis's own run would
+            figures[name].update_layout(width=None, height=460, margin=dict(t=80))  # the page's size, not a PDF's
+            styled.add(name)
+        return figures[name]  # cached as shown: views never change a figure they return
+
+
+
+
+def geometry_panel(explorer, info: dict):
+    """The stream and the colour to show, and the figure (a row of three layers' PCAs at a time)."""
+    return panel("geometry", dcc.RadioItems(id="stream", inline=True, value="residual", inputStyle=RADIO,
+                                            options=[{"label": "residual stream", "value": "residual"}] + (
+                                                [{"label": "attention output (value vectors)", "value": "attention_out"}]
+                                                if info["attention_out"] else [])),
+                 dcc.RadioItems(id="colour", inline=True, value="entropy", inputStyle=RADIO,
+                                options=[{"label": "coloured by Bayes entropy", "value": "entropy"},
+                                         {"label": "by token position", "value": "position"}] + (
+                                    [{"label": f"by the true {explorer.task.query_latent}", "value": "latent"}]
+                                    if explorer.task.query_latent else [])),
+                 graph("geometry", 140 + 330 * math.ceil(info["n_layers"] / 3)))
+
+
+def register(app, explorer, ablations, chosen_ablations) -> None:
+    @app.callback(Output("geometry", "figure"), Input("step", "value"), *ablations, Input("stream", "value"),
+                  Input("colour", "value"))
+    def geometry(index, heads, blocks, mode, stream, colour):
+        try:
+            return explorer.geometry_view(index, chosen_ablations(heads, blocks, mode), stream, colour)
+        except REFUSED as err:
+            return message_figure(str(err))

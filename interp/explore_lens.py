@@ -1,0 +1,56 @@
+"""The logit lens in both explorers: each layer's residual stream decoded through the model's own readout.
+
+- wind tunnel (``LensViews.lens_figure``): at every query position, KL(Bayes || the answer distribution decoded
+  from each layer) (``logit_lens.lens_probs``, computed with the posterior views);
+- language model (``top_tokens_figure``): at one position, each layer's top next tokens and their probabilities,
+  the tokens' text written in the cells.
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import torch
+
+from analyses import logit_lens, style
+
+from .explore_common import graph
+
+
+class LensViews:
+    """The ``Explorer``'s logit lens (a part of the class, see ``interp/explore.py``)."""
+
+    def lens_figure(self, batch, lens: list[torch.Tensor], tokens: list) -> go.Figure:
+        """logit-lens on this sequence: KL(Bayes || the answer distribution decoded from each layer), per query."""
+        rows = batch.query_mask[0].nonzero().flatten().tolist()
+        labels = [self.names(tokens)[i] for i in rows]
+        bayes = batch.posterior[0, rows].float()
+        classes = self.class_names()
+        kl = [logit_lens.compare(p[0, rows], bayes)["kl_bits"].tolist() for p in lens]
+        top = [[classes[c] for c in p[0, rows].argmax(-1).tolist()] for p in lens]
+        fig = go.Figure(go.Heatmap(z=kl, x=labels, y=[f"layer {l}" for l in range(len(lens))], customdata=top,
+                                   colorscale="Magma_r", zmin=0, colorbar=dict(title="KL, bits"),
+                                   hovertemplate="%{y}, position %{x}<br>KL(Bayes || lens) %{z:.4f} bits"
+                                                 "<br>lens arg-max %{customdata}<extra></extra>"))
+        fig.update_layout(title="logit lens: each layer's residual decoded, against Bayes",
+                          xaxis_title="query position", yaxis=dict(title="layer", autorange="reversed"),
+                          width=None, height=200 + 30 * len(lens), margin=dict(t=60, b=40))
+        return fig
+
+
+
+def lens_graph(n_layers: int):
+    """The wind-tunnel lens's box: a row per layer."""
+    return graph("lens", 200 + 30 * n_layers)
+
+
+def top_tokens_figure(values: torch.Tensor, text: list[list[str]], title: str) -> go.Figure:
+    """A language model's lens: per layer (a row), its top tokens' probabilities (``values`` [layer, rank]), each
+    cell naming its token (``text``)."""
+    layers, top = values.shape
+    fig = go.Figure(go.Heatmap(z=values.numpy(), x=[f"#{r + 1}" for r in range(top)],
+                               y=[f"layer {l}" for l in range(layers)], text=text,
+                               texttemplate="%{text}", zmin=0, zmax=1, colorscale="Blues",
+                               colorbar=dict(title="probability"),
+                               hovertemplate="%{y}, rank %{x}<br>%{text}: %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=title, xaxis_title="rank", yaxis_title="residual stream after", yaxis_autorange="reversed",
+                      width=760, height=160 + 22 * layers)
+    return style.apply(fig)

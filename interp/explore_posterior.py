@@ -1,0 +1,190 @@
+"""The wind-tunnel explorer's posterior views: per query position the model's answer distribution beside the
+exact Bayes posterior, model vs Bayes entropy with the gap (``calibration.measure`` and its staircase/error
+figures), calibration on held-out sequences (intact and as ablated), a continuous task's predictive beside
+Bayes's, and the task's latent truth of the sequence (its tables, its true class at each query).
+"""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import torch
+from dash import Input, Output, html, no_update
+from plotly.subplots import make_subplots
+
+from analyses import logit_lens, style
+from analyses.base import answer_probs, held_out_batch
+from analyses.calibration import error_figure, measure, staircase_figure
+
+from .explore_common import REFUSED, graph, message_figure, panel
+
+
+class PosteriorViews:
+    """The ``Explorer``'s posterior, calibration and latent views (a part of the class, see ``interp/explore.py``)."""
+
+    def sequence_numbers(self, index: int, tokens: list, seed: int | None, choices: list[str]) -> dict:
+        """What the model does on one sequence: calibration curves, answer distribution, logit lens (discrete)
+        or predictive mean and variance (continuous); cached per (checkpoint, sequence, ablation), so the views
+        and the download share one computation."""
+        key = ("sequence", index, tuple(tokens) if seed is None else seed, tuple(sorted(choices)))
+        if key not in self._cache:
+            batch = self.batch(tokens, seed)
+            with self.ablated(index, choices) as model, self.waits.on("the model on this sequence"):
+                continuous = self.task.continuous
+                self._cache[key] = dict(
+                    batch=batch, curves=measure(model, batch),
+                    probs=None if continuous else answer_probs(model, batch.tokens)[0],
+                    lens=None if continuous else logit_lens.lens_probs(model, batch.tokens),
+                    predictive=[t[0].float() for t in model.predictive(batch.tokens)] if continuous else None)
+            while len([k for k in self._cache if k[0] == "sequence"]) > 64:  # keep the newest only
+                del self._cache[next(k for k in self._cache if k[0] == "sequence")]
+        return self._cache[key]
+
+    def posterior_views(self, index: int, tokens: list, seed: int | None, choices: list[str]) -> dict:
+        """Posterior heat maps and the per-position entropies of one sequence, and held-out calibration; with
+        ablations, the intact model's entropies drawn beside the ablated ones."""
+        seq = self.sequence_numbers(index, tokens, seed, choices)
+        batch, curves, probs = seq["batch"], seq["curves"], seq["probs"]
+        held_out = self.held_out_calibration(index, choices)
+        intact = self.held_out_calibration(index, [])
+        mark = " (ablated)" if choices else ""
+        views = dict(
+            entropy=staircase_figure(curves["per_position"], f"this sequence: model{mark} vs Bayes entropy"
+                                     f"<br><sup>MAE {curves['entropy_mae_bits']:.4f} bits</sup>",  # fits half a page
+                                     intact=self.sequence_numbers(index, tokens, seed, [])["curves"]["per_position"]
+                                     if choices else None),
+            gap=error_figure(curves["per_position"]),
+            calibration=staircase_figure(held_out["per_position"], f"{self.n_calibration} held-out sequences: "
+                                         f"MAE {held_out['entropy_mae_bits']:.4f} bits{mark}",
+                                         intact=intact["per_position"] if choices else None),
+            summary=(f"held-out calibration ({self.n_calibration} sequences): entropy MAE "
+                     f"{held_out['entropy_mae_bits']:.4f} bits, KL {held_out['kl_bits']:.4f} bits"
+                     + ("" if not choices else f"; intact model: MAE {intact['entropy_mae_bits']:.4f}, "
+                        f"KL {intact['kl_bits']:.4f} bits")),
+        )
+        for fig in views.values():
+            if isinstance(fig, go.Figure):
+                fig.update_layout(width=None, height=320, margin=dict(t=60, b=40))
+        views["posterior"] = (self.posterior_figure(batch, probs, tokens) if probs is not None else
+                              message_figure("a continuous task: its predictive is a Gaussian; see the entropies"))
+        views["lens"] = (self.lens_figure(batch, seq["lens"], tokens) if seq["lens"] is not None else
+                         message_figure("a continuous task: no answer classes to decode each layer into"))
+        views["latent"] = (self.predictive_figure(batch, seq["predictive"], tokens) if seq["predictive"] is not None
+                           else self.latent_figure(batch, probs, tokens))
+        for fig in views.values():
+            if isinstance(fig, go.Figure):  # no bar on a log axis, no SI prefix in a tick or a hover
+                style.dots_on_log_axes(fig)
+                style.plain_numbers(style.use_template(fig))
+        return views
+
+
+    def predictive_figure(self, batch, predictive: list[torch.Tensor], tokens: list) -> go.Figure:
+        """A continuous task: the model's predictive mean +- one sigma beside the exact Bayes predictive."""
+        rows = batch.query_mask[0].nonzero().flatten().tolist()
+        labels = [self.names(tokens)[i] for i in rows]
+        fig = go.Figure()
+        for name, mean, var, color in (("Bayes", batch.posterior_mean[0], batch.posterior_var[0], "#2ca02c"),
+                                       ("model", predictive[0], predictive[1], "#1f77b4")):
+            mean, sigma = mean[rows].float(), var[rows].float().sqrt()
+            fig.add_scatter(x=labels, y=mean.tolist(), name=f"{name} mean ± σ", mode="lines+markers",
+                            line_color=color, error_y=dict(type="data", array=sigma.tolist(), visible=True),
+                            hovertemplate=f"%{{x}}<br>{name}: %{{y:.3f}} ± %{{error_y.array:.3f}}<extra></extra>")
+        fig.update_layout(title="predictive at each query: model against the exact Bayes predictive",
+                          xaxis_title="query position", yaxis_title="prediction", 
+                          width=None, height=360, margin=dict(t=60, b=40))
+        return fig
+
+    def latent_figure(self, batch, probs: torch.Tensor, tokens: list) -> go.Figure:
+        """The task's latent truth for this sequence (its tables, and its true class at each query beside the
+        Bayes-MAP class and the model's arg-max), as the task declares them."""
+        tables = self.task.latent_tables(batch, 0)
+        path = self.task.latent_path(batch, 0)
+        panels = list(tables) + ([path[0] + "<br>vs Bayes MAP"] if path else [])  # two lines: no overlap
+        if not panels:
+            typed = bool((batch.targets[batch.query_mask] == -100).all())  # typed: its true answers are unknown
+            return message_figure("a typed sequence keeps no latent truth: sample one by seed to see it" if typed
+                                   else f"task {self.task.name!r} declares no latent table or path to draw")
+        fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels, horizontal_spacing=0.12)
+        for col, (title, (matrix, row_names, col_names)) in enumerate(tables.items(), start=1):
+            fig.add_heatmap(z=matrix.float().tolist(), x=col_names, y=row_names, coloraxis="coloraxis", row=1,
+                            col=col, hovertemplate=f"{title}<br>%{{y}} → %{{x}}: %{{z:.2f}}<extra></extra>")
+            fig.update_yaxes(autorange="reversed", title_text="from" if col == 1 else None, row=1, col=col)
+        if path:
+            rows = batch.query_mask[0].nonzero().flatten().tolist()
+            labels = [self.names(tokens)[i] for i in rows]
+            classes = self.class_names()
+            lines = (("true", path[1], "#000000", "circle"),
+                     ("Bayes MAP", batch.posterior[0, rows].argmax(-1).tolist(), "#2ca02c", "x"),
+                     ("model arg-max", probs[rows].argmax(-1).tolist(), "#1f77b4", "diamond-open"))
+            for name, values, color, symbol in lines:
+                fig.add_scatter(x=labels, y=[classes[v] for v in values], mode="markers", name=name, row=1,
+                                col=len(panels), marker=dict(color=color, symbol=symbol, size=9))
+            fig.update_yaxes(categoryorder="array", categoryarray=classes, row=1, col=len(panels),
+                             title_text="class")
+            fig.update_xaxes(title_text="query position", showticklabels=False, row=1, col=len(panels))
+        fig.update_layout(title="latent truth of this sequence", width=None, height=360,
+                          coloraxis=dict(colorscale="Blues", cmin=0, colorbar=dict(title="p", x=1.02)),
+                          legend=dict(orientation="h", y=-0.15), margin=dict(t=70, b=60))
+        return fig
+
+
+    def held_out_calibration(self, index: int, choices: list[str]) -> dict:
+        """Calibration on the held-out batch, which does not depend on the sequence shown: computed once per
+        checkpoint and ablation (the slowest part of a view on a large model)."""
+        key = ("held-out", index, tuple(sorted(choices)))
+        if key not in self._cache:
+            with self.ablated(index, choices) as model, self.waits.on(
+                    f"held-out calibration on {self.n_calibration} sequences" + (" (ablated)" if choices else "")):
+                self._cache[key] = measure(model, self.held_out())
+        return self._cache[key]
+
+    def held_out(self):
+        """The held-out calibration batch, sampled once (every checkpoint shares the task)."""
+        if "held_out" not in self._cache:
+            self._cache["held_out"] = held_out_batch(self.task, self.n_calibration, self.seed)
+        return self._cache["held_out"]
+
+    def posterior_figure(self, batch, probs: torch.Tensor, tokens: list) -> go.Figure:
+        """Bayes posterior and model distribution over the answer classes, one row per query position."""
+        rows = batch.query_mask[0].nonzero().flatten().tolist()
+        labels = [self.names(tokens)[i] for i in rows]
+        classes = self.class_names()
+        bayes, model = batch.posterior[0, rows].float(), probs[rows].float()
+        fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                            subplot_titles=("exact Bayes posterior", "model"))
+        for col, (z, what) in enumerate(((bayes, "Bayes"), (model, "model")), start=1):
+            fig.add_heatmap(z=z.tolist(), x=classes, y=labels, coloraxis="coloraxis", row=1, col=col,
+                            hovertemplate=f"position %{{y}}<br>answer %{{x}}<br>{what} p = %{{z:.4f}}<extra></extra>")
+        fig.update_layout(title="answer distribution at each query position", coloraxis=dict(colorscale="Blues",
+                          cmin=0, colorbar=dict(title="p")), yaxis=dict(autorange="reversed", title="query position"),
+                          height=160 + 18 * len(rows), margin=dict(t=70, b=40))
+        return fig
+
+
+
+def panels(explorer, info: dict, ablation_map, lens) -> html.Div:
+    """The posterior panel (this sequence's answers and entropies) beside held-out calibration, with the
+    head-ablation map, this sequence's logit lens (``lens``) and its latent truth below it."""
+    n_queries = int(held_out_batch(explorer.task, 1, 0).query_mask.sum())
+    return html.Div([
+        panel("posterior", graph("posterior", min(max(160 + 18 * n_queries, 300), 800)), graph("entropy", 320),
+              graph("gap", 320), minWidth="0"),
+        panel("held-out calibration", graph("calibration", 320), ablation_map,
+              html.H3("this sequence", style=dict(margin="4px 0")), lens, graph("latent", 360), minWidth="0"),
+    ], style=dict(display="grid", gridTemplateColumns="1fr 1fr", alignItems="start"))
+
+
+def register(app, explorer, ablations, chosen_ablations) -> None:
+    """The posterior panels' callback: every figure of them, the calibration summary and the step's label."""
+
+    @app.callback(Output("posterior", "figure"), Output("entropy", "figure"), Output("gap", "figure"),
+                  Output("calibration", "figure"), Output("lens", "figure"), Output("latent", "figure"),
+                  Output("calibration-summary", "children"),
+                  Output("step-label", "children"),
+                  Input("step", "value"), Input("sequence", "data"), *ablations)
+    def posterior(index, sequence, heads, blocks, mode):
+        try:
+            v = explorer.posterior_views(index, sequence["tokens"], sequence["seed"],
+                                         chosen_ablations(heads, blocks, mode))
+        except REFUSED as err:  # e.g. the slider onto a corrupt earlier checkpoint: said in the views
+            return *[message_figure(str(err))] * 6, str(err), no_update
+        return (v["posterior"], v["entropy"], v["gap"], v["calibration"], v["lens"], v["latent"], v["summary"],
+                f"step {explorer.steps[index]}")
