@@ -1,0 +1,216 @@
+"""Writes the results pages (docs/results/*.md) from their templates and the result files they cite.
+
+    python docs/gen_results.py            # rewrite every page from docs/results/src/NAME.md.in
+    python docs/gen_results.py --check    # exit 1 when a committed page differs from what it renders to
+    python docs/gen_results.py --literal  # list the numbers in the templates' tables that no file fills yet
+
+A template is the page with its measured numbers replaced by placeholders that name a JSON file and a
+key in it, so a number on a page cannot drift from the file behind it:
+
+    {{ figures/readme/x/y.json : metrics.key.path | .3g }}
+
+- the file: a path from the repository root (a ``.jsonl`` file, a run's metrics.jsonl, reads as the list
+  of its lines: ``[step=2000].eval_entropy_mae_bits``), or an alias defined on a line of its own at the top of
+  the template, ``{% R = figures/readme/reproduction/reproduction.json %}`` (the line is not rendered);
+- the key: dotted names into the JSON; ``name[3]`` indexes a list; ``name[run=hmm-mlp-cpu,metric=kl]``
+  picks the one element of a list of objects whose fields equal those values (exactly one must match,
+  a value is compared as text); ``name["0.5"]`` names a key that holds a dot. An optional ``* K`` or
+  ``/ K`` after the key scales the value (a percentage, a ratio to the paper's number);
+- the format: a Python format spec (``.3g``, ``#.3g`` keeps trailing zeros, ``.2%``, ``,``, ``.2e``)
+  or one of FORMATS below; none: ``str(value)``.
+
+``tests/test_results_pages.py`` fails when a page and its template plus files disagree, when a
+placeholder names a file or key that does not exist, and when the rendered page has a placeholder left.
+Pages not listed in PAGES (geometry.md) are still written by hand.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+SOURCES = RESULTS / "src"
+PAGES = ["index", "training", "interventions", "language-models"]
+
+PLACEHOLDER = re.compile(r"\{\{\s*(?P<file>[^:{}]+?)\s*:\s*(?P<key>[^|{}]+?)\s*(?:\|\s*(?P<fmt>[^{}]*?)\s*)?\}\}")
+ALIAS = re.compile(r"^\{%\s*(?P<name>[A-Za-z_][\w-]*)\s*=\s*(?P<path>\S+)\s*%\}\n", re.M)
+SCALE = re.compile(r"^(?P<key>.*?)\s*(?P<op>[*/])\s*(?P<k>[0-9.eE+-]+)$")
+
+
+class ResultError(ValueError):
+    """A placeholder that cannot be filled: the file, the key or the format is wrong."""
+
+
+def _sig(value: float, digits: int) -> str:
+    """``digits`` significant digits, never in exponent notation, trailing zeros kept (0.0400, 1.20)."""
+    text = f"{value:#.{digits}g}"
+    if "e" in text:
+        text = f"{value:.{max(digits - 1 - int(f'{value:e}'.split('e')[1]), 0)}f}"
+    return text.rstrip(".")
+
+
+FORMATS = {
+    # significant digits with trailing zeros kept and no exponent: sig2, sig3, sig4
+    **{f"sig{d}": (lambda d: lambda v: _sig(float(v), d))(d) for d in range(1, 6)},
+    # a signed number (+0.018, -0.000002): signed.3g, ...
+    "int": lambda v: f"{int(round(float(v))):,}",  # a count with thousands separators: 9,216
+}
+
+
+def fmt(value, spec: str | None) -> str:
+    if spec is None or spec == "":
+        return str(value)
+    if spec in FORMATS:
+        return FORMATS[spec](value)
+    if spec.startswith("signed"):
+        return format(float(value), "+" + spec[len("signed"):]).replace("-", "−")
+    if spec.startswith("pctnum"):  # pctnum.1 -> 7.5, a percentage without its sign (the low end of a range)
+        return f"{float(value) * 100:.{int(spec[len('pctnum'):].lstrip('.') or '1')}f}"
+    if spec.startswith("pct"):  # pct.1 -> 7.5%, the value a fraction
+        digits = spec[len("pct"):].lstrip(".") or "1"
+        return f"{float(value) * 100:.{int(digits)}f}%"
+    try:
+        return format(value, spec)
+    except (TypeError, ValueError) as err:
+        raise ResultError(f"format {spec!r} does not apply to {value!r}: {err}") from None
+
+
+@lru_cache(maxsize=None)
+def load(path: str):
+    file = ROOT / path
+    if not file.is_file():
+        raise ResultError(f"no result file {path}")
+    if file.suffix == ".jsonl":  # a run's metrics.jsonl: a list of its lines, picked by [step=N]
+        return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+    return json.loads(file.read_text())
+
+
+def _segments(key: str) -> list[str]:
+    """'a.b[run=x.y,metric=z].c["0.5"]' -> ['a', 'b', '[run=x.y,metric=z]', 'c', '["0.5"]']."""
+    parts, depth, current = [], 0, ""
+    for ch in key:
+        if ch == "[" and depth == 0:
+            if current:
+                parts.append(current)
+            current, depth = "[", 1
+        elif ch == "]" and depth == 1:
+            parts.append(current + "]")
+            current, depth = "", 0
+        elif ch == "." and depth == 0:
+            if current:
+                parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current:
+        parts.append(current)
+    return parts
+
+
+def lookup(data, key: str, where: str):
+    node = data
+    for seg in _segments(key):
+        if seg.startswith("["):
+            inner = seg[1:-1].strip()
+            if inner[:1] in "\"'":
+                seg = inner.strip("\"'")
+            elif re.fullmatch(r"-?\d+", inner):
+                if not isinstance(node, list) or not -len(node) <= int(inner) < len(node):
+                    raise ResultError(f"{where}: no element {inner} in {key!r}")
+                node = node[int(inner)]
+                continue
+            else:
+                pairs = [p.split("=", 1) for p in inner.split(",")]
+                if not isinstance(node, list) or any(len(p) != 2 for p in pairs):
+                    raise ResultError(f"{where}: {seg} selects from a list of objects by field=value")
+                found = [e for e in node if isinstance(e, dict)
+                         and all(str(e.get(k.strip())) == v.strip() for k, v in pairs)]
+                if len(found) != 1:
+                    raise ResultError(f"{where}: {seg} matches {len(found)} elements of {key!r}, not one")
+                node = found[0]
+                continue
+        if not isinstance(node, dict) or seg not in node:
+            raise ResultError(f"{where}: no key {seg!r} (in {key!r})")
+        node = node[seg]
+    return node
+
+
+def aliases(template: str) -> dict[str, str]:
+    return {m["name"]: m["path"] for m in ALIAS.finditer(template)}
+
+
+def fill(match: re.Match, names: dict[str, str], page: str) -> str:
+    path = names.get(match["file"], match["file"])
+    key, op, k = match["key"], None, None
+    scaled = SCALE.match(key)
+    if scaled:
+        key, op, k = scaled["key"], scaled["op"], float(scaled["k"])
+    where = f"{page}: {{{{ {match['file']} : {match['key']} }}}}"
+    value = lookup(load(path), key, where + f" in {path}")
+    if op:
+        value = value * k if op == "*" else value / k
+    return fmt(value, match["fmt"])
+
+
+def render_text(template: str, page: str = "page") -> str:
+    names = aliases(template)
+    body = ALIAS.sub("", template)
+    return PLACEHOLDER.sub(lambda m: fill(m, names, page), body)
+
+
+def render(name: str) -> str:
+    return render_text((SOURCES / f"{name}.md.in").read_text(), f"docs/results/src/{name}.md.in")
+
+
+def placeholders(name: str) -> list[str]:
+    return [m.group(0) for m in PLACEHOLDER.finditer((SOURCES / f"{name}.md.in").read_text())]
+
+
+NUMBER = re.compile(r"(?<![\w.\-/])[−-]?\d[\d,]*(?:\.\d+)?(?:e[−-]?\d+)?%?")
+
+
+def literal_numbers(name: str) -> list[tuple[int, str]]:
+    """(line, number) of every number typed into a table row of the template rather than filled from a
+    file: what is left to cover. Settings (steps, widths) and the paper's numbers are among them."""
+    out = []
+    for i, line in enumerate((SOURCES / f"{name}.md.in").read_text().splitlines(), 1):
+        if not line.startswith("|") or set(line) <= set("|-: "):
+            continue
+        stripped = PLACEHOLDER.sub("", re.sub(r"\]\([^)]*\)|`[^`]*`", "", line))
+        out += [(i, n) for n in NUMBER.findall(stripped)]
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--literal", action="store_true")
+    args = parser.parse_args(argv)
+    stale = []
+    for name in PAGES:
+        page = RESULTS / f"{name}.md"
+        if args.literal:
+            for line, number in literal_numbers(name):
+                print(f"docs/results/src/{name}.md.in:{line}: {number}")
+            continue
+        text = render(name)
+        if args.check:
+            if page.read_text() != text:
+                stale.append(name)
+        elif page.read_text() != text:
+            page.write_text(text)
+            print(f"wrote {page.relative_to(ROOT)}")
+    if stale:
+        print("stale: " + ", ".join(f"docs/results/{n}.md" for n in stale) + " (edit docs/results/src/NAME.md.in, "
+              "then run `python docs/gen_results.py`)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The results pages (docs/results/*.md) are generated from their templates (docs/results/src/*.md.in) and
+the result files the templates name: a page whose numbers differ from its files fails here, as does a
+placeholder naming a file or key that does not exist. ``python docs/gen_results.py`` rewrites the pages."""
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("gen_results", ROOT / "docs" / "gen_results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = generator()
+
+
+@pytest.mark.parametrize("name", gen.PAGES)
+def test_the_results_page_is_its_template_filled_from_the_result_files(name):
+    page = (ROOT / "docs" / "results" / f"{name}.md").read_text()
+    assert page == gen.render(name), (f"docs/results/{name}.md differs from its template and result files: edit "
+                                      f"docs/results/src/{name}.md.in, then run `python docs/gen_results.py`")
+    assert "{{" not in page and "{%" not in page
+
+
+@pytest.mark.parametrize("name", gen.PAGES)
+def test_every_template_fills_numbers_from_files(name):
+    assert gen.placeholders(name), f"docs/results/src/{name}.md.in names no result file"
+
+
+def test_a_placeholder_reads_the_file_and_formats(tmp_path):
+    data = tmp_path / "r.json"
+    data.write_text(json.dumps({"rows": [{"run": "a", "x": 0.01234}, {"run": "b", "x": 0.5}],
+                                "m": {"0.5": 3, "l": [1, 2, 2000]}}))
+    text = ("{% F = " + str(data) + " %}\n| {{ F : rows[run=a].x | sig3 }} | {{ F : rows[run=b].x / 0.25 | .2g }}× | "
+            "{{ F : m[\"0.5\"] }} | {{ F : m.l[-1] | int }} | {{ F : rows[run=a].x | pct.1 }} |")
+    assert gen.render_text(text) == "| 0.0123 | 2× | 3 | 2,000 | 1.2% |"
+
+
+@pytest.mark.parametrize("key, words", [("rows[run=c].x", "matches 0 elements"), ("rows[run=a].y", "no key 'y'"),
+                                        ("m.l[7]", "no element 7")])
+def test_a_placeholder_that_names_nothing_is_refused(tmp_path, key, words):
+    data = tmp_path / "r.json"
+    data.write_text(json.dumps({"rows": [{"run": "a", "x": 1}], "m": {"l": [1]}}))
+    with pytest.raises(gen.ResultError, match=re.escape(words)):
+        gen.render_text("{{ " + str(data) + " : " + key + " }}")
+
+
+def test_a_missing_file_is_refused():
+    with pytest.raises(gen.ResultError, match="no result file"):
+        gen.render_text("{{ figures/readme/no-such-file.json : a }}")
+
+
+def test_the_smollm2_columns_follow_the_header():
+    """Issue 52: the mixed and math columns must be in the header's order (mixed / math / coin)."""
+    page = (ROOT / "docs" / "results" / "language-models.md").read_text()
+    row = next(line for line in page.splitlines() if line.startswith("| value manifold: PC1 + PC2"))
+    base = ROOT / "figures" / "readme" / "smollm2-135m"
+    shares = [json.loads((base / d / "smollm2-135m" / "value-manifold.json").read_text())["metrics"]["final_pc12_variance"]
+              for d in ("two-label-mixed", "two-label-math", "coin")]
+    assert " / ".join(f"{s:.2f}" for s in shares) in re.sub(r" \([^)]*\)", "", row.split("|")[3])
