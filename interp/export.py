@@ -1,9 +1,15 @@
 """Writing an analysis result: a vector PDF (one page per figure), an interactive HTML page, a JSON.
 
-The HTML pages of one folder share one copy of plotly.js written beside them (``plotly.min.js``, ~4.8 MB,
-the copy installed with plotly; written when missing or different), which each page loads by a relative
-link: a page is ~20-300 kB instead of ~5 MB and still opens offline, as long as it stays beside the
-bundle (copy the folder, not the page alone).
+The HTML pages share one copy of plotly.js (``plotly.min.js``, ~4.8 MB, the copy installed with plotly;
+written when missing or different) in the folder ``bundle_dir`` names, which each page loads by a
+relative link: ``interp run`` and ``interp reproduce`` write it once at the top of the output folder
+(``figures/plotly.min.js``, beside ``figures/<model>/``), not once per model. A page is ~20-300 kB
+instead of ~5 MB and still opens offline, as long as the output folder is kept together (copy the
+folder, not a page alone).
+
+Each page draws the plotly toolbar (the mode bar) in a strip of its own above each figure, never over the
+figure's title, and shows the analysis's definition and descriptions with their inline markup
+(````calibration````, ```n```) as code, not as raw backticks.
 
 PDFs go through kaleido, which drives a headless Chrome/Chromium; one kaleido server is kept open
 for the life of the process so that several figures cost one browser start. Everything is
@@ -17,6 +23,7 @@ import io
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 from .errors import UserError
@@ -88,23 +95,38 @@ def same_file(path: Path, data: bytes) -> bool:
         return False
 
 
+MODEBAR_STRIP = 30  # pixels above each figure that hold its toolbar
+
+
+def markup_html(text: str) -> str:
+    """``text`` escaped for HTML, with its inline code markup (reST ````x````, Markdown ```x```) shown as code."""
+    return re.sub(r"``(.+?)``|`([^`]+)`", lambda m: f"<code>{m.group(1) or m.group(2)}</code>", html.escape(text))
+
+
 def page_html(title: str, definition: str, figures: dict, numbers: dict, descriptions: dict | None = None,
               bundle: str | None = None) -> str:
-    """The page; ``bundle`` is the file name of the plotly.js it loads from its own folder (None: the
-    first figure carries plotly.js inline, a page that works alone)."""
+    """The page; ``bundle`` is the relative path of the plotly.js it loads (None: the first figure carries
+    plotly.js inline, a page that works alone)."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
              "<style>body{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;}"
-             "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1><p>{html.escape(definition)}</p>"]
+             "pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}"
+             "code{background:#f6f6f6;padding:0 .2em}"
+             # the toolbar in a strip of its own above the figure (plotly puts it over the figure's top right
+             # corner, where a long title runs)
+             f".figure{{margin-top:{MODEBAR_STRIP}px}}"
+             f".figure .modebar-container{{top:-{MODEBAR_STRIP}px !important}}</style></head><body>",
+             f"<h1>{html.escape(title)}</h1><p>{markup_html(definition)}</p>"]
     if bundle and figures:
         parts.append(f"<script src='{html.escape(bundle)}' charset='utf-8'></script>")
     for i, (name, fig) in enumerate(figures.items()):
-        parts.append(f"<h2>{html.escape(name)}</h2>")
-        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0 and not bundle), div_id=f"fig-{name}"))
+        parts.append(f"<h2>{html.escape(name)}</h2><div class='figure'>")
+        parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0 and not bundle), div_id=f"fig-{name}",
+                                 config=dict(displaylogo=False)))
+        parts.append("</div>")
     headline = {k: v for k, v in numbers.items() if not isinstance(v, (dict, list))}
     parts.append(f"<h2>numbers</h2><pre>{html.escape(json.dumps(headline, indent=2))}</pre>")
     if descriptions:
-        parts.append("<dl>" + "".join(f"<dt><code>{html.escape(k)}</code></dt><dd>{html.escape(v)}</dd>"
+        parts.append("<dl>" + "".join(f"<dt><code>{html.escape(k)}</code></dt><dd>{markup_html(v)}</dd>"
                                       for k, v in descriptions.items()) + "</dl>")
     parts.append("</body></html>")
     return "".join(parts)
@@ -121,9 +143,13 @@ def clean(obj):
     return obj
 
 
-def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: dict | None = None) -> list[Path]:
-    """Render ``result`` in the chosen formats and write ``<out_dir>/<name>.<fmt>``; return the paths."""
+def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: dict | None = None,
+                 bundle_dir: str | Path | None = None) -> list[Path]:
+    """Render ``result`` in the chosen formats and write ``<out_dir>/<name>.<fmt>``; return the paths. An HTML
+    page loads plotly.js from ``bundle_dir`` (default: ``out_dir``; the output root, where several folders
+    share it), written there when missing or different."""
     out_dir = Path(out_dir)
+    bundle_dir = out_dir if bundle_dir is None else Path(bundle_dir)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):  # os.path: no error on a name too long
         raise UserError(f"output path {out_dir} exists and is not a folder")
     context = context or {}
@@ -131,13 +157,15 @@ def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: 
     rendered = {}
     if "json" in formats:
         rendered["json"] = json.dumps(clean(result.record(context)), indent=2) + "\n"
-    files = {}
+    shared = {}  # the bundle, in bundle_dir
     if "html" in formats:
         bundle, script = plotly_bundle()
+        link = Path(os.path.relpath(bundle_dir / bundle, out_dir)).as_posix()
         rendered["html"] = page_html(f"{result.name}: {context.get('run', '')}", result.definition,
-                                     result.figures, result.metrics, descriptions, bundle)
-        if not same_file(out_dir / bundle, script):
-            files[bundle] = script  # written first: no page is on disk before the bundle it loads
+                                     result.figures, result.metrics, descriptions, link)
+        if not same_file(bundle_dir / bundle, script):
+            shared[bundle] = script  # written first: no page is on disk before the bundle it loads
+    files = {}
     if "pdf" in formats:
         rendered["pdf"] = merged_pdf(result.figures)
     files.update({f"{result.name}.{fmt}": data for fmt, data in rendered.items()})
@@ -147,7 +175,12 @@ def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: 
     # result was written (a full disk half way leaves figures without their record, never a record
     # without its figures, which a rerun that reuses results would take as complete).
     check_writes(out_dir, files=list(files))  # the whole set, before its first byte: no file replaced, then a refusal
+    if shared:
+        check_writes(bundle_dir, files=list(shared))
     paths = []
+    for filename, data in shared.items():
+        atomic_write_bytes(bundle_dir / filename, data)
+        paths.append(bundle_dir / filename)
     for filename in sorted(files, key=lambda name: name.endswith(".json")):
         path = out_dir / filename
         data = files[filename]

@@ -88,10 +88,13 @@ def command_line() -> str | None:
     return shlex.join(["interp", *sys.argv[1:]])
 
 
-def write(result, folder: Path, formats, context: dict, source: str | None = None) -> list[Path]:
+def write(result, folder: Path, formats, context: dict, source: str | None = None, root: Path | None = None
+          ) -> list[Path]:
     """Write ``result`` into ``folder`` in ``formats`` (its JSON last, with ``context``); mark the folder
-    as ``source``'s when given. The paths written."""
-    paths = write_result(result, folder, formats, context)
+    as ``source``'s when given. The paths written. HTML pages load plotly.js from ``root``, the output
+    root (default: the folder above ``folder``, as ``output_folder`` names them): one copy for all the
+    models' folders there."""
+    paths = write_result(result, folder, formats, context, bundle_dir=folder.parent if root is None else root)
     if source is not None:
         claim(folder, source)
     return paths
