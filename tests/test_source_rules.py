@@ -144,7 +144,7 @@ def test_no_two_modules_import_each_other():
 def test_the_explorers_shared_pieces_are_written_once():
     """interp/explore_common.py holds what every explorer view uses (a panel, a graph's box, the figure of an empty
     panel, a click's rule); the views, one file each, define none of them again."""
-    for needle in ("def message_figure(", "def panel(", "def graph(", "def sized_graph(", "def radios(", "def plain(",
+    for needle in ("def message_figure(", "def panel(title", "def graph(", "def sized_graph(", "def radios(", "def plain(",
                    "REFUSED = ("):
         found = [name for name, text in sources() if needle in text]
         assert found == ["interp/explore_common.py"], (needle, found)
