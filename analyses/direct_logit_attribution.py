@@ -185,7 +185,7 @@ def figure(metrics: dict) -> go.Figure:
                       barmode="group", yaxis_title="component", yaxis_autorange="reversed",
                       xaxis_title="direct contribution (logit units)" if metrics.get("answer") != "mean" else
                       "direct contribution (units of the predictive mean)",
-                      legend=dict(orientation="h", y=-0.15), width=820, height=max(420, 34 * len(labels) + 200))
+                      legend=dict(orientation="v"), width=820, height=max(420, 34 * len(labels) + 200))
     return fig
 
 

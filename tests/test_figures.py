@@ -145,6 +145,9 @@ def style_breaks(fig) -> list[str]:
     broken += [f"{key} has data but no title" for key in style.values_by_axis(fig, shapes=False)
                if not fig.layout[key].title.text and not fig.layout[key].matches  # a shared axis: titled once
                and fig.layout[key].visible is not False]  # a hidden axis (e.g. a simplex's plane) shows nothing
+    legend = fig.layout.legend
+    if legend.orientation == "h" and (legend.x is None or legend.x >= 1):  # the shared style puts legends right
+        broken.append("a horizontal legend beside the plot (it squeezes the plot and runs off the page)")
     broken += [f"{trace.name}: a bar on a log axis" for trace in fig.data if trace.type == "bar"
                and fig.layout[style._axis_key(trace.yaxis, "y")].type == "log"]
     for trace in fig.data:
