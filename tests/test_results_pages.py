@@ -65,3 +65,35 @@ def test_the_smollm2_columns_follow_the_header():
     shares = [json.loads((base / d / "smollm2-135m" / "value-manifold.json").read_text())["metrics"]["final_pc12_variance"]
               for d in ("two-label-mixed", "two-label-math", "coin")]
     assert " / ".join(f"{s:.2f}" for s in shares) in re.sub(r" \([^)]*\)", "", row.split("|")[3])
+
+
+CARDS = sorted((ROOT / "models" / "pretrained").glob("*/README.md"))
+HELD_OUT = re.compile(r"Held-out metrics at the end \(([\d,]+) sequences\): (.*?)\.\s*$", re.M)
+PARAMS = re.compile(r"\(([\d,]+) parameters")
+
+
+def _printed(text: str) -> tuple[float, float]:
+    """A printed number and half a unit of its last printed digit (the rounding it allows)."""
+    mantissa, _, exponent = text.lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return float(text), 0.5 * 10 ** (-decimals + (int(exponent) if exponent else 0))
+
+
+@pytest.mark.parametrize("card", CARDS, ids=lambda p: p.parent.name)
+def test_a_model_cards_numbers_are_its_run_record(card):
+    """The numbers the trainer writes into a model card (parameters, held-out metrics at the end and their
+    number of sequences) are those of the run's run.json: a card edited by hand, or a run replaced under
+    an old card, fails here."""
+    run = json.loads((card.parent / "run.json").read_text())
+    text = card.read_text()
+    params = PARAMS.search(text)
+    assert params and int(params[1].replace(",", "")) == run["n_params"], f"{card}: parameter count"
+    held = HELD_OUT.search(text)
+    if held is None:  # a card without the trainer's metrics line (none at present)
+        pytest.skip("no held-out metrics line")
+    assert int(held[1].replace(",", "")) == run["train"]["eval_size"], f"{card}: sequences"
+    for part in held[2].split(";"):
+        name, _, value = part.strip().rpartition(" ")
+        key = name.replace(" ", "_")
+        printed, slack = _printed(value)
+        assert abs(printed - run["final"][key]) <= slack * 1.001 + 1e-12, f"{card}: {name} {value} vs {run['final'][key]}"
