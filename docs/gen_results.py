@@ -14,7 +14,8 @@ key in it, so a number on a page cannot drift from the file behind it:
   the template, ``{% R = figures/readme/reproduction/reproduction.json %}`` (the line is not rendered);
 - the key: dotted names into the JSON; ``name[3]`` indexes a list; ``name[run=hmm-mlp-cpu,metric=kl]``
   picks the one element of a list of objects whose fields equal those values (exactly one must match,
-  a value is compared as text); ``name["0.5"]`` names a key that holds a dot. An optional ``* K`` or
+  a value is compared as text); ``name["0.5"]`` names a key that holds a dot; ``name.max()`` and
+  ``name.min()`` are a list's largest and smallest element. An optional ``* K`` or
   ``/ K`` after the key scales the value (a percentage, a ratio to the paper's number);
 - the format: a Python format spec (``.3g``, ``#.3g`` keeps trailing zeros, ``.2%``, ``,``, ``.2e``)
   or one of FORMATS below; none: ``str(value)``.
@@ -134,6 +135,9 @@ def lookup(data, key: str, where: str):
                     raise ResultError(f"{where}: {seg} matches {len(found)} elements of {key!r}, not one")
                 node = found[0]
                 continue
+        if seg in ("max()", "min()") and isinstance(node, list):  # the largest or smallest element of a list
+            node = max(node) if seg == "max()" else min(node)
+            continue
         if not isinstance(node, dict) or seg not in node:
             raise ResultError(f"{where}: no key {seg!r} (in {key!r})")
         node = node[seg]

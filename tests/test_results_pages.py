@@ -39,8 +39,8 @@ def test_a_placeholder_reads_the_file_and_formats(tmp_path):
     data.write_text(json.dumps({"rows": [{"run": "a", "x": 0.01234}, {"run": "b", "x": 0.5}],
                                 "m": {"0.5": 3, "l": [1, 2, 2000]}}))
     text = ("{% F = " + str(data) + " %}\n| {{ F : rows[run=a].x | sig3 }} | {{ F : rows[run=b].x / 0.25 | .2g }}× | "
-            "{{ F : m[\"0.5\"] }} | {{ F : m.l[-1] | int }} | {{ F : rows[run=a].x | pct.1 }} |")
-    assert gen.render_text(text) == "| 0.0123 | 2× | 3 | 2,000 | 1.2% |"
+            "{{ F : m[\"0.5\"] }} | {{ F : m.l[-1] | int }} | {{ F : rows[run=a].x | pct.1 }} | {{ F : m.l.min() }} |")
+    assert gen.render_text(text) == "| 0.0123 | 2× | 3 | 2,000 | 1.2% | 1 |"
 
 
 @pytest.mark.parametrize("key, words", [("rows[run=c].x", "matches 0 elements"), ("rows[run=a].y", "no key 'y'"),
