@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import signal
-import sys
 import threading
 from pathlib import Path
 
@@ -54,6 +52,7 @@ from .errors import UserError
 from .explore_ablation import AblationViews, ablation_hooks, chosen_ablations  # noqa: F401  (public here)
 from .explore_attention import AttentionViews
 from .explore_common import REFUSED, panel
+from .explore_server import children, stop_at_once  # noqa: F401  (public here)
 from .explore_geometry import GeometryViews
 from .explore_lens import LensViews, lens_graph
 from .explore_numbers import NumbersViews
@@ -260,32 +259,6 @@ def print_numbers(source, seed: int | None, tokens: str | None, ablate: str | No
     choices = [c.strip() for c in (ablate or "").split(",") if c.strip()]
     click.echo(json.dumps(explorer.numbers(index, ids, seed, choices), indent=1))
 
-
-
-def children() -> list[int]:
-    """The processes this one started (a kernel build's ninja), from /proc; none where there is no /proc."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                found.append(int(stat.parent.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
-
-
-def stop_at_once(_signum, _frame) -> None:
-    """Ctrl-C: the server ends now, whatever a view or a kernel build is doing, and so do the processes it
-    started (a build's ninja stops its compilers); nothing is left half-written: a kernel build publishes
-    its folder atomically, and the explorer writes no other file."""
-    for pid in children():
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
-    sys.stderr.write("\ninterp: explorer stopped\n")
-    sys.stderr.flush()
-    os._exit(130)
 
 
 def prepare_in_background(explorer: Explorer) -> threading.Thread:

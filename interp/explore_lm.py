@@ -1,257 +1,157 @@
-"""The explorer on a language model (``interp explore --model MODEL``): a local Dash app on typed prompts.
+"""The explorer on a language model (``interp explore --model MODEL``): served at once, before the model and the
+libraries its views need (torch, transformers, Dash: half a minute to import on a busy machine) are loaded.
 
-- prompt: typed text, or a prompt of a prompt task (two-label, coin) drawn with a seed, whose exact Bayes
-  predictive over the answer tokens is shown beside the model's (both from ``analyses.activations``);
-- attention of one layer and query head, tokens' text on both axes, and a grid of every head of the layer;
-- logit lens: each layer's residual stream at a chosen position decoded through the model's own final norm
-  and unembedding, its top tokens and their probabilities (the last layer's is the model's own output);
-- activation patching on drawn prompts of a prompt task, one shown observation flipped (the wind-tunnel
-  explorer's panel, ``interp/explore_patching.py``, with ``LanguagePairs``).
-
-The wind-tunnel explorer (``interp/explore.py``) is the same idea on a model whose task gives an exact
-posterior at every position; a language model has one only at a prompt task's answer position.
+``serve`` starts the server straight away on an ``Opening``: a page that shows what is being done (a GGUF's first
+conversion takes minutes, each of its steps reported by ``models/gguf_model.py``) and turns into the explorer when
+the model is open. The explorer's views are ``interp/explore_lm_views.py``; its names (``LanguageExplorer``,
+``build_app``, ...) are importable from here too, loaded when first asked for.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
+import time
+from html import escape as html_escape
 
 import click
-import plotly.graph_objects as go
-import torch
-from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from analyses import activations
-from models.base import act_name
-from tasks.base import SEED_LIMIT, SEED_RANGE, is_seed
-from tasks import prompts as prompt_tasks
-
-from . import explore_attention, explore_patching
 from .errors import UserError
-from .explore_common import INLINE, REFUSED, click_rule, graph, message_figure, panel, radios, sized_graph
-from .explore_lens import top_tokens_figure
-from .requests import MAX_CLICKS, Refused, guard, integer, one_of, scalar, text
-from .waits import Waits, register_status, status_line
+from .waits import say
 
-MAX_TOKENS = 256  # a typed prompt's length limit: the views draw T x T patterns for every head
-TOP = 8  # tokens shown per layer in the logit lens
+VIEWS = ("LanguageExplorer", "build_app", "rules", "token_text", "TOP", "MAX_TOKENS")
 
 
-def token_text(piece: str) -> str:
-    """A token's text as an axis label: spaces and line breaks made visible."""
-    return piece.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥") or "∅"
+def __getattr__(name: str):
+    """The views' names, from interp/explore_lm_views.py, imported only when asked for (not to serve the page)."""
+    if name in VIEWS:
+        from . import explore_lm_views
+
+        return getattr(explore_lm_views, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class LanguageExplorer:
-    """Views of one language model (``models.language_model.LanguageModel``) on one prompt at a time."""
-
-    def __init__(self, lm):
-        if lm.tokenizer is None:
-            raise UserError(f"{lm.name} has no tokenizer: the explorer shows prompts as text")
-        self.lm, self.lock, self._cache = lm, threading.RLock(), {}
-        self.waits = Waits()  # what a slow view is waiting on, said in the page and on the terminal
-
-    def encode(self, text: str) -> list[int]:
-        ids = self.lm.tokenizer.encode(text, add_special_tokens=False)
-        if not ids:
-            raise UserError("the prompt is empty: type some text")
-        if len(ids) > min(MAX_TOKENS, self.lm.model.cfg.n_ctx):
-            raise UserError(f"the prompt is {len(ids)} tokens; the explorer shows at most "
-                            f"{min(MAX_TOKENS, self.lm.model.cfg.n_ctx)}")
-        return ids
-
-    def labels(self, ids: list[int]) -> list[str]:
-        """One axis label per position, unique (a category axis would merge repeated tokens)."""
-        return [f"{token_text(self.lm.tokenizer.decode([t]))} ·{i}" for i, t in enumerate(ids)]
-
-    @torch.no_grad()
-    def run(self, ids: list[int]) -> dict:
-        key = tuple(ids)
-        if key not in self._cache:
-            model = self.lm.model
-            names = [act_name(kind, l) for l in range(model.cfg.n_layers) for kind in ("pattern", "resid_post")]
-            with self.lock, self.waits.on(f"{self.lm.name} on the {len(ids)} tokens of the prompt"):
-                logits, cache = model.run_with_cache(torch.tensor([ids], device=activations.device_of(self.lm)),
-                                                     names_filter=lambda name: name in names)
-            self._cache = {key: dict(logits=logits[0].cpu(), cache={n: cache[n][0].cpu() for n in names})}
-        return self._cache[key]
-
-    def sample(self, task: str, seed: int) -> dict:
-        """A prompt of prompt task ``task`` (one per number of shown examples, the seed picks one), with the
-        exact Bayes predictive over its answer tokens."""
-        if not is_seed(seed):
-            raise UserError(f"the seed must be {SEED_RANGE}, got {seed!r}")
-        prompt_set = activations.prompt_set(self.lm, task, "mixed", 1, 0.9, seed)
-        prompt = prompt_set.prompts[seed % len(prompt_set.prompts)]
-        return dict(text=self.lm.tokenizer.decode(prompt.tokens), answers=list(prompt_set.answers),
-                    bayes=prompt.bayes.tolist(), task=task)
-
-    def answer_summary(self, ids: list[int], sampled: dict | None) -> str:
-        """The model's answer over a sampled prompt's answer tokens beside the Bayes predictive."""
-        if not sampled:
-            return ""
-        logits = self.run(ids)["logits"][-1]
-        model = torch.softmax(logits[sampled["answers"]].double(), -1).tolist()
-        names = [self.lm.tokenizer.decode([a]).strip() for a in sampled["answers"]]
-        mass = torch.softmax(logits.double(), -1)[sampled["answers"]].sum().item()
-        return (f"{sampled['task']} prompt: Bayes predictive " + ", ".join(f"{n} {p:.3f}" for n, p in zip(names, sampled["bayes"]))
-                + "; model (renormalised over the answers) " + ", ".join(f"{n} {p:.3f}" for n, p in zip(names, model))
-                + f"; the model puts {mass:.1%} of its next-token probability on the answers")
-
-    def check_place(self, layer, head=0) -> None:
-        cfg = self.lm.model.cfg
-        if not (isinstance(layer, int) and 0 <= layer < cfg.n_layers and isinstance(head, int) and 0 <= head < cfg.n_heads):
-            raise UserError(f"layer {layer!r}, head {head!r} out of range: {self.lm.name} has {cfg.n_layers} layers "
-                            f"of {cfg.n_heads} query heads")
-
-    def attention_view(self, ids: list[int], layer: int, head: int, log: bool = False) -> go.Figure:
-        """One query head's pattern, every token's text on both axes (``explore_attention.pattern_figure``)."""
-        self.check_place(layer, head)
-        pattern = self.run(ids)["cache"][act_name("pattern", layer)][head]
-        group = self.lm.model.cfg.n_heads // (getattr(self.lm.model.cfg, "n_key_value_heads", None)
-                                              or self.lm.model.cfg.n_heads)
-        shared = f" (key/value head {head // group})" if group > 1 else ""
-        return explore_attention.pattern_figure(pattern, self.labels(ids), f"{self.lm.name}: attention, layer "
-                                                f"{layer} query head {head}{shared}", log)
-
-    def grid_view(self, ids: list[int], layer: int, log: bool = False) -> go.Figure:
-        """Every query head of ``layer`` side by side (``explore_attention.heads_figure``)."""
-        self.check_place(layer)
-        patterns = self.run(ids)["cache"][act_name("pattern", layer)]
-        return explore_attention.heads_figure(patterns, self.labels(ids), f"{self.lm.name}: every query head of "
-                                              f"layer {layer} (click one to see it named token by token)", log)
-
-    @torch.no_grad()
-    def lens_view(self, ids: list[int], position: int | None = None) -> go.Figure:
-        """Per layer, the top tokens of the residual stream at ``position`` (default: the last) decoded through
-        the final norm and unembedding."""
-        model = self.lm.model
-        position = len(ids) - 1 if position is None else position
-        if not isinstance(position, int) or not 0 <= position < len(ids):
-            raise UserError(f"position {position!r} out of range: the prompt has {len(ids)} tokens")
-        cache = self.run(ids)["cache"]
-        resid = torch.stack([cache[act_name("resid_post", l)][position] for l in range(model.cfg.n_layers)])
-        device = activations.device_of(self.lm)
-        probs = torch.softmax(model.unembed(model.ln_final(resid[None].to(device)))[0].double(), -1).cpu()
-        top = probs.topk(TOP, -1)
-        text = [[token_text(self.lm.tokenizer.decode([t])) for t in row] for row in top.indices.tolist()]
-        return top_tokens_figure(top.values, text, f"{self.lm.name}: logit lens at position "
-                                 f"{self.labels(ids)[position]}, the top {TOP} next tokens per layer")
+OPENING_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>interp explore: opening {name}</title></head>
+<body style="font-family: sans-serif; font-size: 15px; margin: 24px">
+<h2>interp explore: opening {name}</h2>
+<div id="what">starting…</div>
+<progress id="bar" max="1" value="0" style="width: 420px; margin: 10px 0"></progress>
+<div id="time" style="color: #555"></div>
+<div id="error" style="color: #b00; margin-top: 10px"></div>
+<p style="color: #555">The explorer opens here by itself when the model is ready. A GGUF file is converted once
+(minutes) and cached; later launches read the cache.</p>
+<script>
+async function poll() {{
+  let s;
+  try {{ s = await (await fetch("{path}", {{cache: "no-store"}})).json(); }}
+  catch (e) {{ document.getElementById("error").textContent = "the explorer stopped"; return; }}
+  if (s.state === "ready") {{ location.reload(); return; }}
+  document.getElementById("what").textContent = s.what;
+  document.getElementById("bar").max = s.total; document.getElementById("bar").value = s.done;
+  document.getElementById("time").textContent = "step " + (s.done + 1) + " of " + s.total + "; " +
+    Math.round(s.seconds) + " s so far (this step " + Math.round(s.step_seconds) + " s)";
+  if (s.state === "failed") {{ document.getElementById("error").textContent = s.error; return; }}
+  setTimeout(poll, 500);
+}}
+poll();
+</script></body></html>
+"""
 
 
-def build_app(explorer: LanguageExplorer, initial: str = "The capital of France is") -> Dash:
-    cfg = explorer.lm.model.cfg
-    app = Dash(__name__, title=f"interp explore: {explorer.lm.name}")
-    inline = INLINE
-    patching = explore_patching.LanguagePairs(explorer)  # the patching panel's pairs: drawn prompts, one flipped
-    app.layout = html.Div([
-        *status_line(),  # what a slow view is waiting on
-        html.H2(f"{explorer.lm.name}: {cfg.n_layers} layers, {cfg.n_heads} query heads "
-                f"({getattr(cfg, 'n_key_value_heads', None) or cfg.n_heads} key/value heads), d_model {cfg.d_model}",
-                style=dict(margin="4px 6px")),
-        dcc.Store(id="prompt", data=dict(text=initial, task=None, seed=None)),
-        panel("prompt",
-              dcc.Textarea(id="prompt-text", value=initial, style=dict(width="100%", height="60px", fontFamily="monospace")),
-              html.Div([html.Button("apply", id="apply", n_clicks=0, style=inline),
-                        html.Span("or draw a prompt of ", style=dict(marginRight="4px")),
-                        dcc.Dropdown(id="task", options=list(prompt_tasks.NAMES), value="two-label", clearable=False,
-                                     style=dict(width="160px", display="inline-block", verticalAlign="middle")),
-                        html.Label(" seed ", style=dict(marginLeft="8px")),
-                        dcc.Input(id="seed", type="number", value=0, min=0, step=1, style=dict(width="80px")),
-                        html.Button("draw", id="draw", n_clicks=0, style=dict(marginLeft="6px")),
-                        html.Span(id="message", style=dict(color="#b00", marginLeft="12px"))]),
-              html.Div(id="answer", style=dict(marginTop="6px", fontSize="13px")), minWidth="0"),
-        panel("layer and head", radios("layer", cfg.n_layers, "layer", marginTop="4px"),
-              radios("head", cfg.n_heads, "query head", marginTop="4px"),
-              html.Div([html.Label("colour "), dcc.RadioItems(
-                  id="scale", options=[{"label": "linear", "value": "linear"}, {"label": "log", "value": "log"}],
-                  value="linear", inline=True, inputStyle=dict(marginLeft="6px", marginRight="2px"))],
-                  style=dict(marginTop="4px")), minWidth="0"),
-        html.Div([panel("attention", html.Div(sized_graph("attention"), style=dict(overflowX="auto")), minWidth="0"),
-                  panel("logit lens", graph("lens", 160 + 22 * cfg.n_layers), minWidth="0")],
-                 style=dict(display="grid", gridTemplateColumns="minmax(0, 3fr) minmax(0, 2fr)", alignItems="start")),
-        panel("every head of the layer", sized_graph("grid"), minWidth="0"),
-        explore_patching.panel(patching),
-    ], style=dict(fontFamily="sans-serif", fontSize="14px"))
+class Opening:
+    """A language model being opened in a thread (a GGUF's first conversion takes minutes), served meanwhile: the
+    server answers at once with a page showing each step (``report``), then, once the model is ready, is the
+    explorer itself (the page reloads into it). A WSGI app."""
 
-    @app.callback(Output("prompt", "data"), Output("prompt-text", "value"), Output("message", "children"),
-                  Input("apply", "n_clicks"), Input("draw", "n_clicks"), State("prompt-text", "value"),
-                  State("task", "value"), State("seed", "value"), prevent_initial_call=True)
-    def choose(_apply, _draw, typed, task, seed):
+    PATH = "/_interp/opening"  # the page polls its progress here
+
+    def __init__(self, spec: str, open_model=None):
+        self.spec, self.open_model = spec, open_model
+        self.what, self.done, self.total, self.state, self.error = STARTING, 0, 1, "opening", None
+        self.started = self.step_started = time.monotonic()
+        self.app = None  # the explorer's Flask server, once the model is open
+
+    def report(self, what: str, done: int, total: int) -> None:
+        if what != self.what:
+            self.step_started = time.monotonic()
+        self.what, self.done, self.total = what, done, total  # (the terminal has the conversion's own bar)
+
+    def open(self) -> None:
+        """Open the model and build the explorer (in the thread ``start`` runs); a refusal is said in the page."""
         try:
-            if ctx.triggered_id == "draw":
-                sampled = explorer.sample(task, seed or 0)
-                return dict(text=sampled["text"], task=task, seed=seed or 0), sampled["text"], ""
-            explorer.encode(typed or "")
-            return dict(text=typed, task=None, seed=None), no_update, ""
-        except REFUSED as err:
-            return no_update, no_update, str(err)
+            from models.language_model import open_language_model
 
-    @app.callback(Output("attention", "figure"), Output("grid", "figure"), Output("lens", "figure"),
-                  Output("answer", "children"), Input("prompt", "data"), Input("layer", "value"), Input("head", "value"),
-                  Input("scale", "value"))
-    def views(prompt, layer, head, scale):
+            from .explore_common import REFUSED
+            from .explore_lm_views import LanguageExplorer, build_app
+        except Exception as err:  # noqa: BLE001
+            self.error, self.state = f"{type(err).__name__}: {err}", "failed"
+            return
         try:
-            ids = explorer.encode(prompt["text"])
-            sampled = explorer.sample(prompt["task"], prompt["seed"]) if prompt["task"] else None
-            log = scale == "log"
-            return (explorer.attention_view(ids, layer, head, log), explorer.grid_view(ids, layer, log),
-                    explorer.lens_view(ids),
-                    explorer.answer_summary(ids, sampled if sampled and sampled["text"] == prompt["text"] else None))
+            lm = (self.open_model or open_language_model)(self.spec, report=self.report)
+            self.app = build_app(LanguageExplorer(lm)).server
+            self.state = "ready"
         except REFUSED as err:
-            message = message_figure(str(err))
-            return message, message, message, ""
+            self.error, self.state = str(err), "failed"
+        except Exception as err:  # noqa: BLE001  (one line in the page and on the terminal, not a silent thread)
+            self.error, self.state = f"{type(err).__name__}: {err}", "failed"
 
-    @app.callback(Output("head", "value"), Input("grid", "clickData"), prevent_initial_call=True)
-    def pick_head(click):  # a click on one head of the grid shows it named token by token
-        return click["points"][0]["curveNumber"] if click else no_update
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.open, daemon=True, name=f"opening {self.spec}")
+        thread.start()
+        return thread
 
-    register_status(app, explorer.waits)
+    def status(self) -> dict:
+        now = time.monotonic()
+        return dict(state=self.state, what=self.what, done=self.done, total=self.total, error=self.error,
+                    seconds=now - self.started, step_seconds=now - self.step_started)
 
-    explore_patching.register(app, patching)
-    # every request checked before a view runs (interp/requests.py)
-    guard(app, rules(explorer) | explore_patching.rules(patching))
-    return app
+    def __call__(self, environ, start_response):
+        if self.app is not None and environ.get("PATH_INFO") != self.PATH:
+            return self.app(environ, start_response)
+        if environ.get("PATH_INFO") == self.PATH:  # (ready: the page's last poll, which reloads it)
+            body, kind = json.dumps(self.status()).encode(), "application/json"
+        else:  # the page (a request for a view before the explorer exists gets the page too: it says why)
+            body = OPENING_PAGE.format(name=html_escape(str(self.spec)), path=self.PATH).encode()
+            kind = "text/html; charset=utf-8"
+        status = "200 OK" if environ.get("PATH_INFO") in ("/", self.PATH) else "503 Service Unavailable"
+        start_response(status, [("Content-Type", kind), ("Content-Length", str(len(body))),
+                                ("Cache-Control", "no-store")])
+        return [body]
 
 
-def rules(explorer: LanguageExplorer) -> dict:
-    """The rule of every control of the language-model explorer (see ``interp/requests.py``)."""
-    cfg = explorer.lm.model.cfg
-    clicks = integer(0, MAX_CLICKS, optional=True)
-
-    def prompt_rule(value):
-        if not isinstance(value, dict) or set(value) != {"text", "task", "seed"}:
-            raise Refused(f'expected {{"text": ..., "task": ..., "seed": ...}}, got {type(value).__name__}')
-        if not isinstance(value["text"], str):
-            raise Refused("text must be a string")
-        text()(value["text"])
-        if value["task"] is not None:
-            one_of(*prompt_tasks.NAMES)(value["task"])
-            integer(0, SEED_LIMIT)(value["seed"])
-        elif value["seed"] is not None:
-            raise Refused("a seed without a prompt task")
-
-    return {("apply", "n_clicks"): clicks, ("draw", "n_clicks"): clicks, ("prompt-text", "value"): text(),
-            ("task", "value"): one_of(*prompt_tasks.NAMES), ("seed", "value"): scalar(),
-            ("layer", "value"): integer(0, cfg.n_layers), ("head", "value"): integer(0, cfg.n_heads),
-            ("prompt", "data"): prompt_rule, ("scale", "value"): one_of("linear", "log"), ("tick", "n_intervals"): clicks,
-            ("grid", "clickData"): click_rule("the grid of heads", cfg.n_heads, named=False)}
+STARTING = "loading the explorer's libraries (torch, transformers, Dash)"
+OPEN_WAIT_S = 1.0  # a refusal within this long (no such file, a package not installed) is the command's own error
 
 
 def serve(spec: str, host: str = "127.0.0.1", port: int = 8050) -> None:
-    """Load the language model ``spec`` (anything ``--model`` takes), then serve until interrupted (Ctrl-C stops
-    it at once, as the wind-tunnel explorer)."""
+    """Serve the explorer of the language model ``spec`` (anything ``--model`` takes) until interrupted (Ctrl-C stops
+    it at once, as the wind-tunnel explorer). The server answers at once: while the model opens (a GGUF's first
+    conversion takes minutes) its page shows each step; a refusal that comes at once is the command's error, a later
+    one is said in the page and on the terminal, and the server then stops."""
     import signal
 
-    from models.language_model import open_language_model
+    from werkzeug.serving import run_simple
 
-    from .explore import stop_at_once
+    from .explore_server import stop_at_once
     from .ports import check_port
 
     check_port(host, port)
     signal.signal(signal.SIGINT, stop_at_once)
-    explorer = LanguageExplorer(open_language_model(spec))
-    app = build_app(explorer)
+    opening = Opening(spec)
+    thread = opening.start()
+    thread.join(OPEN_WAIT_S)
+    if opening.state == "failed":
+        raise UserError(opening.error)
+
+    def stop_when_refused():
+        thread.join()
+        if opening.state == "failed":
+            say(f"error: {opening.error}")
+            time.sleep(3)  # the page shows it before the server goes
+            os._exit(1)
+    threading.Thread(target=stop_when_refused, daemon=True).start()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     click.echo(f"explorer for {spec} at http://{host}:{port}/ (Ctrl+C stops it)", err=True)
-    app.run(host=host, port=port, debug=False)
+    run_simple(host, port, opening, threaded=True)

@@ -20,11 +20,11 @@ from dash import Input, Output, State, dcc, html, no_update
 from analyses import interventions as P
 from analyses import style
 from analyses.activation_patching import measure
-from analyses.base import AnalysisError
 from tasks import ConfigError
 
 from .errors import UserError
-from .explore_common import message_figure
+from .explore_common import REFUSED, message_figure
+from .explore_jobs import Job, Jobs
 
 CORRUPTION_SEED = 0  # which corrupted value or symbol is drawn: fixed, so a view is reproducible
 LANGUAGE_PROMPTS = 8  # prompts per number of shown examples drawn for a language model's pair
@@ -43,6 +43,9 @@ class WindTunnelPairs:
         self.states = (State("step", "value"), State("sequence", "data"))
         # the ablation controls: a map already drawn is drawn again for the model as ablated, like every view
         self.follows = (Input("ablate-heads", "value"), Input("ablate-blocks", "value"), Input("ablate-mode", "value"))
+        # a small model's map takes seconds: the press waits for it (its progress and cancel shown meanwhile), and the
+        # job holds the model throughout, its ablation hooks on it
+        self.background = False
 
     def applied(self, index, sequence, heads=None, blocks=None, mode=None):
         """The model as the ablation controls leave it, while a pair is patched (a context)."""
@@ -84,6 +87,10 @@ class LanguagePairs:
         self.subject = explorer.lm.name
         self.states = (State("seed", "value"),)
         self.follows = ()  # no ablation controls in the language-model explorer
+        # minutes on a real language model: the press answers at once, the map arrives when the job is done, and
+        # between two sites the job lets the other views (a second tab's too) run on the model (nothing is left on
+        # it between sites: the patch hooks live for one site's runs)
+        self.background = True
 
     def applied(self, *state):
         return nullcontext()
@@ -103,26 +110,60 @@ class LanguagePairs:
         return [self.lm.tokenizer.decode([t]) for t in tokens.tolist()]
 
 
+class SiteAnswers(dict):
+    """``measure``'s ``answers``, filled one site at a time: each site is a step of the job (its progress, where a
+    cancel takes effect and where waiting views run)."""
+
+    def __init__(self, job):
+        super().__init__()
+        self.job = job
+
+    def update(self, *args, **kwargs):
+        super().update(*args, **kwargs)
+        self.job.step()
+
+
+FIRST_WAIT_S = 1.0  # how long a background job's press waits before answering with its progress instead
+
+
 class PatchingView:
-    """One pair's patching results, kept for the last (kind, which, source state) asked about."""
+    """Patching results per (kind, which, followed controls, source state), computed as background jobs
+    (``interp/explore_jobs.py``): progress, time left and cancel in the panel."""
 
     def __init__(self, source):
         self.source = source
-        self._key, self._value = None, None
+        self.jobs = Jobs(source.lock)
 
-    def computed(self, kind: str, which: int | None, follows: tuple, *state):
-        key = (kind, which, repr(follows), repr(state))
-        if key != self._key:
-            src = self.source
+    @staticmethod
+    def key(kind: str, which: int | None, follows: tuple, state: tuple):
+        return (kind, which, repr(follows), repr(state))
+
+    def start(self, kind: str, which: int | None, follows: tuple, *state) -> Job:
+        src = self.source
+
+        def work(job):
             with src.lock, src.applied(*state, *follows):  # the model as the other views see it
                 pair = src.pair(kind, which, *state)
-                with src.waits.on(f"activation patching on {len(pair.clean)} input pair(s)"):
-                    scorer = P.Scorer(pair)
-                    chosen, where = P.sites(pair.model), pair.positions("auto")
-                    answers = {}
-                    grid, _ = measure(pair, scorer, chosen, where, answers)
-            self._key, self._value = key, (pair, scorer, chosen, where, grid, answers)
-        return self._value
+                job.what = f"activation patching on {len(pair.clean)} input pair(s)"
+                scorer = P.Scorer(pair)
+                chosen, where = P.sites(pair.model), pair.positions("auto")
+                job.total = len(chosen)
+                answers = SiteAnswers(job)
+                grid, _ = measure(pair, scorer, chosen, where, answers)
+            return pair, scorer, chosen, where, grid, dict(answers)
+        return self.jobs.start(self.key(kind, which, follows, state), "activation patching", work, unit="sites",
+                               take_turns=src.background)
+
+    def computed(self, kind: str, which: int | None, follows: tuple, *state, wait: float | None = None):
+        """The results of that pair (waiting for its job, at most ``wait`` seconds), or None while it runs; a
+        refusal (UserError) if the job failed or was cancelled."""
+        job = self.start(kind, which, follows, *state)
+        job.wait(wait)
+        if job.state == "running":
+            return None
+        if job.state != "done":
+            raise UserError(job.error or job.line())
+        return job.result
 
 
 def panel(source) -> html.Div:
@@ -136,8 +177,11 @@ def panel(source) -> html.Div:
             html.Label(f" {source.which} ", style=dict(marginLeft="10px")),
             dcc.Input(id="patch-index", type="number", min=0, step=1, value=None, style=dict(width="70px")),
             html.Button("patch", id="patch-run", n_clicks=0, style=dict(marginLeft="8px")),
+            html.Button("cancel", id="patch-cancel", n_clicks=0, style=HIDDEN),
             html.Span(id="patch-message", style=dict(color="#b00", marginLeft="12px")),
         ]),
+        html.Div(id="patch-progress", style=dict(fontSize="13px", color="#555", margin="4px 0")),
+        dcc.Store(id="patch-shown", data=None),
         html.Div(id="patch-pair", style=dict(fontFamily="monospace", fontSize="12px", margin="6px 0",
                                              overflowX="auto", whiteSpace="nowrap")),
         html.Div([
@@ -200,40 +244,100 @@ def rules(source) -> dict:
     return {("patch-run", "n_clicks"): integer(0, MAX_CLICKS, optional=True),
             ("patch-kind", "value"): one_of(*source.kinds) if source.kinds else one_of(None),
             ("patch-index", "value"): integer(0, 10 ** 6, optional=True),
-            ("patch-map", "clickData"): click}
+            ("patch-map", "clickData"): click, ("patch-cancel", "n_clicks"): integer(0, MAX_CLICKS, optional=True),
+            ("patch-shown", "data"): integer(0, 10 ** 9, optional=True)}
+
+
+HIDDEN = dict(display="none")
+CANCEL = dict(marginLeft="8px")
 
 
 def register(app, source) -> None:
     view = PatchingView(source)
+    app.patching_jobs = view.jobs  # what runs in the background, for a test to look at
     if not source.kinds:
         return
 
     follows = source.follows
     followed = [State(f.component_id, f.component_property) for f in follows]  # the cell reads the map's cache
+    n_follows = len(follows)
+
+    def split(values):
+        chosen_follows, (*state, kind, which) = values[:n_follows], values[n_follows:]
+        return tuple(chosen_follows), tuple(state), kind, which
+
+    def drawn(result):
+        pair, scorer, chosen, where, grid, _ = result
+        return map_figure(pair, scorer, chosen, where, grid, source.subject), pair_text(pair, source), warning(scorer)
 
     @app.callback(Output("patch-map", "figure"), Output("patch-pair", "children"), Output("patch-message", "children"),
                   Input("patch-run", "n_clicks"), *follows, *source.states,
                   State("patch-kind", "value"), State("patch-index", "value"), prevent_initial_call=True)
     def patch_map(clicks, *values):
+        """The press: the map at once if it is done within ``FIRST_WAIT_S`` (a small model's: the press waits for
+        it), else a line saying it runs; the progress line and the tick below deliver it when done."""
         if not clicks:  # an ablation ticked before any map was asked for: nothing to redraw
             return no_update, no_update, no_update
-        chosen_follows, (*state, kind, which) = values[:len(follows)], values[len(follows):]
+        chosen_follows, state, kind, which = split(values)
         try:
-            pair, scorer, chosen, where, grid, _ = view.computed(kind, which, tuple(chosen_follows), *state)
-        except (UserError, AnalysisError, ConfigError) as err:
+            result = view.computed(kind, which, chosen_follows, *state,
+                                   wait=FIRST_WAIT_S if source.background else None)
+        except REFUSED as err:
             return no_update, no_update, str(err)
-        return map_figure(pair, scorer, chosen, where, grid, source.subject), pair_text(pair, source), warning(scorer)
+        if result is None:
+            return (message_figure("activation patching runs in the background (progress above, with a cancel); "
+                                   "the map appears here when it is done, and the other views answer meanwhile",
+                                   size=13), no_update, "")
+        return drawn(result)
+
+    @app.callback(Output("patch-progress", "children"), Output("patch-cancel", "style"), Output("patch-shown", "data"),
+                  Input("tick", "n_intervals"), State("patch-shown", "data"), prevent_initial_call=True)
+    def patch_progress(_ticks, shown):
+        """Every tick of the status line: the job's progress while it runs (a second tab sees it too), and, once,
+        that it ended (``patch-shown``, which draws its map in this tab if it is this tab's pair). Nothing else is
+        written per tick: the map's spinner shows only while a map is on its way."""
+        job = view.jobs.latest()
+        if job is None or job.state != "running" and shown == job.id:
+            return no_update, no_update, no_update
+        if job.state == "running":
+            return job.line(), CANCEL, no_update
+        return job.line(), HIDDEN, job.id
+
+    @app.callback(Output("patch-map", "figure", allow_duplicate=True),
+                  Output("patch-pair", "children", allow_duplicate=True),
+                  Output("patch-message", "children", allow_duplicate=True),
+                  Input("patch-shown", "data"), *followed, *source.states, State("patch-kind", "value"),
+                  State("patch-index", "value"), prevent_initial_call=True)
+    def patch_ended(shown, *values):
+        """A job ended: its map, if it is this tab's pair (not another tab's, asked for with other controls), or
+        why there is none."""
+        job = view.jobs.latest()
+        chosen_follows, state, kind, which = split(values)
+        if job is None or job.id != shown or job.key != view.key(kind, which, chosen_follows, state):
+            return no_update, no_update, no_update
+        if job.state == "done":
+            return drawn(job.result)
+        return no_update, no_update, job.error or ""
+
+    @app.callback(Output("patch-progress", "children", allow_duplicate=True), Input("patch-cancel", "n_clicks"),
+                  prevent_initial_call=True)
+    def patch_cancel(clicks):
+        job = view.jobs.running()
+        if not clicks or job is None:
+            return no_update
+        job.cancel()
+        return job.line()
 
     @app.callback(Output("patch-cell", "figure"), Input("patch-map", "clickData"), *followed, *source.states,
                   State("patch-kind", "value"), State("patch-index", "value"), prevent_initial_call=True)
     def patch_cell(click, *values):
-        chosen_follows, (*state, kind, which) = values[:len(follows)], values[len(follows):]
+        chosen_follows, state, kind, which = split(values)
         if not click:
             return no_update
-        try:
-            pair, scorer, chosen, where, _, answers = view.computed(kind, which, tuple(chosen_follows), *state)
-        except (UserError, AnalysisError, ConfigError):
+        job = view.jobs.get(view.key(kind, which, chosen_follows, state))
+        if job is None or job.state != "done":  # the map clicked is not (or no longer) this pair's
             return no_update
+        pair, scorer, chosen, where, _, answers = job.result
         point = click["points"][0]
         labels = [pair.labels[p] for p in where]
         position = where[labels.index(point["x"])] if point["x"] in labels else None

@@ -31,6 +31,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -89,22 +90,30 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def open_gguf(spec: str, device: str = "cpu", progress: bool = True) -> LanguageModel:
-    """A packaged model's name or a .gguf path as a LanguageModel (converted on first use, then cached)."""
+Report = Callable[[str, int, int], None]  # (what is being done, steps done, steps in all)
+
+
+def open_gguf(spec: str, device: str = "cpu", progress: bool = True, report: Report | None = None) -> LanguageModel:
+    """A packaged model's name or a .gguf path as a LanguageModel (converted on first use, then cached); ``report``
+    is told each step as it starts (the explorer's page shows them while a first conversion takes minutes)."""
     path, name = locate(spec)
-    folder = converted(path, progress)
+    folder = converted(path, progress, report)
+    if report is not None:
+        report("loading the converted model and checking it against its recorded logits", 0, 1)
     model, tokenizer = load_cached(folder)
     return LanguageModel(model.to(device), name, tokenizer)
 
 
-def converted(path: Path, progress: bool = True) -> Path:
+def converted(path: Path, progress: bool = True, report: Report | None = None) -> Path:
     """The cache folder of the GGUF file ``path``, converted first if it is not there yet: the file and the cache's
     root are checked before the conversion (minutes of work) starts, not after it."""
+    if report is not None:
+        report(f"reading {path.name}", 0, 1)
     folder = cache_folder() / f"{path.stem}-{file_digest(path)[:16]}"
     if not _complete(folder):
         check_gguf(path)
         writable_cache(folder.parent)
-        convert(path, folder, progress=progress)
+        convert(path, folder, progress=progress, report=report)
     return folder
 
 
@@ -190,13 +199,15 @@ def parity_tokens(tokenizer) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def convert(path: Path, folder: Path, progress: bool = True) -> None:
-    """Dequantise ``path``, measure the bridge's parity, and write ``folder`` atomically."""
+def convert(path: Path, folder: Path, progress: bool = True, report: Report | None = None) -> None:
+    """Dequantise ``path``, measure the bridge's parity, and write ``folder`` atomically; each step said on the
+    terminal (``progress``) and to ``report``."""
     from safetensors.torch import save_file, save_model
     from tqdm.auto import tqdm
 
     with tqdm(total=4, desc=f"converting {path.name} (once; cached in {folder.parent})", unit="step",
-              disable=not progress) as steps:  # closed (its line ended) before any error is printed
+              disable=not progress) as bar:  # closed (its line ended) before any error is printed
+        steps = Steps(bar, report, f"converting {path.name} (once; cached in {folder.parent}): ")
         start = time.time()
         steps.set_postfix_str("dequantising the GGUF")
         hf_model, tokenizer = read_gguf(path)
@@ -239,6 +250,21 @@ def convert(path: Path, folder: Path, progress: bool = True) -> None:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         steps.update()
+
+
+class Steps:
+    """The conversion's steps, said on the terminal (a tqdm bar) and to a ``Report`` alike."""
+
+    def __init__(self, bar, report: Report | None, prefix: str):
+        self.bar, self.report, self.prefix = bar, report, prefix
+
+    def set_postfix_str(self, text: str) -> None:
+        self.bar.set_postfix_str(text)
+        if self.report is not None:
+            self.report(self.prefix + text, self.bar.n, self.bar.total)
+
+    def update(self) -> None:
+        self.bar.update()
 
 
 @torch.no_grad()

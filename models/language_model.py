@@ -38,17 +38,20 @@ import torch
 
 from tasks import ConfigError
 
-from .gguf_model import is_gguf_spec, open_gguf
+from .gguf_model import Report, is_gguf_spec, open_gguf
 # the bridge and the model type live in hf_bridge, which gguf_model shares; named here too, where callers look
 from .hf_bridge import LanguageModel, compatible, from_hugging_face, read_folder  # noqa: F401
 
 
-def open_language_model(spec: str, device: str = "cpu") -> LanguageModel:
+def open_language_model(spec: str, device: str = "cpu", report: Report | None = None) -> LanguageModel:
     """``spec``: a folder holding a Hugging Face causal LM (``save_pretrained``'s files, a tokenizer beside
     it if there is one), a GGUF file or a packaged GGUF model (``smollm2-135m``: models/gguf_model.py), or a
-    model name TransformerLens knows whose weights are in the local cache."""
+    model name TransformerLens knows whose weights are in the local cache. ``report`` is told what is being done
+    (a GGUF's first conversion, minutes, step by step)."""
     if is_gguf_spec(str(spec)):
-        return open_gguf(str(spec), device=device)
+        return open_gguf(str(spec), device=device, report=report)
+    if report is not None:
+        report(f"loading {spec}", 0, 1)
     path = Path(spec).expanduser()
     if not path.is_dir():
         model = load_language_model(spec, device=device)

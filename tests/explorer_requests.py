@@ -117,3 +117,31 @@ def explorer_request(app, explorer, request: Request) -> bytes:
     if request.raw is not None:
         body = eval(request.raw, dict(BODY=body))
     return body if isinstance(body, bytes) else body.encode()
+
+
+def callback_request(app, view: str, values: dict, trigger: str | None = None) -> dict:
+    """The body the page sends for the callback whose first output is ``view`` (``"patch-progress"``; where two
+    callbacks write it, ``"patch-progress<-patch-cancel"`` names the one whose first input is patch-cancel), every
+    input and state taken from ``values`` ("component.property": value; missing ones are null); ``trigger`` names
+    the input that changed (default: the first)."""
+    view, _, by = view.partition("<-")
+    key = next(k for k, cb in app.callback_map.items()
+               if (cb["output"][0] if isinstance(cb["output"], list) else cb["output"]).component_id == view
+               and (not by or cb["inputs"][0]["id"] == by))
+    callback = app.callback_map[key]
+    outputs = callback["output"] if isinstance(callback["output"], list) else [callback["output"]]
+    declared = [dict(id=o.component_id, property=o.component_property) for o in outputs]
+    item = lambda spec: dict(id=spec["id"], property=spec["property"],  # noqa: E731
+                             value=values.get(f"{spec['id']}.{spec['property']}"))
+    first = callback["inputs"][0]
+    return dict(output=key, outputs=declared if isinstance(callback["output"], list) else declared[0],
+                inputs=[item(i) for i in callback["inputs"]], state=[item(s) for s in callback["state"]],
+                changedPropIds=[trigger or f"{first['id']}.{first['property']}"])
+
+
+def answer(client, app, view: str, values: dict, trigger: str | None = None) -> dict:
+    """What the explorer answers to that request (its "response"), asserting it is a 200; {} for a 204 (nothing
+    to update)."""
+    reply = client.post("/_dash-update-component", json=callback_request(app, view, values, trigger))
+    assert reply.status_code in (200, 204), reply.data
+    return json.loads(reply.data)["response"] if reply.status_code == 200 else {}

@@ -1,5 +1,9 @@
 """The explorer on a language model (`interp explore --model`): its views on a tiny grouped-query Llama with a
 word-level tokenizer, checked against the model's own hooks and logits, and its one-line refusals."""
+import json
+import re
+import time
+
 import pytest
 import torch
 
@@ -82,33 +86,142 @@ def test_a_forged_request_is_refused_before_a_view_runs(explorer):
             check_request(dict(body, inputs=forged), app.callback_map, rules(explorer))
 
 
+PATCH = {"seed.value": 3, "patch-kind.value": "two-label", "patch-index.value": 1, "patch-run.n_clicks": 1,
+         "tick.n_intervals": 1, "patch-cancel.n_clicks": 0, "patch-shown.data": None}
+
+
+def patched_map(client, app, values=PATCH, timeout=300):
+    """Press patch, then follow the page's ticks until the map arrives (the press answers at once on a language
+    model, the job runs in the background); the press's answer and the map's."""
+    import time
+
+    from tests.explorer_requests import answer
+
+    pressed = answer(client, app, "patch-map", values)
+    deadline = time.monotonic() + timeout
+    while True:  # the tick's progress line, until it says the job ended (patch-shown); that draws the map
+        progress = answer(client, app, "patch-progress", values)
+        if progress.get("patch-shown"):
+            ended = dict(values, **{"patch-shown.data": progress["patch-shown"]["data"]})
+            return pressed, progress, answer(client, app, "patch-map<-patch-shown", ended)
+        assert time.monotonic() < deadline, progress
+        time.sleep(0.2)
+
+
 def test_the_patching_panel_patches_drawn_prompts_and_a_click_draws_that_intervention(explorer):
     """The wind-tunnel explorer's patching panel on a language model, through the app's request route: drawn
     two-label prompts, one shown observation flipped, the heat map of every site and position, a clicked cell."""
-    import json
+    from tests.explorer_requests import answer
 
     app = build_app(explorer, TEXT)
     client = app.server.test_client()
-    state = [dict(id="seed", property="value", value=3), dict(id="patch-kind", property="value", value="two-label"),
-             dict(id="patch-index", property="value", value=1)]
-
-    def post(output, outputs, inputs):
-        body = dict(output=output, outputs=outputs, inputs=inputs, state=state,
-                    changedPropIds=[f"{inputs[0]['id']}.{inputs[0]['property']}"])
-        answer = client.post("/_dash-update-component", json=body)
-        assert answer.status_code == 200, answer.data
-        return json.loads(answer.data)["response"]
-
-    outs = [dict(id=i, property=p) for i, p in (("patch-map", "figure"), ("patch-pair", "children"),
-                                                 ("patch-message", "children"))]
-    shown = post("..patch-map.figure...patch-pair.children...patch-message.children..", outs,
-                 [dict(id="patch-run", property="n_clicks", value=1)])
+    _, progress, shown = patched_map(client, app)
+    assert "done in" in progress["patch-progress"]["children"]
     heat = shown["patch-map"]["figure"]["data"][0]
     assert heat["y"][0] == "resid before L0" and "L0H0" in heat["y"] and heat["x"][-1] == "all positions"
     assert "shown observation 1 flipped" in json.dumps(shown["patch-pair"]["children"])
+    assert answer(client, app, "patch-progress", dict(PATCH, **{"patch-shown.data": progress["patch-shown"]["data"]})) == {}
+    other_pair = dict(PATCH, **{"seed.value": 4, "patch-shown.data": progress["patch-shown"]["data"]})
+    assert answer(client, app, "patch-map<-patch-shown", other_pair) == {}  # a tab showing another pair: not its map
     click = dict(points=[dict(x=heat["x"][-1], y="resid before L0")])  # the whole residual: the clean answer back
-    cell = post("patch-cell.figure", dict(id="patch-cell", property="figure"),
-                [dict(id="patch-map", property="clickData", value=click)])["patch-cell"]["figure"]
+    cell = answer(client, app, "patch-cell", dict(PATCH, **{"patch-map.clickData": click}))["patch-cell"]["figure"]
     assert [t["name"] for t in cell["data"]][:2] == ["Bayes, clean input", "Bayes, corrupted input"]
     clean, patched = cell["data"][2]["y"], cell["data"][4]["y"]
     assert patched == pytest.approx(clean, abs=1e-5) and "model scale 1.000" in cell["layout"]["title"]["text"]
+
+
+def test_patching_runs_in_the_background_with_progress_and_a_cancel_and_the_other_views_answer(explorer, monkeypatch):
+    """A press answers at once; while the job runs, the other views (a second tab's) are served between its sites,
+    the page's tick shows how many sites are done and about how long is left, and a cancel stops it."""
+    import threading
+    import time
+
+    from analyses import interventions
+    from tests.explorer_requests import answer
+
+    slow, release = interventions.patched_answers, threading.Event()
+
+    def patched_answers(*args, **kwargs):  # each site waits: the job is still running while the test looks
+        release.wait(0.3)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(interventions, "patched_answers", patched_answers)
+    app = build_app(explorer, TEXT)
+    client, other_tab = app.server.test_client(), app.server.test_client()
+    values = dict(PATCH, **{"seed.value": 5})
+    started = time.monotonic()
+    pressed = answer(client, app, "patch-map", values)
+    assert "runs in the background" in pressed["patch-map"]["figure"]["layout"]["annotations"][0]["text"]
+    job = app.patching_jobs.latest()
+    assert job.state == "running"
+    views = {"prompt.data": dict(text="river -> green", task=None, seed=None), "layer.value": 1, "head.value": 2,
+             "scale.value": "linear"}
+    drawn = answer(other_tab, app, "attention", views)  # served while the job runs, between two of its sites
+    assert drawn["attention"]["figure"]["data"] and job.state == "running", job.line()
+    deadline = time.monotonic() + 120
+    while job.done < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    line = answer(client, app, "patch-progress", values)["patch-progress"]["children"]
+    assert "patch-shown" not in answer(client, app, "patch-progress", values)  # no map on the way yet
+    assert re.search(rf"activation patching on \d+ input pair\(s\): \d+ of {job.total} sites \(\d+%\), \d+ s so far, "
+                     rf"about \d+ s left", line), line
+    assert answer(client, app, "patch-progress<-patch-cancel", dict(values, **{"patch-cancel.n_clicks": 1}))
+    job.wait(60)
+    assert job.state == "cancelled" and job.done < job.total
+    ended = answer(client, app, "patch-progress", values)
+    assert "cancelled after" in ended["patch-progress"]["children"] and ended["patch-cancel"]["style"] == {"display": "none"}
+    assert time.monotonic() - started < 120
+
+
+
+def test_a_first_gguf_conversion_is_shown_in_the_page_at_once_and_the_page_becomes_the_explorer(tmp_path, monkeypatch):
+    """``interp explore --model x.gguf`` answers the browser while the GGUF converts (minutes on a real one): a page
+    showing each step of the conversion (models/gguf_model.py reports them), then the explorer itself."""
+    import threading
+
+    from werkzeug.test import Client
+
+    from interp.explore_lm import Opening
+    from models import gguf_model
+    from models.language_model import open_language_model
+
+    tokenizer, go_on = word_tokenizer(), threading.Event()
+
+    def read_gguf(path):  # the dequantising step, held until the test has looked at the page
+        assert go_on.wait(120)
+        return tiny("llama-gqa", len(tokenizer)), tokenizer
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(gguf_model, "read_gguf", read_gguf)
+    monkeypatch.setattr(gguf_model, "check_gguf", lambda path: None)
+    (tmp_path / "tiny.gguf").write_bytes(b"GGUF not a real one: its reading is replaced")
+    opening = Opening(str(tmp_path / "tiny.gguf"), open_language_model)
+    thread = opening.start()
+    client = Client(opening)
+    page = client.get("/")
+    assert page.status_code == 200 and "opening" in page.text and Opening.PATH in page.text
+    deadline = time.monotonic() + 60
+    while "dequantising" not in opening.what:
+        assert time.monotonic() < deadline, opening.status()
+        time.sleep(0.05)
+    status = client.get(Opening.PATH).json
+    assert status["state"] == "opening" and status["total"] == 4 and status["done"] == 0
+    assert status["what"].startswith("converting tiny.gguf (once; cached in ") and "dequantising the GGUF" in status["what"]
+    assert client.get("/_dash-layout").status_code == 503  # no explorer yet: the page says why
+    go_on.set()
+    thread.join(300)
+    assert opening.status()["state"] == "ready", opening.status()
+    assert client.get(Opening.PATH).json["state"] == "ready"  # the page's poll: it reloads into the explorer
+    assert "_dash-config" in client.get("/").text
+
+
+def test_a_model_that_cannot_be_opened_is_said_in_the_page(tmp_path):
+    from werkzeug.test import Client
+
+    from interp.explore_lm import Opening
+
+    opening = Opening(str(tmp_path / "missing.gguf"))
+    opening.start().join(120)
+    status = Client(opening).get(Opening.PATH).json
+    assert status["state"] == "failed" and status["error"] == f"no GGUF file {tmp_path / 'missing.gguf'}"
