@@ -55,7 +55,10 @@ the logit lens, measured beside it on the same inputs. transport_distance: ||J_l
 """.split()
 
 DEFINITION = " ".join(_COMMON + """
- J is fitted on n_fit held-out sequences (seed + 1) and measured on n others (seed). At every query
+ J is fitted on n_fit held-out sequences (seed + 1) and measured on n others (seed). With same_position=true
+J_l is instead the mean of the same-position Jacobian d h_{L-1,t} / d h_{l,t}, one position t of V per fitting
+sequence (sequence b takes the (b mod |V|)-th), leaving out the effects on later positions that the
+definition above sums. At every query
 position, the lens's answer distribution (restricted to the task's C answer classes, softmaxed) against the
 exact Bayes posterior: kl_bits, KL(Bayes || lens); entropy_mae_bits, |H(lens) - H(Bayes)|; agreement, the
 lens's arg-max is one of Bayes's (ties count); each the mean over query positions, per layer, for the
@@ -98,11 +101,14 @@ class _Frozen:
             p.requires_grad_(flag)
 
 
-def jacobian_sums(model, tokens: torch.Tensor, skip_first: int = 0,
-                  layers: list[int] | None = None) -> tuple[dict[int, torch.Tensor], int]:
+def jacobian_sums(model, tokens: torch.Tensor, skip_first: int = 0, layers: list[int] | None = None,
+                  same_position: bool = False, offset: int = 0) -> tuple[dict[int, torch.Tensor], int]:
     """Per source layer, the sum over the sequences of ``tokens`` [B, T] (one length) of each sequence's
     (1/|V|) sum_{t in V} sum_{t' in V, t' >= t} d h_{L-1,t'} / d h_{l,t}, float64 [d, d] (row i: output
-    dimension i), and the number of sequences summed (0 when T leaves V empty)."""
+    dimension i), and the number of sequences summed (0 when T leaves V empty). ``same_position``: instead
+    the same-position Jacobian d h_{L-1,t} / d h_{l,t} at one position t of V per sequence, sequence b (counted
+    from ``offset``) taking the (b mod |V|)-th, so a fit over a multiple of |V| sequences averages every
+    position of V equally (the cross-position effects that TransformerLens's sum includes left out)."""
     n_layers, d = model.cfg.n_layers, model.cfg.d_model
     layers = list(range(n_layers - 1)) if layers is None else sorted(layers)
     T = tokens.shape[1]
@@ -126,22 +132,28 @@ def jacobian_sums(model, tokens: torch.Tensor, skip_first: int = 0,
         sources = [captured[act_name("resid_post", l)] for l in layers]
         sums = {l: torch.zeros(d, d, dtype=torch.float64) for l in layers}
         cotangent = torch.zeros_like(target)
+        rows = torch.arange(len(tokens), device=tokens.device)
+        own = valid[(offset + rows) % len(valid)]  # same_position: each sequence's one target and source position
         for i in range(d):
             cotangent.zero_()
-            cotangent[:, valid, i] = 1.0
+            if same_position:
+                cotangent[rows, own, i] = 1.0
+            else:
+                cotangent[:, valid, i] = 1.0
             grads = torch.autograd.grad(target, sources, cotangent, retain_graph=i < d - 1, allow_unused=True)
             for l, grad in zip(layers, grads):
                 if grad is not None:  # None: no path from this source to the output (a model that ignores it)
-                    sums[l][i] = grad[:, valid].double().mean(1).sum(0).cpu()
+                    picked = grad[rows, own] if same_position else grad[:, valid].mean(1)
+                    sums[l][i] = picked.double().sum(0).cpu()
     return sums, len(tokens)
 
 
-def fit(model, batches, skip_first: int = 0) -> dict[int, torch.Tensor]:
+def fit(model, batches, skip_first: int = 0, same_position: bool = False) -> dict[int, torch.Tensor]:
     """J_l (float64 [d, d]) for every layer below the last, over ``batches`` (an iterable of token tensors
-    [B, T], one length each), each sequence weighted equally."""
+    [B, T], one length each), each sequence weighted equally (``same_position``: see ``jacobian_sums``)."""
     total, count = None, 0
     for tokens in batches:
-        sums, n = jacobian_sums(model, tokens, skip_first)
+        sums, n = jacobian_sums(model, tokens, skip_first, same_position=same_position, offset=count)
         total = sums if total is None else {l: total[l] + sums[l] for l in total}
         count += n
     if not count:
@@ -199,14 +211,15 @@ def summarise(per_row: dict[str, dict[str, torch.Tensor]], counts: torch.Tensor,
     return out
 
 
-def compute(model, n: int = 500, n_fit: int = 200, skip_first: int = 0, seed: int = 1234) -> Result:
+def compute(model, n: int = 500, n_fit: int = 200, skip_first: int = 0, same_position: bool = False,
+            seed: int = 1234) -> Result:
     """Both lenses on ``n`` held-out sequences, J fitted on ``n_fit`` others."""
     model.eval()
     fitting = eval_batch(model, n_fit, (seed + 1) % SEED_LIMIT)
     if fitting.tokens.shape[1] <= skip_first + 1:
         raise AnalysisError(f"--skip-first {skip_first} leaves no position of this task's {fitting.tokens.shape[1]}-"
                             f"token sequences to fit on")
-    jacobians = fit(model, (fitting.tokens[i:i + CHUNK] for i in range(0, n_fit, CHUNK)), skip_first)
+    jacobians = fit(model, (fitting.tokens[i:i + CHUNK] for i in range(0, n_fit, CHUNK)), skip_first, same_position)
     batch = eval_batch(model, n, seed)
     L = model.cfg.n_layers
     sums = {lens: {key: torch.zeros(L, n, dtype=torch.float64) for key in KEYS} for lens in ("jacobian", "logit")}
@@ -223,7 +236,7 @@ def compute(model, n: int = 500, n_fit: int = 200, skip_first: int = 0, seed: in
     counts = batch.query_mask.sum(1).double().cpu()
     metrics = summarise(sums, counts, L)
     metrics.update(layers=list(range(L)), transport_distance=transport_distance(jacobians, L), n_sequences=n,
-                   n_fit=n_fit, skip_first=skip_first, n_queries=int(counts.sum()), seed=seed,
+                   n_fit=n_fit, skip_first=skip_first, same_position=same_position, n_queries=int(counts.sum()), seed=seed,
                    final_kl_bits=metrics["jacobian"]["kl_bits"][-1])
     return Result("jacobian-lens", DEFINITION, metrics, {"by-layer": layer_figure(metrics, "queries")},
                   descriptions=DESCRIPTIONS)
@@ -294,6 +307,8 @@ ANALYSIS = Analysis(
     "jacobian-lens", "each layer's residual stream carried to the output by the average Jacobian, then decoded, "
     "against Bayes and the logit lens", DEFINITION, compute,
     options=(n_option(500), Option("n_fit", 200, "held-out sequences J is fitted on", low=1, high=10 ** 6),
-             SKIP_FIRST, seed_option()),
+             SKIP_FIRST, Option("same_position", False, "fit the same-position Jacobian d h_{L-1,t} / d h_{l,t} "
+                                "instead (one position per fitting sequence, cycling), without the effects on later "
+                                "positions that TransformerLens's lens sums"), seed_option()),
     requires=("discrete",), order=13, on_language_model=on_language_model,
     language_options=activations.language_options(SKIP_FIRST), language_definition=LANGUAGE_DEFINITION)

@@ -151,3 +151,23 @@ def test_the_fit_and_readout_agree_with_transformer_lens():
     _, cache = ours.run_with_cache(tokens)
     mine = J.lens_logits(ours, cache["blocks.0.hook_resid_post"][0], fitted[0]).float()
     torch.testing.assert_close(mine, read.lens_logits[0], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("causal", [[False, False, False], [True, True, True]])
+def test_the_same_position_fit_is_the_mean_diagonal_block(causal):
+    """same_position: each sequence contributes d h_{L-1,t} / d h_{l,t} at one position, cycling through V, so over
+    a multiple of |V| sequences (split unevenly across batches) the fit is the mean over V of the diagonal blocks."""
+    model, task = linear_model(causal)
+    tokens = task.sample(2 * (task.seq_len - 1), generator=torch.Generator().manual_seed(0)).tokens
+    T = tokens.shape[1]
+    fitted = J.fit(model, [tokens[:5], tokens[5:]], same_position=True)
+    d = model.cfg.d_model
+    for layer in (0, 1):
+        M = torch.eye(T * d, dtype=torch.float64)
+        for block in model.blocks[layer + 1:]:
+            M = (torch.eye(T * d, dtype=torch.float64) + torch.kron(block.mixer.mixing(T), block.mixer.W.detach())) @ M
+        blocks = M.reshape(T, d, T, d)
+        diagonal = sum(blocks[t, :, t, :] for t in range(T - 1)) / (T - 1)
+        torch.testing.assert_close(fitted[layer], diagonal, atol=1e-12, rtol=1e-10)
+    if not any(causal):  # no mixing: the same-position Jacobian is the whole one
+        torch.testing.assert_close(fitted[0], J.fit(model, [tokens])[0], atol=1e-12, rtol=1e-10)
