@@ -8,7 +8,10 @@ model): the figures, in the way of circuitsvis's attention views, and the wind-t
   on a head's map picks it for ``pattern_figure``;
 - either on a linear or a log colour scale (``log``): plotly has no log colour scale, so the colour is
   log10 of the weight (floored at ``LOG_FLOOR``), the colour bar labelled in powers of ten and the hover
-  giving the weight itself.
+  giving the weight itself;
+- a causal model's masked cells (a query's future keys, weight 0 by construction, not by what the model
+  learned) left blank, as circuitsvis leaves them, never coloured as a weight of 0 or 1e-6 (``masked``);
+- token labels in ``TICK_FONT``-pixel text, written level where a cell is wide enough for them, slanted where not.
 
 Numbers are plain or powers of ten (``style.plain_numbers``), never SI prefixes.
 """
@@ -29,19 +32,30 @@ from analyses.qk_alignment import hypothesis_group
 from .errors import UserError
 from .explore_common import INLINE, RADIO, REFUSED, click_rule, message_figure, panel, radios, sized_graph
 
-PX_PER_TOKEN = 13  # a tick label's row: 9-pixel text and its spacing
-TICK_FONT = 9
+PX_PER_TOKEN = 17  # a tick label's row: 12-pixel text and its spacing
+TICK_FONT = 12
+CHAR_PX = 7.5  # about how wide a character of TICK_FONT-pixel sans-serif text is
 LOG_FLOOR = 1e-6  # the smallest weight the log scale tells apart from 0
 CELL = 230  # pixels per head in the grid of a layer's heads
 
 
+def masked(pattern: torch.Tensor) -> torch.Tensor:
+    """The cells of a [..., query, key] pattern that a causal mask hides (every key after its query), where the
+    pattern is causal (all of them exactly 0); none where it is not (a model that attends ahead)."""
+    n_q, n_k = pattern.shape[-2:]
+    future = torch.ones(n_q, n_k, dtype=torch.bool).triu(1)
+    return future if bool((pattern[..., future] == 0).all()) else torch.zeros_like(future)
+
+
 def colour(pattern: torch.Tensor, log: bool) -> tuple[list, dict]:
-    """What a heat map colours (the weight, or log10 of it) and its colour range and bar."""
+    """What a heat map colours (the weight, or log10 of it; NaN, drawn blank, in masked cells) and its colour range
+    and bar."""
+    hidden = masked(pattern)
     if not log:
-        return pattern.tolist(), dict(zmin=0, zmax=1, colorbar=dict(title="weight"))
+        return pattern.double().masked_fill(hidden, math.nan).tolist(), dict(zmin=0, zmax=1, colorbar=dict(title="weight"))
     low = int(math.log10(LOG_FLOOR))
     ticks = list(range(low, 1))
-    return (pattern.double().clamp_min(LOG_FLOOR).log10().tolist(),
+    return (pattern.double().clamp_min(LOG_FLOOR).log10().masked_fill(hidden, math.nan).tolist(),
             dict(zmin=low, zmax=0, colorbar=dict(title="weight (log)", tickvals=ticks,
                                                  ticktext=[style.number_text(10.0 ** t) for t in ticks])))
 
@@ -51,15 +65,25 @@ def weight_hover(pattern: torch.Tensor, log: bool, head: str = "") -> dict:
     it, so the weight itself rides along as customdata); the labels are the axes' own, sent once."""
     weight = "%{customdata:.4g}" if log else "%{z:.4f}"
     hover = dict(hovertemplate=(f"{head}<br>" if head else "") + f"query %{{y}}<br>key %{{x}}<br>weight {weight}"
-                                                                 "<extra></extra>")
+                                                                 "<extra></extra>", hoverongaps=False)
     if log:
         hover["customdata"] = pattern.tolist()
     return hover
 
 
-def size_of(n_tokens: int) -> int:
-    """The side of the square plot area that names every one of ``n_tokens`` tokens."""
-    return max(360, PX_PER_TOKEN * n_tokens)
+LEVEL_SIDE = 900  # pixels: the widest the plot area grows to write the key labels level
+
+
+def size_of(labels: list[str]) -> tuple[int, int]:
+    """The side of the square plot area that names every one of the tokens ``labels`` and the key labels' angle:
+    level (0) where cells wide enough for the longest label fit in ``LEVEL_SIDE`` pixels (the area grows to them),
+    else slanted (-45); never upright: a level or slanted label reads without turning one's head."""
+    n = max(len(labels), 1)
+    side = max(360, PX_PER_TOKEN * n)
+    level = (max((len(label) for label in labels), default=0) * CHAR_PX + 6) * n
+    if level <= max(side, LEVEL_SIDE):
+        return max(side, round(level)), 0
+    return side, -45
 
 
 def pattern_figure(pattern: torch.Tensor, labels: list[str], title: str, log: bool = False) -> go.Figure:
@@ -68,8 +92,9 @@ def pattern_figure(pattern: torch.Tensor, labels: list[str], title: str, log: bo
     z, scale = colour(pattern, log)
     fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, colorscale="Viridis", **scale, **weight_hover(pattern, log)))
     every = dict(tickmode="array", tickvals=labels, ticktext=labels, tickfont=dict(size=TICK_FONT), automargin=True)
-    side = size_of(len(labels))
-    fig.update_layout(title=title, xaxis=dict(title="key position", tickangle=-90, constrain="domain", **every),
+    side, angle = size_of(labels)
+    fig.update_layout(title=title, xaxis=dict(title="key position", tickangle=angle,
+                                              constrain="domain", **every),
                       yaxis=dict(title="query position", autorange="reversed", scaleanchor="x", constrain="domain",
                                  **every),  # square cells
                       width=side + 330, height=side + 250, margin=dict(t=70, l=60, r=40, b=60))
@@ -77,9 +102,10 @@ def pattern_figure(pattern: torch.Tensor, labels: list[str], title: str, log: bo
 
 
 def heads_figure(patterns: torch.Tensor, labels: list[str], title: str, log: bool = False,
-                 names: list[str] | None = None) -> go.Figure:
+                 names: list[str] | None = None, chosen: int | None = None) -> go.Figure:
     """Every head's pattern ([head, query, key]) in a grid, one colour scale; ``names`` titles each head
-    ("head 3" by default). A click names the head by its curveNumber."""
+    ("head 3" by default); the ``chosen`` one (shown in the single view) framed and its title saying so. A click
+    names the head by its curveNumber."""
     n = patterns.shape[0]
     cols = min(n, 4)
     rows = math.ceil(n / cols)
@@ -93,6 +119,12 @@ def heads_figure(patterns: torch.Tensor, labels: list[str], title: str, log: boo
                         row=h // cols + 1, col=h % cols + 1)
     fig.update_xaxes(showticklabels=False)
     fig.update_yaxes(showticklabels=False, autorange="reversed")
+    if chosen is not None and 0 <= chosen < n:
+        axis = "" if chosen == 0 else str(chosen + 1)
+        fig.add_shape(type="rect", xref=f"x{axis} domain", yref=f"y{axis} domain", x0=-0.02, x1=1.02, y0=-0.02,
+                      y1=1.02, line=dict(color="#d62728", width=3), fillcolor="rgba(0,0,0,0)")
+        note = fig.layout.annotations[chosen]
+        note.update(text=f"<b>{note.text} (shown above)</b>", font=dict(color="#d62728"))
     fig.update_layout(title=title, coloraxis=dict(colorscale="Viridis", cmin=scale["zmin"], cmax=scale["zmax"],
                                                   colorbar=scale["colorbar"]),
                       width=None, height=90 + CELL * rows, margin=dict(t=80, l=20, r=20, b=20))
@@ -151,8 +183,9 @@ class AttentionViews:
         return fig
 
     def heads_view(self, index: int, tokens: list, seed: int | None, choices: list[str], layer: int,
-                   log: bool = False) -> go.Figure:
-        """Every head of ``layer`` side by side (a selective scan: every layer's effective attention)."""
+                   log: bool = False, head: int | None = None) -> go.Figure:
+        """Every head of ``layer`` side by side (a selective scan: every layer's effective attention), the one the
+        single view shows (``head``; a scan's: ``layer``) framed."""
         info = self.layout_info(index)
         patterns = self.patterns(index, tokens, seed, choices)
         if not isinstance(layer, int) or not 0 <= layer < info["n_layers"]:
@@ -160,10 +193,10 @@ class AttentionViews:
         labels = self.names(tokens)
         if info["scan"]:
             return heads_figure(torch.stack([p[0] for p in patterns]), labels,
-                                                  "effective attention of every layer (click one to see it above)",
-                                                  log, names=[f"layer {l}" for l in range(len(patterns))])
+                                "effective attention of every layer (click one to see it above)",
+                                log, names=[f"layer {l}" for l in range(len(patterns))], chosen=layer)
         return heads_figure(patterns[layer], labels, f"every head of layer {layer} (click one to "
-                                              f"see it named token by token)", log)
+                                                     f"see it named token by token)", log, chosen=head)
 
 
     def hypothesis_marks(self, batch, kind: str) -> list[tuple[int, int]]:
@@ -212,11 +245,11 @@ def register(app, explorer, info: dict, ablations, chosen_ablations) -> None:
             return message_figure(str(err))
 
     @app.callback(Output("heads", "figure"), Input("step", "value"), Input("sequence", "data"), *ablations,
-                  Input("layer", "value"), Input("scale", "value"))
-    def every_head(index, sequence, heads, blocks, mode, layer, scale):
+                  Input("layer", "value"), Input("scale", "value"), Input("head", "value"))
+    def every_head(index, sequence, heads, blocks, mode, layer, scale, head):
         try:
             return explorer.heads_view(index, sequence["tokens"], sequence["seed"],
-                                       chosen_ablations(heads, blocks, mode), layer, scale == "log")
+                                       chosen_ablations(heads, blocks, mode), layer, scale == "log", head)
         except REFUSED as err:
             return message_figure(str(err))
 

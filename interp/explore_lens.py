@@ -42,15 +42,27 @@ def lens_graph(n_layers: int):
     return graph("lens", 200 + 30 * n_layers)
 
 
+CELL_TEXT = 12  # pixels: a lens cell's token, readable (plotly's default shrinks it to fit, to about 6)
+ROW_PX = 26  # a layer's row: the token's text and room around it
+
+
+def top_tokens_height(n_layers: int) -> int:
+    """The language-model lens's height in pixels: a readable row per layer."""
+    return 160 + ROW_PX * n_layers
+
+
 def top_tokens_figure(values: torch.Tensor, text: list[list[str]], title: str) -> go.Figure:
     """A language model's lens: per layer (a row), its top tokens' probabilities (``values`` [layer, rank]), each
-    cell naming its token (``text``)."""
+    cell naming its token (``text``) in ``CELL_TEXT``-pixel text, tokens too long for a cell cut with an ellipsis
+    (the hover has them whole)."""
     layers, top = values.shape
+    shown = [[t if len(t) <= 10 else t[:9] + "…" for t in row] for row in text]
     fig = go.Figure(go.Heatmap(z=values.numpy(), x=[f"#{r + 1}" for r in range(top)],
-                               y=[f"layer {l}" for l in range(layers)], text=text,
-                               texttemplate="%{text}", zmin=0, zmax=1, colorscale="Blues",
+                               y=[f"layer {l}" for l in range(layers)], text=shown, customdata=text,
+                               texttemplate="%{text}", textfont=dict(size=CELL_TEXT), zmin=0, zmax=1,
+                               colorscale="Blues",
                                colorbar=dict(title="probability"),
-                               hovertemplate="%{y}, rank %{x}<br>%{text}: %{z:.3f}<extra></extra>"))
+                               hovertemplate="%{y}, rank %{x}<br>%{customdata}: %{z:.3f}<extra></extra>"))
     fig.update_layout(title=title, xaxis_title="rank", yaxis_title="residual stream after", yaxis_autorange="reversed",
-                      width=760, height=160 + 22 * layers)
-    return style.apply(fig)
+                      height=top_tokens_height(layers), font=dict(size=CELL_TEXT))
+    return style.apply(fig).update_layout(width=None)  # the panel's width (style sets a PDF's)

@@ -28,7 +28,7 @@ from . import explore_attention, explore_patching
 from .errors import UserError
 from .explore_common import INLINE, REFUSED, click_rule, graph, message_figure, panel, radios, sized_graph
 from .explore_jobs import TakingTurns
-from .explore_lens import top_tokens_figure
+from .explore_lens import top_tokens_figure, top_tokens_height
 from .requests import MAX_CLICKS, Refused, guard, integer, one_of, scalar, text
 from .waits import Waits, register_status, status_line
 
@@ -114,12 +114,13 @@ class LanguageExplorer:
         return explore_attention.pattern_figure(pattern, self.labels(ids), f"{self.lm.name}: attention, layer "
                                                 f"{layer} query head {head}{shared}", log)
 
-    def grid_view(self, ids: list[int], layer: int, log: bool = False) -> go.Figure:
-        """Every query head of ``layer`` side by side (``explore_attention.heads_figure``)."""
+    def grid_view(self, ids: list[int], layer: int, log: bool = False, head: int | None = None) -> go.Figure:
+        """Every query head of ``layer`` side by side (``explore_attention.heads_figure``), ``head`` framed."""
         self.check_place(layer)
         patterns = self.run(ids)["cache"][act_name("pattern", layer)]
         return explore_attention.heads_figure(patterns, self.labels(ids), f"{self.lm.name}: every query head of "
-                                              f"layer {layer} (click one to see it named token by token)", log)
+                                              f"layer {layer} (click one to see it named token by token)", log,
+                                              chosen=head)
 
     @torch.no_grad()
     def lens_view(self, ids: list[int], position: int | None = None) -> go.Figure:
@@ -168,7 +169,7 @@ def build_app(explorer: LanguageExplorer, initial: str = "The capital of France 
                   value="linear", inline=True, inputStyle=dict(marginLeft="6px", marginRight="2px"))],
                   style=dict(marginTop="4px")), minWidth="0"),
         html.Div([panel("attention", html.Div(sized_graph("attention"), style=dict(overflowX="auto")), minWidth="0"),
-                  panel("logit lens", graph("lens", 160 + 22 * cfg.n_layers), minWidth="0")],
+                  panel("logit lens", graph("lens", top_tokens_height(cfg.n_layers)), minWidth="0")],
                  style=dict(display="grid", gridTemplateColumns="minmax(0, 3fr) minmax(0, 2fr)", alignItems="start")),
         panel("every head of the layer", sized_graph("grid"), minWidth="0"),
         explore_patching.panel(patching),
@@ -195,7 +196,7 @@ def build_app(explorer: LanguageExplorer, initial: str = "The capital of France 
             ids = explorer.encode(prompt["text"])
             sampled = explorer.sample(prompt["task"], prompt["seed"]) if prompt["task"] else None
             log = scale == "log"
-            return (explorer.attention_view(ids, layer, head, log), explorer.grid_view(ids, layer, log),
+            return (explorer.attention_view(ids, layer, head, log), explorer.grid_view(ids, layer, log, head),
                     explorer.lens_view(ids),
                     explorer.answer_summary(ids, sampled if sampled and sampled["text"] == prompt["text"] else None))
         except REFUSED as err:

@@ -424,10 +424,12 @@ def test_every_token_is_named_on_both_axes_and_the_log_scale_keeps_the_weights(r
     linear = explorer.attention_view(1, tokens, 0, [], layer=1, head=1)
     for axis in (linear.layout.xaxis, linear.layout.yaxis):  # every tick given, none left to plotly to skip
         assert axis.tickmode == "array" and list(axis.tickvals) == labels and list(axis.ticktext) == labels
-    np.testing.assert_allclose(np.asarray(linear.data[0].z, dtype=float), pattern.numpy(), atol=1e-6)
+    future = np.triu(np.ones(pattern.shape, dtype=bool), 1)  # a query's later keys: masked, drawn blank
+    np.testing.assert_allclose(np.asarray(linear.data[0].z, dtype=float), np.where(future, np.nan, pattern.numpy()),
+                               atol=1e-6)
     log = explorer.attention_view(1, tokens, 0, [], layer=1, head=1, log=True)
     np.testing.assert_allclose(np.asarray(log.data[0].z, dtype=float),
-                               np.log10(np.maximum(pattern.double().numpy(), 1e-6)), atol=1e-6)
+                               np.where(future, np.nan, np.log10(np.maximum(pattern.double().numpy(), 1e-6))), atol=1e-6)
     np.testing.assert_allclose(np.asarray(log.data[0].customdata, dtype=float), pattern.numpy(), atol=1e-6)
     assert list(log.data[0].colorbar.ticktext)[-2:] == ["0.1", "1"] and "customdata" in log.data[0].hovertemplate
 
@@ -438,8 +440,10 @@ def test_the_grid_shows_every_head_of_the_layer_and_an_hmm_table_token_by_its_en
     grid = explorer.heads_view(1, tokens, 0, ["H0.1"], layer=0)
     patterns = explorer.patterns(1, tokens, 0, ["H0.1"])[0]
     assert [a.text for a in grid.layout.annotations] == ["head 0", "head 1"]
+    future = np.triu(np.ones(patterns[0].shape, dtype=bool), 1)
     for h, trace in enumerate(grid.data):
-        np.testing.assert_allclose(np.asarray(trace.z, dtype=float), patterns[h].numpy(), atol=1e-6)
+        np.testing.assert_allclose(np.asarray(trace.z, dtype=float), np.where(future, np.nan, patterns[h].numpy()),
+                                   atol=1e-6)
     hmm = small_run(tmp_path, tasks.make("hmm", S=2, O=3, K=4))
     names = hmm.names(hmm.sample(0))
     assert names[:3] == ["0:TRANS", f"1:T[s0,s0] {names[1].split()[-1]}", f"2:T[s0,s1] {names[2].split()[-1]}"]
@@ -664,16 +668,21 @@ def test_the_grid_of_heads_in_chromium(shared_browser):
                                        ".map(t => t.textContent)")
         assert ticks == labels  # every token named on the drawn axis, none skipped, the HMM's entries by name
         assert any("T[s0,s1]" in t for t in ticks)
+        sizes = browser.execute_script("return [...document.querySelectorAll('#attention .xtick text')]"
+                                       ".map(t => parseFloat(getComputedStyle(t).fontSize))")
+        assert sizes and min(sizes) >= 12  # readable, not 7 to 9 pixels
+        assert "head 0 (shown above)" in " ".join(figure(browser, "heads")["notes"].split())  # the grid marks it
         # a click on head 5's map: the single view shows head 5
         cell = browser.find_elements(By.CSS_SELECTOR, "#heads .nsewdrag")[5]
         ActionChains(browser).move_to_element(cell).click().perform()
         wait.until(lambda d: "layer 0, head 5" in (figure(d, "attention")["title"] or ""), message="head picked")
         assert browser.find_element(By.CSS_SELECTOR, "#head input[value='5']").is_selected()
+        wait.until(lambda d: "head 5 (shown above)" in figure(d, "heads")["notes"], message="the grid frames head 5")
         browser.find_element(By.CSS_SELECTOR, "#scale input[value='log']").click()
         wait.until(lambda d: "log" in str(d.execute_script(
             "return document.querySelector('#attention .js-plotly-plot').data[0].colorbar.title.text")))
-        z = figure(browser, "attention")["data"][0]["z"]
-        assert min(v for row in z for v in row) >= -6 and max(v for row in z for v in row) <= 0  # log10 of weights
+        z = [v for row in figure(browser, "attention")["data"][0]["z"] for v in row if v is not None]  # None: masked
+        assert min(z) >= -6 and max(z) <= 0  # log10 of weights
     finally:
         server.shutdown()
 
@@ -723,3 +732,29 @@ def test_the_page_s_status_line_names_what_a_slow_view_waits_for(run_dir):
     assert shown["style"]["position"] == "sticky"
     idle = json.loads(client.post("/_dash-update-component", json=body).data)["response"]["status"]
     assert idle["style"] == {"display": "none"}
+
+
+def test_masked_cells_are_blank_labels_readable_and_the_grid_marks_the_head_shown(run_dir):
+    """circuitsvis's way: a causal model's future keys are no weight at all (blank, never 0 or 1e-6 on the log
+    scale, no hover); tick labels 12 px, level where a cell has room (slanted where not, never upright); the grid
+    of heads frames the head the single view shows."""
+    from interp.explore_attention import pattern_figure, size_of
+
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    tokens = explorer.sample(0)
+    for log in (False, True):
+        z = np.asarray(explorer.attention_view(1, tokens, 0, [], layer=0, head=1, log=log).data[0].z, dtype=float)
+        assert np.isnan(z[np.triu_indices(len(tokens), 1)]).all() and not np.isnan(z[np.tril_indices(len(tokens))]).any()
+    fig = explorer.attention_view(1, tokens, 0, [], layer=0, head=1)
+    assert fig.data[0].hoverongaps is False
+    assert fig.layout.xaxis.tickfont.size >= 12 and fig.layout.yaxis.tickfont.size >= 12
+    assert fig.layout.xaxis.tickangle == 0  # 9 short labels ("3:v2") in a 360-pixel square: level
+    words = [f"{w} ·{i}" for i, w in enumerate(["␣The", "␣capital", "␣of", "␣France", "␣is"] * 8)]
+    assert pattern_figure(torch.rand(40, 40).tril(), words, "t").layout.xaxis.tickangle == -45  # no room: slanted
+    assert size_of(words[:5]) == (442, 0)  # a short prompt: level, the area grown to 5 cells of 10 characters
+    grid = explorer.heads_view(1, tokens, 0, [], layer=0, head=1)
+    frame = [s for s in grid.layout.shapes if s.type == "rect"]
+    assert len(frame) == 1 and frame[0].xref == "x2 domain"  # head 1: the second map
+    assert [a.text for a in grid.layout.annotations] == ["head 0", "<b>head 1 (shown above)</b>"]
+    non_causal = torch.rand(5, 5)  # a model that attends ahead: nothing hidden
+    assert not np.isnan(np.asarray(pattern_figure(non_causal, list("abcde"), "t").data[0].z, dtype=float)).any()

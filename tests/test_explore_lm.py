@@ -28,12 +28,16 @@ def test_attention_is_the_models_pattern_with_the_tokens_text_on_its_axes(explor
     ids = explorer.encode(TEXT)
     fig = explorer.attention_view(ids, 1, 3)
     _, cache = explorer.lm.model.run_with_cache(torch.tensor([ids]))
-    assert torch.allclose(torch.tensor(fig.data[0].z).double(), cache["blocks.1.attn.hook_pattern"][0, 3].double(), atol=1e-6)
+    future = torch.ones(len(ids), len(ids), dtype=torch.bool).triu(1)  # masked: blank (NaN), not a weight of 0
+    shown = torch.tensor(fig.data[0].z).double()
+    assert shown[future].isnan().all()
+    assert torch.allclose(shown[~future], cache["blocks.1.attn.hook_pattern"][0, 3].double()[~future], atol=1e-6)
     assert list(fig.data[0].x) == ["cat ·0", "-> ·1", "blue ·2", "river ·3", "-> ·4", "green ·5", "bread ·6", "-> ·7"]
     assert "key/value head 1" in fig.layout.title.text  # 4 query heads share 2 key/value heads
     grid = explorer.grid_view(ids, 0)
     assert len(grid.data) == explorer.lm.model.cfg.n_heads
-    assert torch.allclose(torch.tensor(grid.data[2].z).double(), cache["blocks.0.attn.hook_pattern"][0, 2].double(), atol=1e-6)
+    assert torch.allclose(torch.tensor(grid.data[2].z).double()[~future],
+                          cache["blocks.0.attn.hook_pattern"][0, 2].double()[~future], atol=1e-6)
 
 
 def test_the_last_layers_lens_is_the_models_own_next_token_distribution(explorer):
@@ -225,3 +229,12 @@ def test_a_model_that_cannot_be_opened_is_said_in_the_page(tmp_path):
     opening.start().join(120)
     status = Client(opening).get(Opening.PATH).json
     assert status["state"] == "failed" and status["error"] == f"no GGUF file {tmp_path / 'missing.gguf'}"
+
+
+def test_the_lens_writes_its_tokens_readably_and_the_grid_frames_the_head_shown(explorer):
+    ids = explorer.encode(TEXT)
+    lens = explorer.lens_view(ids)
+    assert lens.data[0].textfont.size >= 12 and lens.layout.height >= 160 + 26 * explorer.lm.model.cfg.n_layers
+    grid = explorer.grid_view(ids, 0, head=3)
+    assert [s.xref for s in grid.layout.shapes] == ["x4 domain"] and "shown above" in grid.layout.annotations[3].text
+    assert explorer.attention_view(ids, 0, 0).layout.xaxis.tickangle == 0  # 8 words in 360 pixels: level
