@@ -118,8 +118,10 @@ counted once each, never once per query head), the keys are the model's own keys
 hook_k (W_K applied to the layer's normalised residual stream, before any rotary embedding) at every
 position of a prompt, minus the bias b_K. The statistic is the mean |cos| over pairs of positions that
 hold different tokens, averaged over the prompts of the prompt task. Baselines: the same architecture
-re-initialised (seed 0) on the same prompts, and E|cos| of two independent Gaussian vectors in d_head
-dimensions.
+re-initialised (seed 0) on the same prompts, as the model's own code initialises it (a bridged Hugging Face
+model: a new one built from the same config, transformers' initialisation, e.g. weights drawn from N(0,
+initializer_range^2), norms at 1; a boot_native TransformerLens 4 model: its init_weights; a wind-tunnel
+transformer: rebuilt from its config), and E|cos| of two independent Gaussian vectors in d_head dimensions.
 """.split())
 
 
