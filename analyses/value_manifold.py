@@ -33,7 +33,8 @@ The linear read-out is an ordinary least-squares regression (scikit-learn Linear
 intercept) of the entropy on the full activation vector, fitted on a random half of the points
 (seeded) and scored by R² on the other half. A correlation or R² is null when either side is
 constant. The scatter figures show PC1 against PC2 of a seeded random subsample of at most
-max_points points (the same points in every panel); the reference implementation ran the PCA on the
+max_points points (the same points in every panel; one page per colouring, a row per stream, at most six
+evenly spaced layers); the reference implementation ran the PCA on the
 final residual stream only, coloured by log2(#unseen values), which for bijection is this entropy.
 For bijection that entropy is a function of the query position alone, so anything that carries
 the position (even the untrained position embeddings) can read it out linearly:
@@ -41,7 +42,7 @@ residual_readout_r2_untrained is the same read-out, on the same points and halve
 residual stream of the untrained model (same architecture, config and seed at step 0), the part of
 R² that needs no training (final_residual_readout_r2_untrained: its last layer); the read-out figure
 draws it beside the trained R². When the task declares a latent class at every query (HMM: the true
-hidden state), the same scatter is drawn a second time coloured by that class (*-pca-by-<latent>).
+hidden state), the same scatter is drawn a second time coloured by that class (pca-by-<latent>).
 """.split())
 
 STREAMS = {"residual": "resid_post", "attention_out": "attn_out"}
@@ -115,14 +116,21 @@ def stream_stats(X: np.ndarray, entropy: np.ndarray, fit: np.ndarray, test: np.n
     return numbers, scores
 
 
-def compute(model, n: int = 1000, seed: int = 1234, max_points: int = 2000) -> Result:
+MAX_POINTS = 600  # points drawn in each scatter panel by default (the numbers use every point)
+GRID_LAYERS = 6  # a report's scatter pages show at most this many layers, evenly spaced, the last included
+
+
+def compute(model, n: int = 1000, seed: int = 1234, max_points: int = MAX_POINTS) -> Result:
     """PCA of the residual stream and attention output at query positions, against the Bayes entropy."""
-    return measure(model, n, seed, max_points, readout=True)
+    return measure(model, n, seed, max_points, readout=True, merged=True)
 
 
-def measure(model, n: int, seed: int, max_points: int, readout: bool) -> Result:
+def measure(model, n: int, seed: int, max_points: int, readout: bool, merged: bool = False) -> Result:
     """``compute``; ``readout=False`` (the explorer's geometry view): the PCA and its figures only, without the
-    read-out R² and the untrained twin, which take most of the time."""
+    read-out R² and the untrained twin, which take most of the time. ``merged`` (a report): each colouring is one
+    page with a row per stream (``pca``, ``pca-by-position``, ``pca-by-<latent>``) instead of a page per stream
+    and colouring (``<stream>-pca``, ``<stream>-pca-by-position``, ..., which the explorer shows one at a time);
+    the points are drawn in single precision either way."""
     hook_dict = getattr(model, "hook_dict", None)
     n_layers = getattr(getattr(model, "cfg", None), "n_layers", None)
     if hook_dict is None or n_layers is None:
@@ -182,6 +190,14 @@ def measure(model, n: int, seed: int, max_points: int, readout: bool) -> Result:
     hover = dict(rows=rows[shown], positions=positions[shown], entropy=entropy[shown],
                  top=None if top is None else top[shown], latent=None if latent is None else latent[shown])
     task_name = model.task.name
+    if merged:
+        colourings = [("pca", {}), ("pca-by-position", dict(by_position=True))]
+        if latent is not None:
+            colourings.append((f"pca-by-{model.task.query_latent}", dict(by_latent=model.task.query_latent)))
+        figures = {name: grid_figure(scatter, hover, task_name, **how) for name, how in colourings}
+        if readout:
+            figures["entropy-readout"] = readout_figure(per_stream, untrained_r2, task_name, skipped)
+        return Result("value-manifold", DEFINITION, metrics, figures)
     figures = {f"{s.replace('_', '-')}-pca": scatter_figure(scatter[s], hover, s, task_name) for s in streams}
     # the same points coloured by token position: structure that is position, not belief, shows as bands
     # of one colour (on the HMM the spokes of the PCA are the positions)
@@ -215,6 +231,54 @@ def latent_at_queries(task, batch) -> np.ndarray | None:
     return states.flatten().numpy()
 
 
+def _point_data(hover: dict) -> tuple[np.ndarray, str]:
+    """Every point's hover columns [n, 3 or 4] (sequence, token, Bayes entropy, top posterior) in single
+    precision, and the hover text that reads them."""
+    columns = [hover["rows"], hover["positions"], hover["entropy"]]
+    template = "sequence %{customdata[0]}, token %{customdata[1]}<br>Bayes entropy %{customdata[2]:.3f} bits"
+    if hover["top"] is not None:
+        columns.append(hover["top"])
+        template += "<br>top posterior %{customdata[3]:.3f}"
+    return np.stack(columns, axis=1).astype(np.float32), template
+
+
+def _latent_groups(hover: dict, by_latent: str) -> list[tuple[str, np.ndarray, str]]:
+    singular = by_latent[:-1] if by_latent.endswith("s") else by_latent  # "state 0", not "states 0"
+    return [(f"{singular} {c}", hover["latent"] == c, CATEGORICAL[i % len(CATEGORICAL)])
+            for i, c in enumerate(np.unique(hover["latent"]))]
+
+
+def _add_points(fig, d: dict, l: int, where: dict, hover: dict, custom: np.ndarray, template: str,
+                by_latent: str | None, by_position: bool, groups: list, legend: bool, what: str = "") -> None:
+    """One panel's points (PC1, PC2 in single precision), coloured as ``scatter_figure`` says."""
+    scores = np.asarray(d["scores"], dtype=np.float32)
+    hovertemplate = f"{what}layer {l}<br>PC1 %{{x:.3f}}, PC2 %{{y:.3f}}<br>{template}<extra></extra>"
+    if by_latent is None:
+        colour = hover["positions"] if by_position else hover["entropy"]
+        fig.add_scatter(x=scores[:, 0], y=scores[:, 1], mode="markers", name=f"layer {l}",
+                        showlegend=False, customdata=custom, hovertemplate=hovertemplate, **where,
+                        marker=dict(size=4, opacity=0.7, coloraxis="coloraxis",
+                                    color=np.asarray(colour, dtype=np.float32)))
+    else:
+        for name, chosen, color in groups:
+            fig.add_scatter(x=scores[chosen, 0], y=scores[chosen, 1], mode="markers", name=name,
+                            legendgroup=name, showlegend=legend, customdata=custom[chosen], **where,
+                            marker=dict(size=4, opacity=0.7, color=color),
+                            hovertemplate=f"{name}<br>{hovertemplate}")
+
+
+def _colour_axis(fig, by_latent: str | None, by_position: bool) -> str:
+    """The colour bar (none for the latent classes: their legend) and what the points are coloured by."""
+    if by_latent is None:
+        fig.update_layout(coloraxis=dict(colorscale="Cividis" if by_position else "Viridis",
+                                         colorbar=dict(title="token position" if by_position else "H Bayes (bits)")))
+    return f"the true {by_latent}" if by_latent is not None else "token position" if by_position else "Bayes entropy"
+
+
+def _panel_title(d: dict, l: int) -> str:
+    return f"layer {d.get('layer', l)}: PC1 {_pct(d['numbers']['pc1_variance'])}, |r| {_num(d['numbers']['pc1_pearson_abs'])}"
+
+
 def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str,
                    by_latent: str | None = None, where_points: str = "query positions",
                    by_position: bool = False) -> go.Figure:
@@ -224,43 +288,50 @@ def scatter_figure(layers: list[dict], hover: dict, stream: str, task_name: str,
     n_layers = len(layers)
     cols = min(n_layers, 3)
     rows = math.ceil(n_layers / cols)
-    titles = [f"layer {d.get('layer', l)}: PC1 {_pct(d['numbers']['pc1_variance'])}, "
-              f"|r| {_num(d['numbers']['pc1_pearson_abs'])}" for l, d in enumerate(layers)]
+    titles = [_panel_title(d, l) for l, d in enumerate(layers)]
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.08, vertical_spacing=0.14)
-    columns = [hover["rows"], hover["positions"], hover["entropy"]]
-    template = "sequence %{customdata[0]}, token %{customdata[1]}<br>Bayes entropy %{customdata[2]:.3f} bits"
-    if hover["top"] is not None:
-        columns.append(hover["top"])
-        template += "<br>top posterior %{customdata[3]:.3f}"
-    custom = np.stack(columns, axis=1)
-    if by_latent is not None:
-        singular = by_latent[:-1] if by_latent.endswith("s") else by_latent  # "state 0", not "states 0"
-        groups = [(f"{singular} {c}", hover["latent"] == c, CATEGORICAL[i % len(CATEGORICAL)])
-                  for i, c in enumerate(np.unique(hover["latent"]))]
+    custom, template = _point_data(hover)
+    groups = _latent_groups(hover, by_latent) if by_latent is not None else []
     for i, d in enumerate(layers):
-        l = d.get("layer", i)
         where = dict(row=i // cols + 1, col=i % cols + 1)
-        hovertemplate = f"layer {l}<br>PC1 %{{x:.3f}}, PC2 %{{y:.3f}}<br>{template}<extra></extra>"
-        if by_latent is None:
-            fig.add_scatter(x=d["scores"][:, 0], y=d["scores"][:, 1], mode="markers", name=f"layer {l}",
-                            showlegend=False, customdata=custom, hovertemplate=hovertemplate, **where,
-                            marker=dict(size=4, opacity=0.7, coloraxis="coloraxis",
-                                        color=hover["positions"] if by_position else hover["entropy"]))
-        else:
-            for name, chosen, color in groups:
-                fig.add_scatter(x=d["scores"][chosen, 0], y=d["scores"][chosen, 1], mode="markers", name=name,
-                                legendgroup=name, showlegend=i == 0, customdata=custom[chosen], **where,
-                                marker=dict(size=4, opacity=0.7, color=color),
-                                hovertemplate=f"{name}<br>{hovertemplate}")
+        _add_points(fig, d, d.get("layer", i), where, hover, custom, template, by_latent, by_position, groups, i == 0)
         fig.update_xaxes(title_text="PC1", **where)
         fig.update_yaxes(title_text="PC2", **where)
-    colour = f"the true {by_latent}" if by_latent is not None else "token position" if by_position else "Bayes entropy"
+    colour = _colour_axis(fig, by_latent, by_position)
     fig.update_layout(title=f"{task_name}: PCA of the {TITLES[stream]} at {where_points}, coloured by {colour}"
                             f"<br><sup>{len(hover['entropy'])} points shown</sup>",
                       width=140 + 340 * cols, height=140 + 330 * rows)
-    if by_latent is None:
-        fig.update_layout(coloraxis=dict(colorscale="Cividis" if by_position else "Viridis",
-                                         colorbar=dict(title="token position" if by_position else "H Bayes (bits)")))
+    return fig
+
+
+def grid_figure(scatter: dict[str, list[dict]], hover: dict, task_name: str, by_latent: str | None = None,
+                by_position: bool = False) -> go.Figure:
+    """A report's page of one colouring: a row of PC1/PC2 panels per stream (``scatter``: stream -> one entry
+    per layer, as ``scatter_figure`` takes them), at most ``GRID_LAYERS`` evenly spaced layers per row."""
+    streams = list(scatter)
+    n_layers = len(scatter[streams[0]])
+    shown = sorted({round(i * (n_layers - 1) / (GRID_LAYERS - 1)) for i in range(GRID_LAYERS)}) \
+        if n_layers > GRID_LAYERS else list(range(n_layers))
+    cols, rows = len(shown), len(streams)
+    titles = [_panel_title(scatter[s][l], l) for s in streams for l in shown]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.3 / cols,
+                        vertical_spacing=0.3 / rows)
+    custom, template = _point_data(hover)
+    groups = _latent_groups(hover, by_latent) if by_latent is not None else []
+    for r, s in enumerate(streams):
+        for c, l in enumerate(shown):
+            where = dict(row=r + 1, col=c + 1)
+            _add_points(fig, scatter[s][l], l, where, hover, custom, template, by_latent, by_position, groups,
+                        r == 0 and c == 0, what=f"{TITLES[s]}<br>")
+            fig.update_xaxes(title_text="PC1", **where)
+            fig.update_yaxes(title_text=f"{TITLES[s]}<br>PC2" if c == 0 and rows > 1 else "PC2", **where)
+    colour = _colour_axis(fig, by_latent, by_position)
+    which = "" if len(shown) == n_layers else f", layers {', '.join(map(str, shown))} of {n_layers}"
+    what = " and ".join(TITLES[s] for s in streams)
+    fig.update_layout(title=f"{task_name}: PCA of the {what} at query positions, coloured by {colour}"
+                            f"<br><sup>{'one row per stream; ' if rows > 1 else ''}"
+                            f"{len(hover['entropy'])} points shown{which}</sup>",
+                      width=160 + 290 * cols, height=140 + 300 * rows)
     return fig
 
 
@@ -397,7 +468,7 @@ def intervals_figure(table: dict, subject: str) -> go.Figure:
 ANALYSIS = Analysis(
     "value-manifold", "PCA of the residual stream and attention output at queries, against the Bayes entropy",
     DEFINITION, compute,
-    options=(n_option(1000), seed_option(), Option("max_points", 2000, "points drawn in each scatter", low=1)), order=6,
+    options=(n_option(1000), seed_option(), Option("max_points", MAX_POINTS, "points drawn in each scatter panel", low=1)), order=6,
     on_language_model=on_language_model, language_definition=LANGUAGE_DEFINITION,
     language_options=activations.language_options(Option("bootstrap", 200, "bootstrap resamples of the prompts",
                                                        low=0, high=100_000)))

@@ -167,8 +167,7 @@ def test_pca_of_noise_or_a_constant():
 def test_value_manifold_runs_and_serialises(small_model):
     result = analyses.run("value-manifold", small_model, n=32, max_points=50)
     m = result.metrics
-    assert set(result.figures) == {"residual-pca", "attention-out-pca", "residual-pca-by-position",
-                                   "attention-out-pca-by-position", "entropy-readout"}
+    assert set(result.figures) == {"pca", "pca-by-position", "entropy-readout"}  # a page per colouring
     assert m["n_points"] == 32 * 7 and m["n_points_shown"] == 50 and m["skipped"] == {}
     for stream in ("residual", "attention_out"):
         table = m["streams"][stream]
@@ -176,10 +175,10 @@ def test_value_manifold_runs_and_serialises(small_model):
                               "pc1_spearman_abs", "pc1_spearman_sign", "readout_r2"}
         assert len(table["readout_r2"]) == 2
     assert m["final_residual_readout_r2"] == m["streams"]["residual"]["readout_r2"][-1]
-    scatter = result.figures["residual-pca"]
-    assert len(scatter.data) == 2 and len(scatter.data[0].x) == 50
+    scatter = result.figures["pca"]
+    assert len(scatter.data) == 4 and len(scatter.data[0].x) == 50  # a row per stream, a panel per layer
     assert scatter.data[0].customdata.shape == (50, 4)  # sequence, position, entropy, top posterior
-    by_position = result.figures["residual-pca-by-position"]  # the same points, coloured by token position
+    by_position = result.figures["pca-by-position"]  # the same points, coloured by token position
     assert list(by_position.data[0].x) == list(scatter.data[0].x)
     assert list(by_position.data[0].marker.color) == list(scatter.data[0].customdata[:, 1])
     assert by_position.layout.coloraxis.colorbar.title.text == "token position"
@@ -191,7 +190,7 @@ def test_value_manifold_on_a_continuous_task():
                          config=dict(d_model=16, n_layers=1, n_heads=2), seed=0).eval()
     result = analyses.run("value-manifold", model, n=32)
     assert result.metrics["final_residual_pc1_variance"] > 0
-    assert result.figures["residual-pca"].data[0].customdata.shape[1] == 3  # no top posterior
+    assert result.figures["pca"].data[0].customdata.shape[1] == 3  # no top posterior
     json.dumps(result.metrics, allow_nan=False)
 
 
@@ -199,10 +198,10 @@ def test_value_manifold_on_the_hmm_also_colours_the_points_by_their_true_state()
     task = tasks.make("hmm", S=3, O=4, K=6)
     model = models.build("transformer", task, config=dict(d_model=16, n_layers=2, n_heads=2), seed=0).eval()
     result = analyses.run("value-manifold", model, n=40, max_points=100)
-    assert {"residual-pca-by-states", "attention-out-pca-by-states"} <= set(result.figures)
-    by_state = result.figures["residual-pca-by-states"]
-    plain = result.figures["residual-pca"]
-    for layer in range(2):  # each layer's points, split into one trace per state, are the same points
+    assert "pca-by-states" in result.figures
+    by_state = result.figures["pca-by-states"]
+    plain = result.figures["pca"]
+    for layer in range(4):  # each panel's points, split into one trace per state, are the same points
         traces = [t for t in by_state.data if t.xaxis == plain.data[layer].xaxis]
         assert sorted(t.name for t in traces) == [f"state {c}" for c in range(len(traces))] and len(traces) <= 3
         assert sum(len(t.x) for t in traces) == len(plain.data[layer].x) == 100
@@ -214,7 +213,7 @@ def test_value_manifold_on_the_hmm_also_colours_the_points_by_their_true_state()
 
 def test_options_are_listed():
     assert analyses.options("qk-alignment") == {"n": 500, "seed": 1234}
-    assert analyses.options("value-manifold") == {"n": 1000, "seed": 1234, "max_points": 2000}
+    assert analyses.options("value-manifold") == {"n": 1000, "seed": 1234, "max_points": 600}
 
 
 def assert_complete(result, phrase: str) -> None:
