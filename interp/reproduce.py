@@ -9,6 +9,7 @@ back instead of recomputed. So an interrupted ``interp reproduce`` picks up wher
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +65,15 @@ def analysis_options(task: str, arch: str, analysis: str) -> dict:
 
 
 def plan(only: tuple[str, ...], archs: tuple[str, ...]) -> list[tuple]:
-    """The steps in order: ("train", task, arch) then ("analyse", task, arch, analysis) for its rows."""
+    """The steps in order: ("train", task, arch) then ("analyse", task, arch, analysis) for its rows
+    (calibration first; a cell without rows gets calibration alone)."""
     steps = []
     for task in only:
         for arch in archs:
-            analyses_needed = ["calibration"] + sorted({r.analysis for r in rows((task,), (arch,))} - {"calibration"})
+            # only what the cell's rows read (recall's rows read content-addressing: its calibration on 2,000
+            # sequences of 64 pairs took a third of `--runs shipped`'s time for no number of the table)
+            wanted = {r.analysis for r in rows((task,), (arch,))} or {"calibration"}
+            analyses_needed = sorted(wanted, key=lambda name: (name != "calibration", name))
             steps.append(("train", task, arch))
             steps.extend(("analyse", task, arch, name) for name in analyses_needed)
     return steps
@@ -173,7 +178,10 @@ class Reproduction:
             else:
                 self.analyse(*step[1:])
         bar.close()
-        return self.write_table()
+        table = self.write_table()
+        if progress:
+            tqdm.write(text(table), end="")
+        return table
 
     def saved(self, task: str, arch: str, name: str) -> dict:
         return results.read(self.out / self.run_dir(task, arch).name / f"{name}.json", name)
@@ -182,16 +190,23 @@ class Reproduction:
         done = {(s[1], s[2]) for s in self.steps}
         table_rows = []
         in_order = [s[1:3] for s in self.steps if s[0] == "train"]
-        for row in rows(tuple(dict.fromkeys(t for t, _ in in_order)), tuple(dict.fromkeys(a for _, a in in_order))):
+        table = rows(tuple(dict.fromkeys(t for t, _ in in_order)), tuple(dict.fromkeys(a for _, a in in_order)))
+        # an analysis's rows are shown in percent when the paper gives any of them in percent (recall's accuracy)
+        percent = {(r.task, r.analysis) for r in table if r.paper_text.strip().endswith("%")}
+        for row in table:
             if (row.task, row.arch) not in done:
                 continue
             run_dir = self.run_dir(row.task, row.arch)
             record = self.record(row.task, row.arch) or {}
             saved = self.saved(row.task, row.arch, row.analysis)
             ours = dig(saved["metrics"], row.metric)
-            ratio = ours / row.paper if isinstance(ours, (int, float)) and row.paper else None
+            # a ratio only beside a number the paper states ("5 clusters, one per hidden state" is none), and
+            # none for a claim (">10x": it holds or fails)
+            ratio = ours / row.paper if isinstance(ours, (int, float)) and row.paper and row.claim == "value" \
+                and numeric(row.paper_text) else None
             table_rows.append(dict(experiment=row.experiment, task=row.task, arch=row.arch, paper=row.paper,
                              paper_text=row.paper_text, ours=ours, ratio=ratio, claim=row.claim,
+                             unit="percent" if (row.task, row.analysis) in percent else None,
                              claim_holds=(ours > row.paper) if row.claim == "over" and ours is not None else None,
                              analysis=row.analysis, metric=row.metric, run=str(run_dir),
                              n_params=record.get("n_params"), train_minutes=record.get("wall_time_s", 0) / 60,
@@ -209,28 +224,72 @@ class Reproduction:
         return table
 
 
-def fmt(value) -> str:
+NUMBER = re.compile(r"[<>≈~]?\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*(%|x|×)?(\s*\(.*\))?")
+
+
+def numeric(paper_text: str) -> bool:
+    """Whether the paper's entry is a number ("0.007", "97.8%", "0.052 (0.082 random)", ">10x"), not words."""
+    return bool(NUMBER.fullmatch(paper_text.strip()))
+
+
+def fmt(value, unit: str | None = None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
+    if unit == "percent":
+        value = 100 * value
+        return (f"{value:.3g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}") + "%"
     return f"{value:.3g}" if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+
+
+def comparison(r: dict) -> str:
+    """The ours-versus-paper cell: the ratio to the paper's number, or whether the paper's claim holds."""
+    if r["claim"] == "over":
+        if r.get("claim_holds") is None:
+            return "–"
+        return f"claim {'holds' if r['claim_holds'] else 'fails'} ({fmt(r['ours'])} {'>' if r['claim_holds'] else '<='} " \
+               f"{fmt(r['paper'])})"
+    return fmt(r["ratio"]) + "x" if r["ratio"] is not None else "–"
+
+
+def metric_name(r: dict) -> str:
+    return f"{r['analysis']}: {r['metric']}"
 
 
 def markdown(table: dict) -> str:
     lines = [f"# Reproduction (`{table['preset']}` preset)", "",
-             "| experiment | arch | paper | ours | ours / paper | params | training | figure |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| experiment | arch | paper | ours | ours / paper | metric (analysis: key) | params | training | figure |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in table["rows"]:
-        ratio = fmt(r["ratio"]) + "x" if r["ratio"] is not None else "–"
-        if r["claim"] == "over" and r["claim_holds"] is not None:
-            ratio += " (claim holds)" if r["claim_holds"] else " (claim fails)"
         params = f"{r['n_params']:,}" if r["n_params"] else "–"
         training = f"{r['train_minutes']:.1f} min, {r['train_steps']:,} steps" if r["train_steps"] else "–"
         experiment = r["experiment"].replace("|", "\\|")  # a literal | would end the table cell
         figures = f"[pdf]({r['figure']})" + (f" · [png]({r['png']})" if r.get("png") else "")
-        lines.append(f"| {experiment} | {r['arch']} | {r['paper_text']} | {fmt(r['ours'])} | {ratio} | {params} | "
-                     f"{training} | {figures} |")
+        lines.append(f"| {experiment} | {r['arch']} | {r['paper_text']} | {fmt(r['ours'], r.get('unit'))} | "
+                     f"{comparison(r)} | `{metric_name(r)}` | {params} | {training} | {figures} |")
     lines += ["", f"Training: {table.get('train_minutes', 0):.0f} min for {table.get('runs', 0)} runs (the sum of "
               f"each run's recorded wall time); analyses: {table.get('analysis_minutes', 0):.0f} min.",
-              "", "Numbers: `reproduction.json` (each row names the analysis and metric it reads). "
-              "Definitions: each analysis's JSON."]
+              "", "Numbers: `reproduction.json` (each row names the analysis and metric it reads; percentages are "
+              "stored as fractions there). Definitions: each analysis's JSON."]
     return "\n".join(lines) + "\n"
+
+
+EXPERIMENT_WIDTH = 50  # the terminal table's first column wraps here
+
+
+def text(table: dict) -> str:
+    """The table as the terminal shows it: experiment (wrapped), architecture, the paper's entry, ours in the same
+    unit, the comparison and the metric read."""
+    import textwrap
+
+    head = ("experiment", "arch", "paper", "ours", "ours / paper", "metric (analysis: key)")
+    body = [(r["experiment"], r["arch"], r["paper_text"], fmt(r["ours"], r.get("unit")), comparison(r), metric_name(r))
+            for r in table["rows"]]
+    widths = [EXPERIMENT_WIDTH] + [max(len(line[i]) for line in [head, *body]) for i in range(1, len(head) - 1)]
+    out = []
+    for line in [head, *body]:
+        indent = line[0][:len(line[0]) - len(line[0].lstrip())]
+        first, *rest = textwrap.wrap(line[0].strip(), EXPERIMENT_WIDTH, initial_indent=indent,
+                                     subsequent_indent=indent + "  ") or [""]
+        out.append("  ".join(cell.ljust(w) for cell, w in zip((first, *line[1:-1]), widths)) + "  " + line[-1])
+        out += rest
+    return "\n".join(out) + "\n"

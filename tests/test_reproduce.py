@@ -113,4 +113,65 @@ def test_reproduce_from_the_shipped_models_trains_nothing(tmp_path, capsys):
     assert accuracy["metric"] == "accuracy_full_table" and accuracy["ours"] == shipped["accuracy_full_table"]
     assert worst_slot["metric"] == "per_slot_min" and worst_slot["ours"] == shipped["per_slot_min"]
     assert accuracy["train_steps"] == 2000 and "64 pairs" in accuracy["experiment"]
+    assert "content-addressing: accuracy_full_table" in done.out and "100%" in done.out  # the table, printed
     assert before == {p: p.stat().st_mtime_ns for p in PRETRAINED_DIR.rglob("*")}
+
+
+def test_a_cell_is_analysed_only_for_the_rows_it_fills():
+    """recall's rows read content-addressing: no calibration of 64-pair tables for nothing (a third of the
+    time of `--runs shipped`); a task's calibration rows still come first."""
+    steps = plan(("recall", "bijection"), ("mamba", "transformer"))
+    assert [s[3] for s in steps if s[0] == "analyse" and s[1] == "recall"] == ["content-addressing"] * 2
+    assert [s[3] for s in steps if s[0] == "analyse" and s[1:3] == ("bijection", "transformer")] == [
+        "calibration", "head-ablation", "key-orthogonality", "layer-ablation"]
+
+
+@pytest.fixture
+def shipped_like_table(tmp_path, monkeypatch):
+    """The table written from made-up numbers for every row (no model is run)."""
+    from interp.reproduce import dig
+
+    values = {"accuracy_full_table": 0.0127, "per_slot_min": 0.979, "purity": 0.343, "entropy_mae_bits": 0.00091,
+              "hypothesis_frame_head.mae_ratio_to_intact": 31.2, "min_block_ratio": 9.0}
+
+    def saved(self, task, arch, name):
+        metrics = {}
+        for row in rows((task,), (arch,)):
+            if row.analysis == name:
+                value, where = values.get(row.metric, 0.5), metrics
+                *path, last = row.metric.split(".")
+                for key in path:
+                    where = where.setdefault(key, {})
+                where[last] = value
+                assert dig(metrics, row.metric) == value
+        return dict(metrics=metrics, figures=["f"], seconds=1.0)
+
+    monkeypatch.setattr(Reproduction, "saved", saved)
+    monkeypatch.setattr(Reproduction, "record", lambda self, task, arch: {})
+    job = Reproduction("cpu", tmp_path / "runs", tmp_path / "out", tasks.NAMES, models.ARCHS)
+    return job.write_table()
+
+
+def test_the_table_shows_paper_and_ours_in_one_unit_and_no_ratio_for_words(shipped_like_table):
+    from interp.reproduce import markdown, text
+
+    by = {(r["metric"], r["arch"]): r for r in shipped_like_table["rows"]}
+    recall = by[("accuracy_full_table", "mamba")]
+    assert recall["paper_text"] == "97.8%" and recall["unit"] == "percent" and recall["ours"] == 0.0127  # stored as is
+    assert by[("per_slot_min", "transformer")]["unit"] == "percent"  # the same analysis's other row too
+    clusters = by[("purity", "mamba")]
+    assert clusters["paper_text"] == "5 clusters, one per hidden state" and clusters["ratio"] is None
+    head = by[("hypothesis_frame_head.mae_ratio_to_intact", "transformer")]
+    assert head["ratio"] is None and head["claim_holds"] is True
+    assert by[("min_block_ratio", "transformer")]["claim_holds"] is False
+    shown, md = text(shipped_like_table), markdown(shipped_like_table)
+    for out in (shown, md):
+        line = next(line for line in out.splitlines() if "97.8%" in line)
+        assert "1.27%" in line and "0.0127" not in line and "0.013x" in line  # percent beside percent
+        assert "content-addressing: accuracy_full_table" in line  # the metric named
+        line = next(line for line in out.splitlines() if "5 clusters" in line)
+        assert "0.343" in line and "x " not in line.replace("0.343", "") and "belief-clusters: purity" in line
+        assert "claim holds (31.2 > 10)" in out and "claim fails (9 <= 10)" in out
+    assert shown.splitlines()[0].split() == ["experiment", "arch", "paper", "ours", "ours", "/", "paper", "metric",
+                                             "(analysis:", "key)"]
+    assert max(len(line.split("  ")[0]) for line in shown.splitlines()) <= 52  # the experiment column wraps
