@@ -202,7 +202,7 @@ def build_app(explorer: Explorer):
         explore_numbers.code_panel(),
     ])
     views = html.Div([
-        explore_posterior.panels(explorer, info, explore_ablation.map_panel(info), lens_graph(info["n_layers"])),
+        explore_posterior.panels(explorer, info, explore_ablation.map_panel(info, explorer.n_calibration, explorer.seed), lens_graph(info["n_layers"])),
         explore_attention.attention_panel(info),
         explore_geometry.geometry_panel(explorer, info),
         explore_patching.panel(patching),

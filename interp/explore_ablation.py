@@ -90,7 +90,9 @@ class AblationViews:
                 result = head_ablation.compute(self.model(index), n=self.n_calibration, seed=self.seed)
                 for fig in result.figures.values():
                     style.apply(fig, subject=self.task.name, replaces=self.task.name)
-                    fig.update_layout(width=None)
+                    fig.update_layout(width=None, title_text=fig.layout.title.text.replace("</sup>", "") + (
+                        f", seed {self.seed}; interp run head-ablation uses {cli_default_n():,} sequences unless given "
+                        f"--n {self.n_calibration} --seed {self.seed}</sup>"))
                 self._cache[key] = result.figures
         return self._cache[key][f"{kind}-ablation"]
 
@@ -121,10 +123,19 @@ def controls(info: dict) -> html.Div:
 INPUTS = (Input("ablate-heads", "value"), Input("ablate-blocks", "value"), Input("ablate-mode", "value"))
 
 
-def map_panel(info: dict) -> html.Details:
-    """head-ablation's map, computed when asked for (every head ablated in turn on the held-out sequences)."""
+def cli_default_n() -> int:
+    """How many sequences ``interp run head-ablation`` uses unless told (its ``--n``)."""
+    from analyses import head_ablation
+
+    return next(o.default for o in head_ablation.ANALYSIS.options if o.name == "n")
+
+
+def map_panel(info: dict, n: int, seed: int) -> html.Details:
+    """head-ablation's map, computed when asked for (every head ablated in turn on the held-out sequences); it says
+    how many, beside the number ``interp run head-ablation`` uses by default (the numbers differ with them)."""
     return html.Details([
-        html.Summary("every head ablated in turn (head-ablation on the held-out sequences)"),
+        html.Summary(f"every head ablated in turn (head-ablation on {n:,} held-out sequences, seed {seed}; "
+                     f"interp run head-ablation uses {cli_default_n():,} unless given --n)"),
         html.Div("A click on a head's cell ablates that head alone (as the map's 0 or mean) in every view, its "
                  "answers beside Bayes's in the posterior view.", style=dict(fontSize="13px", margin="4px 0")),
         html.Button("compute the map", id="ablation-map-run", n_clicks=0),

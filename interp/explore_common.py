@@ -70,6 +70,46 @@ def click_rule(what: str, within: int | None = None, named: bool = True):
     return check
 
 
+def ablation_text(choices: list[str]) -> str:
+    """How a view names the ablations it shows: ``["H0.2", "M1.0", "B1"]`` -> "L0H2 ablated, L1H0 mean-ablated,
+    block 1 skipped" ("" for none)."""
+    import re
+
+    said = []
+    for choice in sorted(choices or [], key=lambda c: (c.startswith("B"), c)):  # heads, then blocks
+        match = re.fullmatch(r"([HM])(\d+)\.(\d+)|B(\d+)", choice)
+        if match and match[4] is not None:
+            said.append(f"block {match[4]} skipped")
+        elif match:
+            said.append(f"L{match[2]}H{match[3]} {'mean-ablated' if match[1] == 'M' else 'ablated'}")
+    return ", ".join(said)
+
+
+INTEGER_SPAN = 20  # an integer axis spanning at most this many gets a tick at every integer, none between
+
+
+def integer_ticks(fig: go.Figure) -> go.Figure:
+    """Every numeric axis whose traces' values on it are all integers (positions, counts) ticked at integers
+    (plotly's own ticks fall at 0.5 steps on a short one): a tick per integer up to ``INTEGER_SPAN``, beyond it
+    plotly's (which are whole numbers by then), never a fraction."""
+    axes: dict[str, list] = {}
+    for trace in fig.data:
+        if trace.type not in ("scatter", "bar"):
+            continue
+        for letter in ("x", "y"):
+            values = getattr(trace, letter, None)
+            name = (getattr(trace, f"{letter}axis", None) or letter).replace(letter, f"{letter}axis", 1)
+            axes.setdefault(name, []).append(values)
+    for name, groups in axes.items():
+        values = [v for group in groups if group is not None for v in group]
+        if not values or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer()
+                                 for v in values if v is not None):
+            continue
+        span = max(values) - min(values)
+        fig.layout[name].update(tickformat="d", **(dict(tick0=0, dtick=1) if span <= INTEGER_SPAN else {}))
+    return fig
+
+
 def plain(value):
     """Tensors and numpy numbers as JSON-ready lists and floats, recursively."""
     if isinstance(value, dict):

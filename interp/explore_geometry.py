@@ -14,30 +14,42 @@ from analyses import style, value_manifold
 from .explore_common import REFUSED, RADIO, graph, message_figure, panel
 
 
+FLAT_BITS = 1e-6  # a Bayes entropy varying less than this over the points: no colour to tell them apart
+
+
 class GeometryViews:
     """The ``Explorer``'s geometry view (a part of the class, see ``interp/explore.py``)."""
 
     def geometry_view(self, index: int, choices: list[str], stream: str, colour: str = "entropy") -> go.Figure:
         """value-manifold's PCA figure of one stream, coloured by Bayes entropy, by token position
         (``colour="position"``) or by the task's true latent class (``"latent"``), cached per checkpoint and
-        ablation; a figure is styled the first time it is shown (value-manifold draws several)."""
+        ablation; a figure is styled the first time it is shown (value-manifold draws several). An entropy that is
+        the same at every point (recall's, 0: the answer is always known) colours nothing: the points are coloured
+        by position instead, and the title says why."""
         key = ("geometry", index, tuple(sorted(choices or [])))
         if key not in self._cache:
             with self.ablated(index, choices) as model, self.waits.on(
                     f"geometry: the PCA of every layer on {self.n_geometry} sequences"):
-                self._cache[key] = (value_manifold.measure(model, n=self.n_geometry, seed=self.seed, max_points=1500,
-                                                           readout=False).figures, set())
-        figures, styled = self._cache[key]
+                result = value_manifold.measure(model, n=self.n_geometry, seed=self.seed, max_points=1500,
+                                                readout=False)
+                self._cache[key] = (result.figures, set(), result.metrics)
+        figures, styled, metrics = self._cache[key]
         name = f"{stream.replace('_', '-')}-pca"
+        constant = metrics.get("entropy_std_bits", 1.0) < FLAT_BITS  # (recall: every query's answer is known)
         if colour == "latent" and self.task.query_latent is not None:
             name += f"-by-{self.task.query_latent}"
-        elif colour == "position" and f"{name}-by-position" in figures:
+        elif (colour == "position" or colour == "entropy" and constant) and f"{name}-by-position" in figures:
             name += "-by-position"
         if name not in figures:
             return message_figure("this model has no attention output to look at; see the residual stream")
         if name not in styled:
             style.apply(figures[name], subject=self.task.name)  # as the analysis's own run would
             figures[name].update_layout(width=None, height=460, margin=dict(t=80))  # the page's size, not a PDF's
+            if constant and name.endswith("-by-position"):  # said where it shows, and why
+                title = figures[name].layout.title.text
+                figures[name].update_layout(title_text=title.replace("</sup>", "") + (
+                    "; " if "<sup>" in title else "<br><sup>") + f"the Bayes entropy is "
+                    f"{metrics['entropy_mean_bits']:.3g} bits at every point here, nothing to colour by</sup>")
             styled.add(name)
         return figures[name]  # cached as shown: views never change a figure they return
 

@@ -12,13 +12,13 @@ import torch
 
 from analyses import logit_lens, style
 
-from .explore_common import graph
+from .explore_common import ablation_text, graph
 
 
 class LensViews:
     """The ``Explorer``'s logit lens (a part of the class, see ``interp/explore.py``)."""
 
-    def lens_figure(self, batch, lens: list[torch.Tensor], tokens: list) -> go.Figure:
+    def lens_figure(self, batch, lens: list[torch.Tensor], tokens: list, choices: list[str] = ()) -> go.Figure:
         """logit-lens on this sequence: KL(Bayes || the answer distribution decoded from each layer), per query."""
         rows = batch.query_mask[0].nonzero().flatten().tolist()
         labels = [self.names(tokens)[i] for i in rows]
@@ -30,7 +30,8 @@ class LensViews:
                                    colorscale="Magma_r", zmin=0, colorbar=dict(title="KL, bits"),
                                    hovertemplate="%{y}, position %{x}<br>KL(Bayes || lens) %{z:.4f} bits"
                                                  "<br>lens arg-max %{customdata}<extra></extra>"))
-        fig.update_layout(title="logit lens: each layer's residual decoded, against Bayes",
+        fig.update_layout(title="logit lens: each layer's residual decoded, against Bayes"
+                                + (f"<br><sup>model with {ablation_text(choices)}</sup>" if choices else ""),
                           xaxis_title="query position", yaxis=dict(title="layer", autorange="reversed"),
                           width=None, height=200 + 30 * len(lens), margin=dict(t=60, b=40))
         return fig

@@ -77,7 +77,8 @@ class NumbersViews:
                   "# held-out calibration of the intact model:",
                   f"#   interp run calibration --ckpt {shlex.quote(ckpt)} --n {self.n_calibration} --seed {self.seed}"]
         if info["attention"]:
-            lines.append(f"#   interp run head-ablation --ckpt {shlex.quote(ckpt)}   (every head, one at a time)")
+            lines.append(f"#   interp run head-ablation --ckpt {shlex.quote(ckpt)} --n {self.n_calibration} --seed "
+                         f"{self.seed}   (every head, one at a time: the page's map)")
         if info["blocks"]:
             lines.append(f"#   interp run layer-ablation --ckpt {shlex.quote(ckpt)}   (every block, one at a time)")
         return "\n".join(line for line in lines if line is not None)

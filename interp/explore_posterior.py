@@ -14,7 +14,7 @@ from analyses import logit_lens, style
 from analyses.base import answer_probs, held_out_batch
 from analyses.calibration import error_figure, measure, staircase_figure
 
-from .explore_common import REFUSED, graph, message_figure, panel
+from .explore_common import REFUSED, ablation_text, graph, integer_ticks, message_figure, panel
 
 
 class PosteriorViews:
@@ -63,15 +63,16 @@ class PosteriorViews:
         for fig in views.values():
             if isinstance(fig, go.Figure):
                 fig.update_layout(width=None, height=320, margin=dict(t=60, b=40))
-        views["posterior"] = (self.posterior_figure(batch, probs, tokens) if probs is not None else
+        views["posterior"] = (self.posterior_figure(batch, probs, tokens, choices) if probs is not None else
                               message_figure("a continuous task: its predictive is a Gaussian; see the entropies"))
-        views["lens"] = (self.lens_figure(batch, seq["lens"], tokens) if seq["lens"] is not None else
+        views["lens"] = (self.lens_figure(batch, seq["lens"], tokens, choices) if seq["lens"] is not None else
                          message_figure("a continuous task: no answer classes to decode each layer into"))
         views["latent"] = (self.predictive_figure(batch, seq["predictive"], tokens) if seq["predictive"] is not None
                            else self.latent_figure(batch, probs, tokens))
         for fig in views.values():
-            if isinstance(fig, go.Figure):  # no bar on a log axis, no SI prefix in a tick or a hover
+            if isinstance(fig, go.Figure):  # no bar on a log axis, no SI prefix in a tick or a hover, no 1.5 position
                 style.dots_on_log_axes(fig)
+                integer_ticks(fig)
                 style.plain_numbers(style.use_template(fig))
         return views
 
@@ -119,10 +120,13 @@ class PosteriorViews:
                                 col=len(panels), marker=dict(color=color, symbol=symbol, size=9))
             fig.update_yaxes(categoryorder="array", categoryarray=classes, row=1, col=len(panels),
                              title_text="class")
-            fig.update_xaxes(title_text="query position", showticklabels=False, row=1, col=len(panels))
+            fig.update_xaxes(title_text="query position", tickangle=-45, tickfont=dict(size=10), row=1, col=len(panels))
+        # the tables' colour bar beside the last table, not beside the path (which has no colour scale)
+        last_table = fig.layout[f"xaxis{len(tables) if len(tables) > 1 else ''}"].domain[1] if tables else 1.0
         fig.update_layout(title="latent truth of this sequence", width=None, height=360,
-                          coloraxis=dict(colorscale="Blues", cmin=0, colorbar=dict(title="p", x=1.02)),
-                          legend=dict(orientation="h", y=-0.15), margin=dict(t=70, b=60))
+                          coloraxis=dict(colorscale="Blues", cmin=0, colorbar=dict(
+                              title="p", x=last_table + 0.005, xanchor="left", thickness=12, len=0.8)),
+                          legend=dict(orientation="h", y=-0.32), margin=dict(t=70, b=100))
         return fig
 
 
@@ -142,14 +146,15 @@ class PosteriorViews:
             self._cache["held_out"] = held_out_batch(self.task, self.n_calibration, self.seed)
         return self._cache["held_out"]
 
-    def posterior_figure(self, batch, probs: torch.Tensor, tokens: list) -> go.Figure:
-        """Bayes posterior and model distribution over the answer classes, one row per query position."""
+    def posterior_figure(self, batch, probs: torch.Tensor, tokens: list, choices: list[str] = ()) -> go.Figure:
+        """Bayes posterior and model distribution over the answer classes, one row per query position; the model's
+        panel names its ablations ("model, L0H2 ablated")."""
         rows = batch.query_mask[0].nonzero().flatten().tolist()
         labels = [self.names(tokens)[i] for i in rows]
         classes = self.class_names()
         bayes, model = batch.posterior[0, rows].float(), probs[rows].float()
         fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                            subplot_titles=("exact Bayes posterior", "model"))
+                            subplot_titles=("exact Bayes posterior", ", ".join(["model", ablation_text(choices)][:1 + bool(choices)])))
         for col, (z, what) in enumerate(((bayes, "Bayes"), (model, "model")), start=1):
             fig.add_heatmap(z=z.tolist(), x=classes, y=labels, coloraxis="coloraxis", row=1, col=col,
                             hovertemplate=f"position %{{y}}<br>answer %{{x}}<br>{what} p = %{{z:.4f}}<extra></extra>")

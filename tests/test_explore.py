@@ -758,3 +758,39 @@ def test_masked_cells_are_blank_labels_readable_and_the_grid_marks_the_head_show
     assert [a.text for a in grid.layout.annotations] == ["head 0", "<b>head 1 (shown above)</b>"]
     non_causal = torch.rand(5, 5)  # a model that attends ahead: nothing hidden
     assert not np.isnan(np.asarray(pattern_figure(non_causal, list("abcde"), "t").data[0].z, dtype=float)).any()
+
+
+def test_a_geometry_whose_entropy_never_varies_is_coloured_by_position_and_says_why(tmp_path):
+    """recall's Bayes entropy is 0 at every query (the bound value is always known): a colour bar of -0.4..0.4 tells
+    the points apart by nothing, so the view colours them by position and its title says why."""
+    explorer = small_run(tmp_path, tasks.make("recall", N=4, n_keys=8, n_values=6, queries=3))
+    fig = explorer.geometry_view(0, [], "residual", "entropy")
+    title = fig.layout.title.text.replace("<br>", " ")
+    assert "coloured by token position" in title and "the Bayes entropy is 0 bits at every point here" in title
+    assert fig.layout.coloraxis.colorbar.title.text == "token position"
+
+
+def test_ablated_posteriors_integer_ticks_the_hmm_path_and_the_head_ablation_map_say_what_they_show(run_dir, tmp_path):
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    tokens = explorer.sample(0)
+    ablated = explorer.posterior_views(1, tokens, 0, ["H0.1", "B1"])
+    assert [a.text for a in ablated["posterior"].layout.annotations] == [
+        "exact Bayes posterior", "model, L0H1 ablated, block 1 skipped"]
+    assert "model with L0H1 ablated, block 1 skipped" in ablated["lens"].layout.title.text
+    intact = explorer.posterior_views(1, tokens, 0, [])
+    assert [a.text for a in intact["posterior"].layout.annotations][1] == "model"
+    for view in ("entropy", "gap", "calibration"):  # query positions: whole numbers, a tick at each
+        assert intact[view].layout.xaxis.dtick == 1 and intact[view].layout.xaxis.tickformat == "d", view
+    hmm = small_run(tmp_path, tasks.make("hmm", S=3, O=2, K=5))
+    latent = hmm.posterior_views(0, hmm.sample(0), 0, [])["latent"]
+    path_axis = latent.layout.xaxis3  # transition table, emission table, then the path
+    assert path_axis.showticklabels is not False and path_axis.title.text == "query position"
+    bar = latent.layout.coloraxis.colorbar
+    assert latent.layout.xaxis2.domain[1] <= bar.x < latent.layout.xaxis3.domain[0]  # beside the tables it belongs to
+    fig = explorer.ablation_map_view(1, "zero")
+    title = " ".join(fig.layout.title.text.replace("<br>", " ").split())
+    assert "20 sequences, seed 1234" in title and "interp run head-ablation uses 1,000 sequences unless given --n 20" in title
+    from interp.explore_ablation import map_panel
+    assert "on 20 held-out sequences" in str(map_panel(explorer.layout_info(1), 20, 1234).children[0].children)
+    assert "interp run head-ablation --ckpt" in explorer.equivalent_code(1, tokens, 0, []) and \
+        "--n 20 --seed 1234" in explorer.equivalent_code(1, tokens, 0, [])
