@@ -15,7 +15,8 @@ key in it, so a number on a page cannot drift from the file behind it:
 - the key: dotted names into the JSON; ``name[3]`` indexes a list; ``name[run=hmm-mlp-cpu,metric=kl]``
   picks the one element of a list of objects whose fields equal those values (exactly one must match,
   a value is compared as text); ``name["0.5"]`` names a key that holds a dot; ``name.max()`` and
-  ``name.min()`` are a list's largest and smallest element. An optional ``* K`` or
+  ``name.min()`` are a list's largest and smallest element; ``name[@labels=L2H3]`` indexes a list by where
+  L2H3 sits in the list ``labels`` of an enclosing object (a patching map's row by its site's name). An optional ``* K`` or
   ``/ K`` after the key scales the value (a percentage, a ratio to the paper's number);
 - the format: a Python format spec (``.3g``, ``#.3g`` keeps trailing zeros, ``.2%``, ``,``, ``.2e``)
   or one of FORMATS below; none: ``str(value)``.
@@ -114,8 +115,17 @@ def _segments(key: str) -> list[str]:
 
 
 def lookup(data, key: str, where: str):
-    node = data
+    node, seen = data, [data]
     for seg in _segments(key):
+        if seg.startswith("[@"):  # [@sites=L2H3]: the index of L2H3 in the list `sites` beside this one
+            name, _, value = seg[2:-1].partition("=")
+            labels = next((n[name.strip()] for n in reversed(seen) if isinstance(n, dict) and name.strip() in n), None)
+            matches = [i for i, v in enumerate(labels or []) if str(v) == value.strip()]
+            if len(matches) != 1 or not isinstance(node, list) or matches[0] >= len(node):
+                raise ResultError(f"{where}: {seg} names no one element of {name.strip()!r} (in {key!r})")
+            node = node[matches[0]]
+            seen.append(node)
+            continue
         if seg.startswith("["):
             inner = seg[1:-1].strip()
             if inner[:1] in "\"'":
@@ -124,6 +134,7 @@ def lookup(data, key: str, where: str):
                 if not isinstance(node, list) or not -len(node) <= int(inner) < len(node):
                     raise ResultError(f"{where}: no element {inner} in {key!r}")
                 node = node[int(inner)]
+                seen.append(node)
                 continue
             else:
                 pairs = [p.split("=", 1) for p in inner.split(",")]
@@ -134,6 +145,7 @@ def lookup(data, key: str, where: str):
                 if len(found) != 1:
                     raise ResultError(f"{where}: {seg} matches {len(found)} elements of {key!r}, not one")
                 node = found[0]
+                seen.append(node)
                 continue
         if seg in ("max()", "min()") and isinstance(node, list):  # the largest or smallest element of a list
             node = max(node) if seg == "max()" else min(node)
@@ -141,6 +153,7 @@ def lookup(data, key: str, where: str):
         if not isinstance(node, dict) or seg not in node:
             raise ResultError(f"{where}: no key {seg!r} (in {key!r})")
         node = node[seg]
+        seen.append(node)
     return node
 
 

@@ -41,6 +41,11 @@ def test_a_placeholder_reads_the_file_and_formats(tmp_path):
     text = ("{% F = " + str(data) + " %}\n| {{ F : rows[run=a].x | sig3 }} | {{ F : rows[run=b].x / 0.25 | .2g }}× | "
             "{{ F : m[\"0.5\"] }} | {{ F : m.l[-1] | int }} | {{ F : rows[run=a].x | pct.1 }} | {{ F : m.l.min() }} |")
     assert gen.render_text(text) == "| 0.0123 | 2× | 3 | 2,000 | 1.2% | 1 |"
+    grid = tmp_path / "g.json"
+    grid.write_text(json.dumps({"m": {"sites": ["a", "b"], "positions": [70, 71], "scale": [[1, 2], [3, 4]]}}))
+    assert gen.render_text("{{ " + str(grid) + " : m.scale[@sites=b][@positions=70] }}") == "3"
+    with pytest.raises(gen.ResultError, match="names no one element"):
+        gen.render_text("{{ " + str(grid) + " : m.scale[@sites=c][0] }}")
 
 
 @pytest.mark.parametrize("key, words", [("rows[run=c].x", "matches 0 elements"), ("rows[run=a].y", "no key 'y'"),
