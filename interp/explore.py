@@ -6,21 +6,24 @@ lays the views out, each view in its own file:
 
 - sequence: a held-out sequence sampled with a seed (``analyses.base.held_out_batch``), or tokens
   typed by hand, whose exact posterior the task reads back from the tokens
-  (``Task.batch_from_tokens``);
+  (``Task.batch_from_tokens``) (here);
 - posterior: per query position the model's answer distribution beside the Bayes posterior, and
-  model vs Bayes entropy with the gap (``calibration.measure`` and its staircase/error figures);
-- calibration on held-out sequences (``calibration.measure``), intact and as ablated;
+  model vs Bayes entropy with the gap (``calibration.measure`` and its staircase/error figures), calibration on
+  held-out sequences, intact and as ablated, the task's latent truth (``explore_posterior``);
+- logit lens: KL from Bayes of each layer's decoded residual (``explore_lens``);
 - attention pattern of one layer and head, every token named on both axes (``Task.position_names``),
   keys naming a feasible or an eliminated hypothesis marked (the task's hypothesis tokens, as in
   ``qk_alignment.hypothesis_group``), and every head of the layer side by side, on a linear or log colour
   scale (``explore_attention``); shown only where the model has attention (or a selective scan);
 - geometry: residual-stream and attention-output PCA per layer coloured by Bayes entropy, token position
-  or the true latent class (``value_manifold``'s own figures);
+  or the true latent class (``value_manifold``'s own figures) (``explore_geometry``);
 - ablation: heads zeroed at ``hook_z`` (``activations.ablation_hook``), blocks skipped
   (``activations.part_hooks``), applied to every view at once; head-ablation's map, whose cells ablate
-  their head when clicked;
-- activation patching on the sequence shown (``explore_patching``);
-- the Python and the ``interp explore --numbers`` command that give the view's numbers;
+  their head when clicked (``explore_ablation``);
+- activation patching on the sequence shown, a background job with progress and a cancel (``explore_patching``,
+  ``explore_jobs``);
+- the download, and the Python and the ``interp explore --numbers`` command that give the view's numbers
+  (``explore_numbers``);
 - a step slider over the checkpoints of a run folder.
 
 The view files share ``explore_common`` (panels, graphs, message figures, click rules); nothing else is

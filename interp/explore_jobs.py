@@ -130,10 +130,10 @@ class Jobs:
 
     def latest(self) -> Job | None:
         """The job started last (running or ended)."""
-        return max(self._jobs.values(), key=lambda j: j.id, default=None)
+        return max(list(self._jobs.values()), key=lambda j: j.id, default=None)  # (a copy: start may add one)
 
     def running(self) -> Job | None:
-        return next((j for j in self._jobs.values() if j.state == "running"), None)
+        return next((j for j in list(self._jobs.values()) if j.state == "running"), None)
 
     def start(self, key, what: str, work: Callable[[Job], Any], unit: str = "steps", take_turns: bool = False) -> Job:
         """The job of ``key``: the one there is (running or done), or a new one running ``work(job)`` in a thread;

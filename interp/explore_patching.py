@@ -8,6 +8,11 @@ activation patching on that pair (``analyses.activation_patching``, the same sit
 scale); clicking a cell draws that intervention's answer at the query next to the Bayes answers of the
 clean and the corrupted input and the model's own answers on them. ``panel`` is the layout, ``register``
 the callbacks and ``rules`` their request rules: an explorer adds the three and nothing else.
+
+The map is computed as a job (``interp/explore_jobs.py``), one site a step: the status line's tick shows its
+progress (sites done, seconds so far, about how many left) with a cancel, in every tab; a language model's press
+answers at once and its views run on the model between two sites, a wind tunnel's press waits for its map
+(seconds). When the job ends, the tab whose controls asked for that pair draws its map (``patch-shown``).
 """
 from __future__ import annotations
 

@@ -238,3 +238,47 @@ def test_the_lens_writes_its_tokens_readably_and_the_grid_frames_the_head_shown(
     grid = explorer.grid_view(ids, 0, head=3)
     assert [s.xref for s in grid.layout.shapes] == ["x4 domain"] and "shown above" in grid.layout.annotations[3].text
     assert explorer.attention_view(ids, 0, 0).layout.xaxis.tickangle == 0  # 8 words in 360 pixels: level
+
+
+@pytest.mark.slow
+def test_patching_in_the_background_in_chromium(explorer, monkeypatch):
+    """In the browser: "patch" shows the job's progress with a cancel, another layer's attention is drawn while the
+    job runs (the views are not held up until it ends), and the map arrives by itself when the job is done."""
+    import threading
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from werkzeug.serving import make_server
+
+    from analyses import interventions
+    from tests.test_explore import chromium_driver, computed, figure, free_port
+
+    slow = interventions.patched_answers
+
+    def patched_answers(*args, **kwargs):  # a site takes a while, as on a real language model
+        time.sleep(0.4)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(interventions, "patched_answers", patched_answers)
+    app = build_app(explorer, TEXT)
+    server = make_server("127.0.0.1", free_port(), app.server, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    browser = chromium_driver()
+    try:
+        wait = WebDriverWait(browser, 120, poll_frequency=0.2)
+        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        wait.until(lambda d: computed(d, "attention"), message="attention drawn")
+        browser.find_element(By.ID, "patch-run").click()
+        wait.until(lambda d: " sites (" in d.find_element(By.ID, "patch-progress").text, message="progress shown")
+        assert browser.find_element(By.ID, "patch-cancel").is_displayed()
+        job = app.patching_jobs.latest()
+        browser.find_element(By.CSS_SELECTOR, "#layer input[value='1']").click()
+        wait.until(lambda d: "layer 1" in (figure(d, "attention")["title"] or ""), message="another layer while patching")
+        assert job.state == "running", job.line()  # drawn before the job ended, not after it
+        wait.until(lambda d: figure(d, "patch-map") is not None and figure(d, "patch-map")["data"]
+                   and figure(d, "patch-map")["data"][0].get("y", [None])[0] == "resid before L0", message="map arrived")
+        assert "done in" in browser.find_element(By.ID, "patch-progress").text
+        assert not browser.find_element(By.ID, "patch-cancel").is_displayed()
+    finally:
+        browser.quit()
+        server.shutdown()
