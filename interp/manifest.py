@@ -120,16 +120,23 @@ def build(fp: str | None = None) -> dict:
     for name, analysis in analyses.REGISTRY.items():
         lines.append(f"  {name:<24} {analysis.summary}")
         lines.append(f"  {'':<24} {applies_to(applies[name], analysis.on_language_model is not None)}")
-    lines.append("shipped models:")
+    # which numbers these are: the run's own last evaluation, not the paper's metrics of `interp reproduce`
+    import textwrap
+
+    lines += textwrap.wrap("shipped models (eval: each run's last held-out evaluation while training, on the task as it "
+                           "was trained (run.json): calibration's entropy_mae_bits and, where the task is judged by it, "
+                           "its sampled accuracy; not the metrics of `interp reproduce`: recall's runs train on tables "
+                           "of 1-64 pairs, its table reads content-addressing's accuracy_full_table on full 64-pair "
+                           "tables):", 110, subsequent_indent="    ", break_on_hyphens=False)
     for name, path in shipped().items():
         info = summary(path)
         mae = f"{info['entropy_mae_bits']:.4f} bits" if info["entropy_mae_bits"] is not None else "n/a"
         primitive = getattr(tasks.REGISTRY.get(info["task"]), "primitive", None)
         judged_by_accuracy = primitive is not None and primitive.metric == "accuracy" and info["accuracy"] is not None
-        accuracy = f", accuracy {info['accuracy']:.1%}" if judged_by_accuracy else ""
+        accuracy = f", eval accuracy {info['accuracy']:.1%}" if judged_by_accuracy else ""
         series = f", {info['n_checkpoints']} checkpoints" if info["n_checkpoints"] > 1 else ""
         lines.append(f"  {name:<30} {info['task'] + '/' + info['arch']:<22} {info['n_params']:>8,} params, "
-                     f"MAE {mae}{accuracy}; {info['steps']:,} steps in {info['minutes']:.0f} min{series}")
+                     f"eval MAE {mae}{accuracy}; {info['steps']:,} steps in {info['minutes']:.0f} min{series}")
     if not shipped():
         lines.append("  (none)")
     return dict(fingerprint=fp or fingerprint(), list="".join(line + "\n" for line in lines),

@@ -175,3 +175,15 @@ def test_the_table_shows_paper_and_ours_in_one_unit_and_no_ratio_for_words(shipp
     assert shown.splitlines()[0].split() == ["experiment", "arch", "paper", "ours", "ours", "/", "paper", "metric",
                                              "(analysis:", "key)"]
     assert max(len(line.split("  ")[0]) for line in shown.splitlines()) <= 52  # the experiment column wraps
+
+
+def test_the_listing_says_which_metric_its_numbers_are():
+    """`interp list`'s shipped-model numbers are each run's last training evaluation (recall: tables of 1-64
+    pairs), not the reproduction table's metric; the listing names both."""
+    from interp import manifest
+
+    listing = manifest.current()["list"]  # the shipped listing when current (regenerated with the sources)
+    head = listing[listing.index("\nshipped models"):].split("\n  recall-")[0]
+    assert "entropy_mae_bits" in head and "accuracy_full_table" in head and "interp reproduce" in head
+    recall = next(line for line in listing.splitlines() if line.startswith("  recall-mamba-cpu"))
+    assert "eval MAE" in recall and "eval accuracy" in recall
