@@ -65,11 +65,14 @@ def test_the_explorer_draws_a_mamba_layer_s_effective_attention(tmp_path):
     tokens = explorer.sample(0)
     fig = explorer.attention_view(0, tokens, 0, [], layer=1, head=0)
     assert "effective attention" in fig.layout.title.text
-    shown = torch.tensor(fig.data[0].z)
+    shown = torch.tensor(fig.data[0].z, dtype=torch.float64)
     M, _ = explorer.model(0).effective_attention(explorer.batch(tokens, 0).tokens, 1)
     weight = M[0].abs().mean(0)
-    assert torch.allclose(shown, weight / weight.sum(-1, keepdim=True), atol=1e-6)
-    assert (shown.triu(1) == 0).all() and torch.allclose(shown.sum(-1), torch.ones(len(tokens)), atol=1e-5)
+    future = torch.ones_like(shown, dtype=torch.bool).triu(1)
+    assert shown[future].isnan().all()  # masked cells are blank, not weight 0
+    expected = (weight / weight.sum(-1, keepdim=True)).double()
+    assert torch.allclose(shown[~future], expected[~future], atol=1e-6)
+    assert torch.allclose(shown.nan_to_num().sum(-1), torch.ones(len(tokens), dtype=torch.float64), atol=1e-5)
     with pytest.raises(Exception, match="not in this model"):
         explorer.attention_view(0, tokens, 0, [], layer=0, head=1)  # a scan has one "head" per layer
 
