@@ -9,6 +9,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
@@ -66,3 +68,73 @@ def test_the_tutorials_are_committed_with_their_outputs_and_no_errors():
         outputs = [o for c in cells for o in c.get("outputs", [])]
         assert not [o for o in outputs if o.get("output_type") == "error"], path.name
         assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} shows no figure"
+
+
+def code_blocks(path: Path, language: str = "bash") -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", path.read_text(), flags=re.S)
+
+
+def test_the_install_commands_are_broken_into_readable_lines():
+    """The install lines were one 330-character line in a scrolling block: each is cut with line continuations."""
+    for page in (ROOT / "README.md", DOCS / "getting-started.md", DOCS / "index.md"):
+        long = [line for block in code_blocks(page) for line in block.splitlines()
+                if len(line) > 110 and not line.startswith("#")]  # commands, not the outputs quoted below them
+        assert not long, f"{page.name}: {long[0][:80]}..."
+    readme = (ROOT / "README.md").read_text()
+    assert "apt-get install -y chromium && \\\n  pip install torch --index-url" in readme
+
+
+def test_the_home_page_shows_a_first_command_above_the_fold():
+    page = (DOCS / "index.md").read_text()
+    first_block, first_image = page.find("```bash\ninterp "), page.find("![")
+    assert 0 <= first_block < first_image and page[:first_block].count("\n") < 12
+
+
+def test_the_docs_say_as_many_shipped_models_as_there_are():
+    """A count of shipped models in the README, a docs page or a tutorial is the registry's (tutorial 01 said 17
+    when there were 27)."""
+    from interp.catalog import shipped
+
+    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md")), *sorted((DOCS / "how-to").glob("*.md"))]
+    texts = {p.name: p.read_text() for p in pages}
+    for path in sorted((DOCS / "tutorials").glob("*.ipynb")):
+        texts[path.name] = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"])
+    counts = {(name, int(n)) for name, text in texts.items()
+              for n in re.findall(r"\b(\d+) (?:shipped (?:trained )?|trained |reference )?models\b", text)
+              if re.search(rf"\b{n} shipped|\bships? {n}\b|\b{n} (?:shipped )?trained models", text)}
+    assert {(name, n) for name, n in counts if n != len(shipped())} == set()
+    assert ("README.md", len(shipped())) in counts  # the check reads what it is meant to
+
+
+def test_long_code_lines_wrap_on_the_site():
+    config = (ROOT / "mkdocs.yml").read_text()
+    sheets = re.findall(r"extra_css:\n((?:\s+- .*\n)+)", config)
+    assert sheets, "mkdocs.yml names no extra stylesheet"
+    css = "".join((DOCS / s.split("#")[0].strip(" -\n")).read_text() for s in sheets[0].splitlines() if s.strip())
+    assert "pre-wrap" in css and ".md-typeset pre > code" in css and ".jupyter-wrapper" in css
+    assert "font: false" in config  # no Google Fonts
+
+
+REQUEST = re.compile(r"<(?:link|script|img|iframe|source|video|audio)\b[^>]*\b(?:href|src)=[\"']?(?:https?:)?//"
+                     r"|url\(\s*[\"']?(?:https?:)?//|@import\s+[\"']?(?:url\()?[\"']?(?:https?:)?//", re.I)
+
+
+@pytest.mark.slow  # a strict build of the site without executing the notebooks: a minute and more
+def test_the_site_builds_and_requests_nothing_from_the_network(tmp_path):
+    """Every page of the built site loads its styles, scripts, fonts and pictures from the site itself: no
+    <link>, <script>, <img> or CSS url() reaches another host (the site reads offline; Material's own bundle
+    only fetches polyfills a current browser does not need, and mermaid, which no page uses)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, DOCS_EXECUTE_NOTEBOOKS="false", NO_MKDOCS_2_WARNING="1")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                          cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = [p for p in (tmp_path / "site").rglob("*") if p.suffix in (".html", ".css")]
+    assert len(files) > 20
+    found = [f"{p.relative_to(tmp_path)}: {m.group(0)[:80]}" for p in files
+             for m in REQUEST.finditer(p.read_text(errors="replace"))]
+    assert not found, "\n".join(found[:10])
+    assert "mermaid" not in "".join(p.read_text(errors="replace") for p in files if p.suffix == ".html")
