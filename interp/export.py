@@ -46,6 +46,22 @@ def figure_pdf(fig) -> bytes:
     return figure_image(fig, "pdf")
 
 
+PNG_WIDTH = 900  # a PNG (for a page of the guide, a slide, a README) is drawn at most this wide, at scale 2
+
+
+def for_png(fig):
+    """``fig`` as a PNG draws it: a figure wider than ``PNG_WIDTH`` (a patching map over every position, 1,248 px)
+    is drawn at that width, its title wrapped again, so that its labels stay readable where the picture is shown
+    in a column of ~760 px (at 1,248 px they came out at 7 px). The PDF and the HTML keep the full width."""
+    if (fig.layout.width or 0) <= PNG_WIDTH:
+        return fig
+    from analyses import style
+
+    narrow = type(fig)(fig)
+    narrow.update_layout(width=PNG_WIDTH)
+    return style.apply(narrow)
+
+
 def figure_image(fig, fmt: str) -> bytes:
     global _kaleido_started
     import warnings
@@ -59,7 +75,7 @@ def figure_image(fig, fmt: str) -> bytes:
             _kaleido_started = True
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The kopts argument is ignored")
-            return pio.to_image(fig, format=fmt, scale=2 if fmt == "png" else None)
+            return pio.to_image(for_png(fig) if fmt == "png" else fig, format=fmt, scale=2 if fmt == "png" else None)
     except Exception as err:  # kaleido raises several types when no browser is found
         text = str(err).lower()
         if "chrome" in text or "chromium" in text or "browser" in text:

@@ -122,3 +122,21 @@ def test_a_report_draws_every_figure_offline_in_chromium(result, tmp_path):
             assert bottom <= t_top or right <= t_left or left >= t_right, f"{name}: the toolbar covers the title"
     finally:
         driver.quit()
+
+
+def test_a_wide_figure_is_drawn_at_a_readable_width_as_a_png():
+    """A PNG is shown in a column of ~760 px (the guide, a README): a 1,248 px patching map drawn at full width
+    had 7 px labels there. A wider figure's PNG is drawn PNG_WIDTH wide (at scale 2), its title wrapped anew;
+    the figure itself and its PDF keep their width."""
+    import struct
+
+    from interp.export import PNG_WIDTH, figure_image
+
+    wide = style.apply(go.Figure(go.Heatmap(z=[list(range(48))] * 6), layout=dict(
+        title="a patching map over every position of a long sequence, with a title that fills its wide page "
+              "from one side to the other", xaxis_title="position", yaxis_title="site", width=1248, height=500)))
+    png = figure_image(wide, "png")
+    width, height = struct.unpack(">II", png[16:24])
+    assert width == 2 * PNG_WIDTH and wide.layout.width == 1248
+    small = style.apply(go.Figure(go.Bar(x=["a"], y=[1]), layout=dict(title="small", width=600)))
+    assert struct.unpack(">II", figure_image(small, "png")[16:24])[0] == 1200  # a narrow one as it is
