@@ -58,7 +58,13 @@ def for_png(fig):
     from analyses import style
 
     narrow = type(fig)(fig)
-    narrow.update_layout(width=PNG_WIDTH)
+    lines, joined = [line for line, _ in style.title_lines(fig.layout.title.text)], []
+    for line in lines:  # the title's lines as written before wrapping (a <sup> line stays one line)
+        if joined and not line.lstrip().startswith("<sup>") and not joined[-1].lstrip().startswith("<sup>"):
+            joined[-1] += " " + line.strip()
+        else:
+            joined.append(line)
+    narrow.update_layout(width=PNG_WIDTH, title_text="<br>".join(joined) or None)
     return style.apply(narrow)
 
 
