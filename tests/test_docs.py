@@ -137,4 +137,22 @@ def test_the_site_builds_and_requests_nothing_from_the_network(tmp_path):
     found = [f"{p.relative_to(tmp_path)}: {m.group(0)[:80]}" for p in files
              for m in REQUEST.finditer(p.read_text(errors="replace"))]
     assert not found, "\n".join(found[:10])
-    assert "mermaid" not in "".join(p.read_text(errors="replace") for p in files if p.suffix == ".html")
+    diagrams = re.compile(r"<(?:pre|div|code)\b[^>]*class=[\"'][^\"']*\bmermaid\b")  # Material fetches mermaid for them
+    assert not [p.name for p in files if p.suffix == ".html" and diagrams.search(p.read_text(errors="replace"))]
+
+
+def test_the_tutorials_outputs_were_made_by_their_code():
+    """The site shows the outputs committed with the tutorials (executing them took most of a 52-minute build):
+    each notebook carries the hash of the code cells that made them (docs/run_tutorials.py), so a code cell
+    changed without running the notebook again fails here instead of showing stale outputs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_tutorials", DOCS / "run_tutorials.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    assert "execute: !ENV [DOCS_EXECUTE_NOTEBOOKS, false]" in (ROOT / "mkdocs.yml").read_text()
+    for path in sorted((DOCS / "tutorials").glob("*.ipynb")):
+        notebook = json.loads(path.read_text())
+        stamp = notebook.get("metadata", {}).get(runner.STAMP, {}).get("code_sha256")
+        assert stamp == runner.code_hash(notebook), \
+            f"{path.name}: its outputs are not from its code; run `python docs/run_tutorials.py {path.stem}`"
