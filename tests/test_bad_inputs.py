@@ -261,7 +261,7 @@ CATALOGUE = [
          "interp: error: unknown ablation 'H5.0'; heads are H<layer>.<head> (zero) or M<layer>.<head> (mean), blocks "
          "B<layer>, within the model's 1 layers of 2 heads"),
     Case("disk full while writing figures", "interp run calibration --ckpt tiny --format json,html",
-         'interp: error: could not write figures/tiny/plotly.min.js: No space left on device; it was left as it was (free some space, or write elsewhere with --out)',
+         'interp: error: could not write figures/plotly.min.js: No space left on device; it was left as it was (free some space, or write elsewhere with --out)',
          fault="full-disk"),
     # -- concurrency -------------------------------------------------------------------------------
     Case("training a run another process is training", "interp train --resume --out paused", 'interp: error: paused is in use by another training process (pid 4242); wait for it to end, or stop it first', fault="locked"),
