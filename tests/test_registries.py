@@ -91,7 +91,7 @@ def test_analyses_declare_typed_options_that_match_their_entry_points():
 def test_interp_run_help_comes_from_the_schema(capsys):
     shown = run_cli(capsys, "run", "value-manifold", "--help")
     assert shown.code == 0
-    assert "--max-points" in shown.out and "points drawn in each scatter, at least 1 (default 2000)" in shown.out
+    assert "--max-points" in shown.out and "points drawn in each scatter panel, at least 1 (default 600)" in shown.out
     assert "Definition:" in shown.out
     listing = run_cli(capsys, "run", "--help")
     assert listing.code == 0 and all(name in listing.out for name in analyses.NAMES)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The Jacobian lens against Bayes beside the logit lens on the shipped wind-tunnel models (issue 51).
+# The Jacobian lens against Bayes beside the logit lens on the shipped wind-tunnel models.
 # Run from the repository root; one thread (the machine's two cores are shared with training runs).
 # Writes figures/readme/jacobian-lens/MODEL/jacobian-lens.{pdf,html,json}; timings in make.log.
 export OMP_NUM_THREADS=1
