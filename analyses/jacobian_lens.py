@@ -30,6 +30,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
+from tqdm import tqdm
 
 from models.base import act_name
 from tasks.base import SEED_LIMIT, entropy_bits
@@ -134,7 +135,9 @@ def jacobian_sums(model, tokens: torch.Tensor, skip_first: int = 0, layers: list
         cotangent = torch.zeros_like(target)
         rows = torch.arange(len(tokens), device=tokens.device)
         own = valid[(offset + rows) % len(valid)]  # same_position: each sequence's one target and source position
-        for i in range(d):
+        # one backward pass per output dimension: minutes on a language model, so a bar per batch of sequences
+        for i in tqdm(range(d), desc=f"jacobian lens: fit on {len(tokens)} sequences", unit="dim", leave=False,
+                      disable=None):
             cotangent.zero_()
             if same_position:
                 cotangent[rows, own, i] = 1.0

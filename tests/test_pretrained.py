@@ -103,6 +103,8 @@ def test_every_analysis_runs_on_every_shipped_model(name):
         # the interventions run one forward pass per site and position: a few pairs show they run
         few = analysis.requires and "corruption" in analysis.requires
         options = {"n": 8 if few else 64} if "n" in analysis.defaults() else {}
+        if "n_fit" in analysis.defaults():  # the Jacobian lens: one backward pass per dimension per fitting batch
+            options["n_fit"] = 8
         unmet = analysis.unmet(model)
         if unmet:
             with pytest.raises(AnalysisError, match=re.escape(unmet[0])):
