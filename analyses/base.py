@@ -415,3 +415,49 @@ def budget_text(budget: dict | None) -> str:
     own, before = f"{budget['steps']:,} x {budget['batch_size']}", budget["init_sequences"]
     seen = f"{before / 1e6:.3g}M" if before >= 100_000 else f"{before:,}"
     return own + (f" after {seen} sequences" if before else "")
+
+
+def bootstrap_sums(per_sequence: torch.Tensor, statistic: Callable[[torch.Tensor], torch.Tensor], level: float = 0.95,
+                   resamples: int = 2000, seed: int = 0) -> list:
+    """The percentile bootstrap interval of ``statistic`` of the column sums of ``per_sequence`` [n, k] (row i: what
+    sequence i adds to each of k sums), resampling whole sequences with ``bootstrap_interval``'s resamples. For
+    numbers that are functions of several sums over the same sequences: a ratio whose denominator is not a count
+    (it may be small or negative, where ``bootstrap_interval`` clamps a count's sum at 1), or the difference of two
+    such ratios (paired: one resample for both). ``statistic`` maps [resamples, k] sums to [resamples] values (one
+    interval) or to [resamples, m] (m intervals, a list of [low, high]): the sums are one matrix product, so many
+    numbers cost one resampling."""
+    x = per_sequence.detach().double().cpu().reshape(len(per_sequence), -1)
+    rows = _resampled_rows(len(x), resamples, seed)
+    weights = torch.zeros(resamples, len(x), dtype=torch.float64).scatter_add_(
+        1, rows, torch.ones(rows.shape, dtype=torch.float64))  # how often each sequence is drawn
+    values = statistic(weights @ x)
+    if values.dim() == 1:
+        return _percentile_interval(values, level)
+    tail = (1 - level) / 2
+    q = torch.tensor([tail, 1 - tail], dtype=torch.float64)
+    # torch.quantile refuses inputs past 2^24 elements: a few thousand columns at a time
+    return torch.cat([torch.quantile(part, q, dim=0) for part in values.split(4096, dim=1)], dim=1).T.tolist()
+
+
+def resampled_sums(columns: torch.Tensor, resamples: int = 2000, seed: int = 0) -> torch.Tensor:
+    """The column sums of ``columns`` [n, k] (row i: what sequence i adds to each of k sums) over each bootstrap
+    resample of whole sequences, [resamples, k] in float64: the resamples ``bootstrap_interval`` draws for the same
+    seed, as a count of each sequence per resample, so any function of per-sequence sums (an R², a mean of
+    per-position means) is resampled with one matrix product and no rerun of the model."""
+    columns = columns.double().reshape(len(columns), -1)
+    rows = _resampled_rows(len(columns), resamples, seed)
+    counts = torch.zeros(resamples, len(columns), dtype=torch.float64).scatter_add_(
+        1, rows, torch.ones(rows.shape, dtype=torch.float64))
+    return counts @ columns
+
+
+def bootstrap_statistic(columns: torch.Tensor, statistic, level: float = 0.95, resamples: int = 2000,
+                        seed: int = 0) -> list:
+    """The 95% percentile bootstrap interval of ``statistic(sums)``, a number computed from the per-sequence sums
+    ``columns`` [n, k] (``resampled_sums``): ``statistic`` maps [resamples, k] to [resamples] (one interval
+    [low, high]) or to [resamples, m] (m intervals, one per column)."""
+    values = statistic(resampled_sums(columns, resamples, seed))
+    if values.dim() == 1:
+        return _percentile_interval(values, level)
+    tail = (1 - level) / 2
+    return torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0).T.tolist()
