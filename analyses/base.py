@@ -438,26 +438,3 @@ def bootstrap_sums(per_sequence: torch.Tensor, statistic: Callable[[torch.Tensor
     # torch.quantile refuses inputs past 2^24 elements: a few thousand columns at a time
     return torch.cat([torch.quantile(part, q, dim=0) for part in values.split(4096, dim=1)], dim=1).T.tolist()
 
-
-def resampled_sums(columns: torch.Tensor, resamples: int = 2000, seed: int = 0) -> torch.Tensor:
-    """The column sums of ``columns`` [n, k] (row i: what sequence i adds to each of k sums) over each bootstrap
-    resample of whole sequences, [resamples, k] in float64: the resamples ``bootstrap_interval`` draws for the same
-    seed, as a count of each sequence per resample, so any function of per-sequence sums (an R², a mean of
-    per-position means) is resampled with one matrix product and no rerun of the model."""
-    columns = columns.double().reshape(len(columns), -1)
-    rows = _resampled_rows(len(columns), resamples, seed)
-    counts = torch.zeros(resamples, len(columns), dtype=torch.float64).scatter_add_(
-        1, rows, torch.ones(rows.shape, dtype=torch.float64))
-    return counts @ columns
-
-
-def bootstrap_statistic(columns: torch.Tensor, statistic, level: float = 0.95, resamples: int = 2000,
-                        seed: int = 0) -> list:
-    """The 95% percentile bootstrap interval of ``statistic(sums)``, a number computed from the per-sequence sums
-    ``columns`` [n, k] (``resampled_sums``): ``statistic`` maps [resamples, k] to [resamples] (one interval
-    [low, high]) or to [resamples, m] (m intervals, one per column)."""
-    values = statistic(resampled_sums(columns, resamples, seed))
-    if values.dim() == 1:
-        return _percentile_interval(values, level)
-    tail = (1 - level) / 2
-    return torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=torch.float64), dim=0).T.tolist()
