@@ -11,8 +11,9 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option, untrained_twin
+from .base import Analysis, AnalysisError, Result, bootstrap_sums, eval_batch, n_option, seed_option, untrained_twin
 from .belief_clusters import PALETTE, residuals_at_queries, resid_name
+from .qk_alignment import error_bars
 
 DEFINITION = " ".join("""
  On one held-out batch of n sequences, the residual stream after every block l
@@ -30,7 +31,11 @@ shuffled-belief control that fits the trained residuals to the training targets 
 across points (an r2 near or below 0 says the fit is not capacity alone). The headline numbers are
 those of the final layer. The simplex figure (discrete tasks) places class c at the c-th vertex of
 a regular polygon and each belief p at sum_c p_c vertex_c, for the Bayes beliefs and the final
-layer's read-out of the same held-out points.
+layer's read-out of the same held-out points. Uncertainty: each r2 and rmse (per layer, trained, untrained and
+shuffled) has a 95% percentile bootstrap interval over the held-out sequences (2,000 resamples of whole
+sequences, each read-out kept as fitted: the interval is the noise of the scoring half, not of the fit), the
+sum of squares taken about each resample's own mean belief. best_layer is the arg-max of the per-layer r2, a
+choice rather than a sample statistic: read it against the per-layer intervals.
 """.split())
 
 RIDGE = 1e-3
@@ -65,14 +70,46 @@ def held_out_scores(x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.nd
     return float(1 - residual / total) if total > 0 else float("nan"), float(math.sqrt(residual / y[test].size)), prediction
 
 
+def point_owners(batch) -> np.ndarray:
+    """The sequence each query point (row of ``beliefs_at_queries``) belongs to."""
+    per_sequence = batch.query_mask.cpu().sum(1).numpy()
+    return np.repeat(np.arange(len(per_sequence)), per_sequence)
+
+
 def split_points(batch, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Point indices of a random half of the sequences (train) and of the other half (test)."""
     per_sequence = batch.query_mask.cpu().sum(1).numpy()
-    owner = np.repeat(np.arange(len(per_sequence)), per_sequence)
+    owner = point_owners(batch)
     order = np.random.default_rng(seed).permutation(len(per_sequence))
     in_train = np.zeros(len(per_sequence), bool)
     in_train[order[: len(order) // 2]] = True
     return np.flatnonzero(in_train[owner]), np.flatnonzero(~in_train[owner])
+
+
+def scores_of_sums(sums: torch.Tensor, n_fits: int, dim: int) -> torch.Tensor:
+    """[r2 of each fit, rmse of each fit], [..., 2 * n_fits], from held-out sums laid out as ``score_columns``'s."""
+    sq_error, points, sq, total = sums[..., :n_fits], sums[..., n_fits], sums[..., n_fits + 1], sums[..., n_fits + 2:]
+    about_mean = sq - (total ** 2).sum(-1) / points  # the sum of squares about this (re)sample's own mean belief
+    return torch.cat([1 - sq_error / about_mean[..., None], (sq_error / (points * dim)[..., None]).sqrt()], -1)
+
+
+def score_columns(y: np.ndarray, predictions: list[np.ndarray], owner: np.ndarray) -> torch.Tensor:
+    """Per held-out sequence (``owner``: each held-out point's sequence) the sums r2 and rmse are made of: each
+    prediction's squared error, then the number of points, the target's sum of squares and its per-coordinate sums."""
+    rows = np.unique(owner, return_inverse=True)[1]
+    per_point = np.hstack([((p - y) ** 2).sum(1, keepdims=True) for p in predictions]
+                          + [np.ones((len(y), 1)), (y ** 2).sum(1, keepdims=True), y])
+    sums = np.zeros((rows.max() + 1, per_point.shape[1]))
+    np.add.at(sums, rows, per_point)
+    return torch.from_numpy(sums)
+
+
+def score_intervals(y: np.ndarray, predictions: list[np.ndarray], owner: np.ndarray) -> list[tuple[list, list]]:
+    """(r2 interval, rmse interval) of each of ``predictions`` of the held-out ``y``: a 95% bootstrap over the
+    held-out sequences, the predictions kept as they are (no refit per resample)."""
+    k = len(predictions)
+    bounds = bootstrap_sums(score_columns(y, predictions, owner), lambda sums: scores_of_sums(sums, k, y.shape[1]))
+    return list(zip(bounds[:k], bounds[k:]))
 
 
 def compute(model, n: int = 500, seed: int = 1234) -> Result:
@@ -89,21 +126,30 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
     shuffled = target[train][np.random.default_rng(seed + 1).permutation(len(train))]
     trained, untrained = residuals_at_queries(model, batch), residuals_at_queries(untrained_twin(model), batch)
     per = dict(r2=[], rmse=[], untrained_r2=[], untrained_rmse=[], shuffled_r2=[])
+    predictions = []  # per layer: the trained, untrained and shuffled read-outs of the held-out points
     for layer in range(n_layers):
         r2, rmse, prediction = held_out_scores(trained[layer], target, train, test)
         per["r2"].append(r2)
         per["rmse"].append(rmse)
-        r2_u, rmse_u, _ = held_out_scores(untrained[layer], target, train, test)
+        r2_u, rmse_u, prediction_u = held_out_scores(untrained[layer], target, train, test)
         per["untrained_r2"].append(r2_u)
         per["untrained_rmse"].append(rmse_u)
-        per["shuffled_r2"].append(held_out_scores(trained[layer], target, train, test, fit_targets=shuffled)[0])
+        r2_s, _, prediction_s = held_out_scores(trained[layer], target, train, test, fit_targets=shuffled)
+        per["shuffled_r2"].append(r2_s)
+        predictions += [prediction, prediction_u, prediction_s]
+    bounds = score_intervals(target[test], predictions, point_owners(batch)[test])
+    for i, fit in enumerate(("", "untrained_", "shuffled_")):
+        per[f"{fit}r2_interval"] = [bounds[3 * l + i][0] for l in range(n_layers)]
+        if fit != "shuffled_":
+            per[f"{fit}rmse_interval"] = [bounds[3 * l + i][1] for l in range(n_layers)]
     metrics = dict(r2=per["r2"][-1], rmse=per["rmse"][-1], untrained_r2=per["untrained_r2"][-1],
                    shuffled_r2=per["shuffled_r2"][-1], best_layer=int(np.nanargmax(per["r2"])) if not np.isnan(per["r2"]).all() else None,
                    per_layer=dict(layer=list(range(n_layers)), hook=[resid_name(l) for l in range(n_layers)], **per),
                    target="posterior over the answer classes" if batch.posterior is not None else
                    "(mean, log variance) of the Gaussian predictive",
                    target_dim=int(target.shape[1]), n_train_points=len(train), n_test_points=len(test),
-                   n_sequences=len(batch), seed=seed)
+                   n_sequences=len(batch), n_test_sequences=len(np.unique(point_owners(batch)[test])), seed=seed)
+    metrics["intervals"] = {key: per[f"{key}_interval"][-1] for key in ("r2", "rmse", "untrained_r2", "shuffled_r2")}
     figures = {"per-layer": per_layer_figure(metrics)}
     if batch.posterior is not None and target.shape[1] >= 3:
         figures["simplex"] = simplex_figure(target[test], prediction, seed)
@@ -112,6 +158,11 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
         "rmse": "final layer: held-out root-mean-square error of that read-out",
         "untrained_r2": "the same read-out from the untrained twin's final layer (what the architecture alone gives)",
         "shuffled_r2": "the same read-out fitted to shuffled beliefs (what fitting capacity alone gives)",
+        "intervals": "95% percentile bootstrap interval of r2, rmse, untrained_r2 and shuffled_r2, resampling whole "
+                     "held-out sequences (n_test_sequences of them, n_test_points queries; 2,000 resamples) with each "
+                     "read-out kept as fitted: the noise of the scoring half; per layer in per_layer's *_interval",
+        "best_layer": "the layer of largest r2: a choice, not a sample statistic (read it against the per-layer "
+                      "intervals)",
     })
 
 
@@ -121,9 +172,16 @@ def per_layer_figure(metrics: dict) -> go.Figure:
     fig = go.Figure()
     for key, name, color, dash in (("r2", "trained", "#d62728", None), ("untrained_r2", "untrained twin", "#7f7f7f", "dot"),
                                    ("shuffled_r2", "shuffled beliefs", "#1f77b4", "dash")):
+        bounds = per.get(f"{key}_interval") or [None] * len(x)  # none in a record from before the intervals
         fig.add_scatter(x=x, y=per[key], name=name, mode="lines+markers", line=dict(color=color, dash=dash),
-                        customdata=per["hook"], hovertemplate=f"{name}<br>%{{customdata}}<br>R² %{{y:.4f}}<extra></extra>")
-    fig.update_layout(title=f"Linear read-out of the Bayes belief ({metrics['target']}) by layer, held out",
+                        error_y=error_bars(per[key], bounds),
+                        customdata=[[hook, *(b or ["?", "?"])] for hook, b in zip(per["hook"], bounds)],
+                        hovertemplate=f"{name}<br>%{{customdata[0]}}<br>R² %{{y:.4f}} (95% %{{customdata[1]:.4f}} to "
+                                      f"%{{customdata[2]:.4f}})<extra></extra>")
+    n_test = metrics.get("n_test_sequences")
+    bars = (f"<br><sup>bars: 95% bootstrap intervals over the {n_test:,} held-out sequences "
+            f"({metrics['n_test_points']:,} queries)</sup>" if n_test else "")
+    fig.update_layout(title=f"Linear read-out of the Bayes belief ({metrics['target']}) by layer, held out{bars}",
                       xaxis_title="residual stream after block", yaxis_title="held-out R²",
                       width=760, height=440)
     return fig
