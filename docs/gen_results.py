@@ -16,7 +16,9 @@ key in it, so a number on a page cannot drift from the file behind it:
   picks the one element of a list of objects whose fields equal those values (exactly one must match,
   a value is compared as text); ``name["0.5"]`` names a key that holds a dot; ``name.max()`` and
   ``name.min()`` are a list's largest and smallest element; ``name[@labels=L2H3]`` indexes a list by where
-  L2H3 sits in the list ``labels`` of an enclosing object (a patching map's row by its site's name). An optional ``* K`` or
+  L2H3 sits in the list ``labels`` of an enclosing object (a patching map's row by its site's name);
+  ``[@labels=A;B]`` and ``[@labels=4..36]`` (labels from 4 to 36) pick several, the rest of the key applies to
+  each and a final ``.min()`` or ``.max()`` makes them one number (the ends of a range). An optional ``* K`` or
   ``/ K`` after the key scales the value (a percentage, a ratio to the paper's number);
 - the format: a Python format spec (``.3g``, ``#.3g`` keeps trailing zeros, ``.2%``, ``,``, ``.2e``)
   or one of FORMATS below; none: ``str(value)``.
@@ -32,6 +34,7 @@ import json
 import re
 import sys
 from functools import lru_cache
+from itertools import product
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +74,9 @@ def fmt(value, spec: str | None) -> str:
         return FORMATS[spec](value)
     if spec.startswith("signed"):
         return format(float(value), "+" + spec[len("signed"):]).replace("-", "−")
+    if spec.startswith("sci"):  # sci.1 -> 1.8e-15, 4.9e-6: exponent notation without the exponent's padding
+        mantissa, _, exponent = f"{float(value):.{int(spec[len('sci'):].lstrip('.') or '1')}e}".partition("e")
+        return f"{mantissa}e{int(exponent)}"
     if spec.startswith("pctnum"):  # pctnum.1 -> 7.5, a percentage without its sign (the low end of a range)
         return f"{float(value) * 100:.{int(spec[len('pctnum'):].lstrip('.') or '1')}f}"
     if spec.startswith("pct"):  # pct.1 -> 7.5%, the value a fraction
@@ -114,45 +120,66 @@ def _segments(key: str) -> list[str]:
     return parts
 
 
+class Fan(list):
+    """Several elements picked at once (``[@sites=A;B]``, ``[@positions=4..36]``): the segments after it apply
+    to each, and ``.min()`` / ``.max()`` reduce them to one number (the ends of a range on a page: "0.07-0.18")."""
+
+
+def _labelled(seg: str, node, seen: list, key: str, where: str):
+    """[@sites=L2H3]: the element at L2H3's index in the list ``sites`` of an enclosing object; [@sites=A;B]: a Fan
+    of those at A's and B's; [@positions=4..36]: a Fan of those whose (numeric) label lies in 4..36, ends included."""
+    name, _, value = seg[2:-1].partition("=")
+    labels = next((n[name.strip()] for n in reversed(seen) if isinstance(n, dict) and name.strip() in n), None) or []
+    low, dots, high = value.strip().partition("..")
+    if dots:
+        picked = [i for i, v in enumerate(labels) if float(low) <= float(v) <= float(high)]
+    else:
+        picked = [[i for i, v in enumerate(labels) if str(v) == want.strip()] for want in value.split(";")]
+        picked = [m[0] for m in picked] if all(len(m) == 1 for m in picked) else []
+    if not picked or not isinstance(node, list) or max(picked) >= len(node):
+        raise ResultError(f"{where}: {seg} names no one element of {name.strip()!r} (in {key!r})")
+    return Fan(node[i] for i in picked) if dots or ";" in value else node[picked[0]]
+
+
+def _step(node, seg: str, seen: list, key: str, where: str):
+    """One segment of a key applied to one node."""
+    if seg.startswith("[@"):  # [@sites=L2H3]: the index of L2H3 in the list `sites` beside this one
+        return _labelled(seg, node, seen, key, where)
+    if seg.startswith("["):
+        inner = seg[1:-1].strip()
+        if inner[:1] in "\"'":
+            seg = inner.strip("\"'")
+        elif re.fullmatch(r"-?\d+", inner):
+            if not isinstance(node, list) or not -len(node) <= int(inner) < len(node):
+                raise ResultError(f"{where}: no element {inner} in {key!r}")
+            return node[int(inner)]
+        else:
+            pairs = [p.split("=", 1) for p in inner.split(",")]
+            if not isinstance(node, list) or any(len(p) != 2 for p in pairs):
+                raise ResultError(f"{where}: {seg} selects from a list of objects by field=value")
+            # [component=L0H0;L0H1]: a Fan of the elements whose field is any of those (each must be there once)
+            wanted = [[(k.strip(), v) for v in alternatives.split(";")] for k, alternatives in pairs]
+            found = [[e for e in node if isinstance(e, dict) and all(str(e.get(k)) == v.strip() for k, v in combo)]
+                     for combo in product(*wanted)]
+            if any(len(f) != 1 for f in found):
+                raise ResultError(f"{where}: {seg} matches {[len(f) for f in found]} elements of {key!r}, not one")
+            return found[0][0] if len(found) == 1 else Fan(f[0] for f in found)
+    if seg in ("max()", "min()") and isinstance(node, list):  # the largest or smallest element of a list
+        numbers = [v for v in node if v is not None]  # a patching map's row ends in None where a cell is undefined
+        return max(numbers) if seg == "max()" else min(numbers)
+    if not isinstance(node, dict) or seg not in node:
+        raise ResultError(f"{where}: no key {seg!r} (in {key!r})")
+    return node[seg]
+
+
 def lookup(data, key: str, where: str):
     node, seen = data, [data]
     for seg in _segments(key):
-        if seg.startswith("[@"):  # [@sites=L2H3]: the index of L2H3 in the list `sites` beside this one
-            name, _, value = seg[2:-1].partition("=")
-            labels = next((n[name.strip()] for n in reversed(seen) if isinstance(n, dict) and name.strip() in n), None)
-            matches = [i for i, v in enumerate(labels or []) if str(v) == value.strip()]
-            if len(matches) != 1 or not isinstance(node, list) or matches[0] >= len(node):
-                raise ResultError(f"{where}: {seg} names no one element of {name.strip()!r} (in {key!r})")
-            node = node[matches[0]]
-            seen.append(node)
+        if isinstance(node, Fan) and seg not in ("max()", "min()"):  # each picked element, one flat Fan of results
+            results = [_step(element, seg, seen, key, where) for element in node]
+            node = Fan(x for r in results for x in (r if isinstance(r, Fan) else [r]))
             continue
-        if seg.startswith("["):
-            inner = seg[1:-1].strip()
-            if inner[:1] in "\"'":
-                seg = inner.strip("\"'")
-            elif re.fullmatch(r"-?\d+", inner):
-                if not isinstance(node, list) or not -len(node) <= int(inner) < len(node):
-                    raise ResultError(f"{where}: no element {inner} in {key!r}")
-                node = node[int(inner)]
-                seen.append(node)
-                continue
-            else:
-                pairs = [p.split("=", 1) for p in inner.split(",")]
-                if not isinstance(node, list) or any(len(p) != 2 for p in pairs):
-                    raise ResultError(f"{where}: {seg} selects from a list of objects by field=value")
-                found = [e for e in node if isinstance(e, dict)
-                         and all(str(e.get(k.strip())) == v.strip() for k, v in pairs)]
-                if len(found) != 1:
-                    raise ResultError(f"{where}: {seg} matches {len(found)} elements of {key!r}, not one")
-                node = found[0]
-                seen.append(node)
-                continue
-        if seg in ("max()", "min()") and isinstance(node, list):  # the largest or smallest element of a list
-            node = max(node) if seg == "max()" else min(node)
-            continue
-        if not isinstance(node, dict) or seg not in node:
-            raise ResultError(f"{where}: no key {seg!r} (in {key!r})")
-        node = node[seg]
+        node = _step(node, seg, seen, key, where)
         seen.append(node)
     return node
 
@@ -169,6 +196,8 @@ def fill(match: re.Match, names: dict[str, str], page: str) -> str:
         key, op, k = scaled["key"], scaled["op"], float(scaled["k"])
     where = f"{page}: {{{{ {match['file']} : {match['key']} }}}}"
     value = lookup(load(path), key, where + f" in {path}")
+    if isinstance(value, Fan):
+        raise ResultError(f"{where} picks several values: end the key with .min() or .max()")
     if op:
         value = value * k if op == "*" else value / k
     return fmt(value, match["fmt"])

@@ -48,7 +48,29 @@ def test_a_placeholder_reads_the_file_and_formats(tmp_path):
         gen.render_text("{{ " + str(grid) + " : m.scale[@sites=c][0] }}")
 
 
-@pytest.mark.parametrize("key, words", [("rows[run=c].x", "matches 0 elements"), ("rows[run=a].y", "no key 'y'"),
+def test_a_range_picks_several_cells_and_reduces_them(tmp_path):
+    """The ends of a range on a page ("0.07-0.18 each") from the cells it spans: [@labels=A;B] and
+    [@labels=lo..hi] pick several, the rest of the key applies to each, .min()/.max() reduce (None skipped)."""
+    grid = tmp_path / "g.json"
+    grid.write_text(json.dumps({"m": {"sites": ["a", "b", "c"], "positions": [70, 71, 72],
+                                      "scale": [[1, 2, 3], [4, 5, None], [7, 8, 9]],
+                                      "parts": [{"c": "a", "s": 0.5}, {"c": "b", "s": -2}, {"c": "c", "s": 9}]}}))
+    cell = lambda key: gen.render_text("{{ " + str(grid) + " : m." + key + " }}")
+    assert cell("scale[@sites=a;c][@positions=71].max()") == "8"
+    assert cell("scale[@sites=a;c][@positions=71].min()") == "2"
+    assert cell("scale[@sites=b][@positions=71..72].max()") == "5"  # the undefined cell left out
+    assert cell("scale[@sites=a;b;c][@positions=70..71].min()") == "1"
+    assert cell("parts[c=a;b].s.min() * 10") == "-20.0"
+    with pytest.raises(gen.ResultError, match="picks several"):
+        cell("scale[@sites=a;c][@positions=71]")
+    with pytest.raises(gen.ResultError, match="names no one element"):
+        cell("scale[@sites=a;d][0].max()")
+    with pytest.raises(gen.ResultError, match="not one"):
+        cell("parts[c=a;d].s.max()")
+    assert gen.fmt(4.915e-6, "sci.1") == "4.9e-6" and gen.fmt(1.8e-15, "sci.1") == "1.8e-15"
+
+
+@pytest.mark.parametrize("key, words", [("rows[run=c].x", "matches [0] elements"), ("rows[run=a].y", "no key 'y'"),
                                         ("m.l[7]", "no element 7")])
 def test_a_placeholder_that_names_nothing_is_refused(tmp_path, key, words):
     data = tmp_path / "r.json"
