@@ -14,18 +14,17 @@ key in it, so a number on a page cannot drift from the file behind it:
   the template, ``{% R = figures/readme/reproduction/reproduction.json %}`` (the line is not rendered);
 - the key: dotted names into the JSON; ``name[3]`` indexes a list; ``name[run=hmm-mlp-cpu,metric=kl]``
   picks the one element of a list of objects whose fields equal those values (exactly one must match,
-  a value is compared as text); ``name["0.5"]`` names a key that holds a dot; ``name.max()`` and
-  ``name.min()`` are a list's largest and smallest element; ``name[@labels=L2H3]`` indexes a list by where
+  a value is compared as text); ``name["0.5"]`` names a key that holds a dot; ``name.max()``,
+  ``name.min()`` and ``name.mean()`` are a list's largest, smallest and mean element; ``name[@labels=L2H3]`` indexes a list by where
   L2H3 sits in the list ``labels`` of an enclosing object (a patching map's row by its site's name);
   ``[@labels=A;B]`` and ``[@labels=4..36]`` (labels from 4 to 36) pick several, the rest of the key applies to
-  each and a final ``.min()`` or ``.max()`` makes them one number (the ends of a range). An optional ``* K`` or
+  each and a final ``.min()``, ``.max()`` or ``.mean()`` makes them one number (the ends of a range). An optional ``* K`` or
   ``/ K`` after the key scales the value (a percentage, a ratio to the paper's number);
 - the format: a Python format spec (``.3g``, ``#.3g`` keeps trailing zeros, ``.2%``, ``,``, ``.2e``)
   or one of FORMATS below; none: ``str(value)``.
 
 ``tests/test_results_pages.py`` fails when a page and its template plus files disagree, when a
 placeholder names a file or key that does not exist, and when the rendered page has a placeholder left.
-Pages not listed in PAGES (geometry.md) are still written by hand.
 """
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 SOURCES = RESULTS / "src"
-PAGES = ["index", "training", "interventions", "language-models"]
+PAGES = ["index", "training", "interventions", "language-models", "geometry"]
 
 PLACEHOLDER = re.compile(r"\{\{\s*(?P<file>[^:{}]+?)\s*:\s*(?P<key>[^|{}]+?)\s*(?:\|\s*(?P<fmt>[^{}]*?)\s*)?\}\}")
 ALIAS = re.compile(r"^\{%\s*(?P<name>[A-Za-z_][\w-]*)\s*=\s*(?P<path>\S+)\s*%\}\n", re.M)
@@ -141,6 +140,9 @@ def _labelled(seg: str, node, seen: list, key: str, where: str):
     return Fan(node[i] for i in picked) if dots or ";" in value else node[picked[0]]
 
 
+REDUCERS = {"max()": max, "min()": min, "mean()": lambda values: sum(values) / len(values)}
+
+
 def _step(node, seg: str, seen: list, key: str, where: str):
     """One segment of a key applied to one node."""
     if seg.startswith("[@"):  # [@sites=L2H3]: the index of L2H3 in the list `sites` beside this one
@@ -164,9 +166,8 @@ def _step(node, seg: str, seen: list, key: str, where: str):
             if any(len(f) != 1 for f in found):
                 raise ResultError(f"{where}: {seg} matches {[len(f) for f in found]} elements of {key!r}, not one")
             return found[0][0] if len(found) == 1 else Fan(f[0] for f in found)
-    if seg in ("max()", "min()") and isinstance(node, list):  # the largest or smallest element of a list
-        numbers = [v for v in node if v is not None]  # a patching map's row ends in None where a cell is undefined
-        return max(numbers) if seg == "max()" else min(numbers)
+    if seg in REDUCERS and isinstance(node, list):  # the largest, smallest or mean element of a list
+        return REDUCERS[seg]([v for v in node if v is not None])  # a patching map's row ends in None (undefined)
     if not isinstance(node, dict) or seg not in node:
         raise ResultError(f"{where}: no key {seg!r} (in {key!r})")
     return node[seg]
@@ -175,7 +176,7 @@ def _step(node, seg: str, seen: list, key: str, where: str):
 def lookup(data, key: str, where: str):
     node, seen = data, [data]
     for seg in _segments(key):
-        if isinstance(node, Fan) and seg not in ("max()", "min()"):  # each picked element, one flat Fan of results
+        if isinstance(node, Fan) and seg not in REDUCERS:  # each picked element, one flat Fan of results
             results = [_step(element, seg, seen, key, where) for element in node]
             node = Fan(x for r in results for x in (r if isinstance(r, Fan) else [r]))
             continue

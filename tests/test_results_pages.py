@@ -60,7 +60,7 @@ def test_a_range_picks_several_cells_and_reduces_them(tmp_path):
     assert cell("scale[@sites=a;c][@positions=71].min()") == "2"
     assert cell("scale[@sites=b][@positions=71..72].max()") == "5"  # the undefined cell left out
     assert cell("scale[@sites=a;b;c][@positions=70..71].min()") == "1"
-    assert cell("parts[c=a;b].s.min() * 10") == "-20.0"
+    assert cell("parts[c=a;b].s.min() * 10") == "-20.0" and cell("parts[c=a;b;c].s.mean()") == "2.5"
     with pytest.raises(gen.ResultError, match="picks several"):
         cell("scale[@sites=a;c][@positions=71]")
     with pytest.raises(gen.ResultError, match="names no one element"):
@@ -168,3 +168,24 @@ def test_the_comparisons_in_the_prose_follow_their_marks():
     mamba = json.loads((EQ / "recall-remeasure" / "recall-remeasure.json").read_text())["models"]["recall-mamba-cpu"]
     assert mamba["balanced"]["ratio_to_e_inv_n_interval"][1] < 1
     assert mamba["balanced"]["n_queries"] >= 3000 and mamba["fresh"]["n_queries"] >= 3000
+
+
+def test_the_geometry_pages_verdicts_follow_their_files():
+    """docs/results/geometry.md: the Jacobian lens is further from Bayes than the logit lens at every layer before the
+    last on every model that uses its context ("every paired interval excludes 0"), the same-position lens closer on
+    the HMM transformer; the frame settles before precision on the dense series and not on the 6k-step run; routing
+    does not settle before precision on either em-dynamics series (both settle at one step)."""
+    lens = ROOT / "figures" / "readme" / "jacobian-lens"
+    for model in ("bijection-transformer-cpu", "bijection-mamba-cpu", "bijection-lstm-cpu", "hmm-transformer-cpu",
+                  "hmm-mamba-cpu", "hmm-lstm-cpu"):
+        intervals = json.loads((lens / model / "jacobian-lens.json").read_text())["metrics"]["kl_gain_interval"][:-1]
+        assert all(high < 0 for _, high in intervals), model
+    same = json.loads((lens / "same-position" / "hmm-transformer-cpu" / "jacobian-lens.json").read_text())["metrics"]
+    assert all(low > 0 for low, _ in same["kl_gain_interval"][:-1])
+    readme = ROOT / "figures" / "readme"
+    assert json.loads((readme / "bijection-transformer-dense" / "frame-precision.json").read_text())["metrics"]["frame_settles_first"]
+    assert not json.loads((readme / "bench-cpu" / "frame-precision.json").read_text())["metrics"]["frame_settles_first"]
+    for series in ("bijection-transformer-dense", "hmm-transformer-10k"):
+        metrics = json.loads((readme / "em-dynamics" / series / "em-dynamics.json").read_text())["metrics"]
+        assert not metrics["routing_settles_first"] and metrics["frame_settles_first"], series
+        assert metrics["settling_steps"]["routing"] == metrics["settling_steps"]["precision"], series  # "both settle at"
