@@ -142,7 +142,9 @@ def differences(rows: list[dict], sums: list[dict]) -> list[dict]:
 
 
 def bar_figure(rows: list[dict]) -> go.Figure:
-    labels = [f"{r['run']}<br>{r['task']}/{r['arch']}" for r in rows]
+    # one line per run: a two-line tick label, rotated, reads as two categories (one under each trace)
+    labels = [r["run"] if r["task"] in r["run"] and r["arch"] in r["run"] else f"{r['run']} ({r['task']}/{r['arch']})"
+              for r in rows]
     fig = go.Figure()
     def spread(metric: str, above: bool) -> list[float]:  # error bar lengths; 0 where a run has no such number
         bars = []

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import os
 from contextlib import contextmanager
-from dataclasses import fields, replace
 
 import torch
 import torch.distributed as dist
@@ -56,8 +55,7 @@ class Group:
         def cut(value):
             return value[rows] if isinstance(value, torch.Tensor) and value.dim() and len(value) == len(batch) else value
 
-        sliced = {f.name: cut(getattr(batch, f.name)) for f in fields(batch) if f.name != "hypothesis"}
-        return replace(batch, **sliced, hypothesis={k: cut(v) for k, v in batch.hypothesis.items()})
+        return batch.map(cut)
 
     def mean(self, value: torch.Tensor) -> torch.Tensor:
         """The mean of a scalar over the processes (gloo has no AVG, so a sum divided by W)."""

@@ -202,7 +202,7 @@ def training_loss(model, batch, kind: str = "soft") -> torch.Tensor:
     # Softmax only where beliefs are asked for: a recall sequence has 3 of them in 329 positions.
     logits = at_least_float32(model.answer_logits(batch.tokens)[mask])
     if kind == "soft":
-        return -(batch.posterior[mask] * logits.log_softmax(-1)).sum(-1).mean()
+        return -(batch.posterior_at_queries() * logits.log_softmax(-1)).sum(-1).mean()
     return torch.nn.functional.cross_entropy(logits, batch.targets[mask])
 
 

@@ -39,22 +39,70 @@ def held_out_batch(task, n: int, seed: int) -> "Batch":
     return task.sample(n, generator=torch.Generator().manual_seed(HELD_OUT_SEED_BASE + seed))
 
 
+class PosteriorAtQueries:
+    """A posterior given at the same query positions of every row, [B, Q, C], standing for the dense
+    [B, T, C] one (uniform placeholder rows elsewhere) until something reads that whole. Training reads
+    it at the queries only (``Batch.posterior_at_queries``), and the placeholders are most of the dense
+    tensor: recall asks 3 of 329 positions, so a batch of 64 would fill and move 31 MB for 0.6 MB of
+    beliefs (on a GPU at batch 1,024, half a gigabyte copied to the device every step)."""
+
+    def __init__(self, values: torch.Tensor, positions: list[int], length: int):
+        self.values, self.positions, self.length = values, positions, length  # positions: sorted, distinct
+
+    def map(self, fn) -> "PosteriorAtQueries":
+        return PosteriorAtQueries(fn(self.values), self.positions, self.length)
+
+    def dense(self) -> torch.Tensor:
+        B, _, C = self.values.shape
+        # placeholders in float32 whatever the values' dtype, bit for bit what a dense batch always held
+        full = torch.full((B, self.length, C), 1.0 / C, device=self.values.device).to(self.values.dtype)
+        full[:, self.positions] = self.values
+        return full
+
+
+class _Posterior:
+    """``Batch.posterior``: stored as given; a ``PosteriorAtQueries`` is made dense on first read."""
+
+    def __get__(self, batch, owner=None):
+        if batch is None:
+            return None  # the dataclass field's default
+        value = batch.__dict__["_posterior"]
+        if isinstance(value, PosteriorAtQueries):
+            value = batch.__dict__["_posterior"] = value.dense()
+        return value
+
+    def __set__(self, batch, value):
+        batch.__dict__["_posterior"] = value
+
+
 @dataclass
 class Batch:
     tokens: torch.Tensor  # LongTensor [B, T]; FloatTensor [B, T, F] for continuous tasks
     targets: torch.Tensor  # hard labels [B, T] (-100 = unsupervised; float targets for continuous tasks)
     query_mask: torch.Tensor  # BoolTensor [B, T]: positions where the model states a belief
     bayes_entropy: torch.Tensor  # [B, T] bits (differential entropy for continuous tasks)
-    posterior: torch.Tensor | None = None  # [B, T, C] exact Bayes predictive over the answer classes
+    posterior: torch.Tensor | None = _Posterior()  # [B, T, C] exact Bayes predictive over the answer classes
     posterior_mean: torch.Tensor | None = None  # [B, T] continuous tasks: Gaussian predictive mean
     posterior_var: torch.Tensor | None = None  # [B, T] ... and variance
     hypothesis: dict = field(default_factory=dict)  # the sampled latent truth
     # Every per-position field is defined where query_mask is set; elsewhere it holds placeholders.
 
+    def posterior_at_queries(self) -> torch.Tensor:
+        """``posterior[query_mask]`` ([queries, C], row by row), without making a lazy posterior dense."""
+        stored = self.__dict__["_posterior"]
+        if isinstance(stored, PosteriorAtQueries):
+            return stored.values.reshape(-1, stored.values.shape[-1])
+        return self.posterior[self.query_mask]
+
     def map(self, fn) -> "Batch":
-        """A batch whose every tensor (the hypothesis's too) is ``fn(tensor)``."""
-        apply = lambda value: fn(value) if isinstance(value, torch.Tensor) else value  # noqa: E731
-        moved = {f.name: apply(getattr(self, f.name)) for f in fields(self)}
+        """A batch whose every tensor (the hypothesis's too) is ``fn(tensor)``; a posterior still given at
+        the queries only stays so."""
+        def apply(value):
+            if isinstance(value, PosteriorAtQueries):
+                return value.map(fn)
+            return fn(value) if isinstance(value, torch.Tensor) else value
+        stored = lambda name: self.__dict__["_posterior"] if name == "posterior" else getattr(self, name)  # noqa: E731
+        moved = {f.name: apply(stored(f.name)) for f in fields(self)}
         moved["hypothesis"] = {k: apply(v) for k, v in self.hypothesis.items()}
         return Batch(**moved)
 
@@ -88,16 +136,20 @@ def batch_at_queries(tokens: torch.Tensor, positions: torch.Tensor, posterior: t
     """
     B, T = tokens.shape[:2]
     C = posterior.shape[-1]
+    positions = torch.as_tensor(positions).flatten()
+    order = positions.argsort()  # sorted, so the lazy posterior's rows follow posterior[query_mask]'s order
+    positions, posterior, labels = positions[order], posterior[:, order], labels[:, order]
+    if positions.unique().numel() != positions.numel():
+        raise ValueError(f"query positions must be distinct, got {positions.tolist()}")
     query_mask = torch.zeros(B, T, dtype=torch.bool)
     query_mask[:, positions] = True
-    full = torch.full((B, T, C), 1.0 / C)
-    full[:, positions] = posterior.float()
     # The placeholder rows are all alike, so their entropy is computed once.
     bayes_entropy = torch.full((B, T), math.log2(C))
     bayes_entropy[:, positions] = entropy_bits(posterior.float())
     targets = torch.full((B, T), -100, dtype=torch.long)
     targets[:, positions] = labels
-    return Batch(tokens=tokens, targets=targets, query_mask=query_mask, posterior=full,
+    return Batch(tokens=tokens, targets=targets, query_mask=query_mask,
+                 posterior=PosteriorAtQueries(posterior.float(), positions.tolist(), T),
                  bayes_entropy=bayes_entropy, hypothesis=hypothesis)
 
 

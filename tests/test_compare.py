@@ -42,6 +42,10 @@ def test_compare_measures_every_model():
     assert cells["binding"]["value"] == runs[1]["accuracy"]
     json.dumps(result.metrics, allow_nan=False)
     assert set(result.figures) == {"calibration", "primitives"}
+    # one category per run, shared by its MAE and its accuracy, on one line (a rotated two-line label
+    # reads as two categories)
+    for trace in result.figures["calibration"].data:
+        assert list(trace.x) == [r["run"] for r in runs] and not any("<br>" in x for x in trace.x)
     with pytest.raises(analyses.AnalysisError, match="at least one model"):
         analyses.run("compare", [])
 

@@ -51,6 +51,46 @@ def test_shapes_and_posteriors(name):
     assert (allowed[batch.query_mask] > 0).all()
 
 
+@pytest.mark.parametrize("name", ["bijection", "hmm", "recall"])
+def test_a_posterior_given_at_the_queries_reads_as_the_dense_one(name):
+    """Tasks keep their posterior at the query positions only until something reads it whole; every
+    way of reading it (whole, at the queries, after rows/to/double, the training loss) must equal the
+    dense tensor with uniform placeholders."""
+    import models
+    from models.base import training_loss
+    from tasks.base import PosteriorAtQueries
+
+    task = tasks.make(name, **SMALL[name])
+    lazy = task.sample(6, generator=torch.Generator().manual_seed(1))
+    assert isinstance(lazy.__dict__["_posterior"], PosteriorAtQueries)
+    picked = lazy.rows(2, 5).double()  # still lazy after map
+    assert isinstance(picked.__dict__["_posterior"], PosteriorAtQueries)
+    model = models.build("transformer", task, config=dict(d_model=16, n_layers=1, n_heads=2))
+    loss_lazy = training_loss(model, lazy)
+    dense = lazy.posterior  # made dense on this first read
+    assert isinstance(lazy.__dict__["_posterior"], torch.Tensor)
+    C = task.n_classes
+    torch.testing.assert_close(dense[~lazy.query_mask], torch.full_like(dense[~lazy.query_mask], 1 / C))
+    assert torch.equal(lazy.posterior_at_queries(), dense[lazy.query_mask])
+    assert torch.equal(picked.posterior, dense[2:5].double())
+    assert torch.equal(picked.posterior_at_queries(), dense[2:5].double()[picked.query_mask])
+    assert torch.equal(training_loss(model, lazy), loss_lazy)
+
+
+def test_query_positions_are_sorted_with_their_posteriors_and_labels():
+    from tasks.base import batch_at_queries
+
+    tokens = torch.zeros(2, 6, dtype=torch.long)
+    posterior = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]] * 2)  # position 4 -> class 0, position 1 -> class 1
+    labels = torch.tensor([[0, 1]] * 2)
+    batch = batch_at_queries(tokens, torch.tensor([4, 1]), posterior, labels, {})
+    assert batch.targets[0].tolist() == [-100, 1, -100, -100, 0, -100]
+    assert batch.posterior[0, 4].tolist() == [1.0, 0.0] and batch.posterior[0, 1].tolist() == [0.0, 1.0]
+    assert torch.equal(batch.posterior_at_queries(), batch.posterior[batch.query_mask])
+    with pytest.raises(ValueError, match="distinct"):
+        batch_at_queries(tokens, torch.tensor([1, 1]), posterior, labels, {})
+
+
 @pytest.mark.parametrize("name", tasks.NAMES)
 @pytest.mark.parametrize("batch_size", [0, -1, 2.5, True])
 def test_a_bad_batch_size_gets_a_one_line_error(name, batch_size):
