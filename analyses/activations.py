@@ -24,7 +24,7 @@ from tasks.prompts import PromptSet, read_words
 
 from models.base import act_name
 
-from .base import AnalysisError, Option
+from .base import AnalysisError, Option, bootstrap_sums
 
 PROMPT_OPTIONS = (
     Option("prompts", "", "prompt task: " + ", ".join(prompt_tasks.NAMES) + " (auto: wind-tunnel on a wind-tunnel "
@@ -98,6 +98,28 @@ def calibration(probs: torch.Tensor, prompts: PromptSet) -> dict:
     return dict(entropy_mae_bits=gap.mean().item(), kl_bits=kl.mean().item(),
                 by_shots={int(k): dict(entropy_mae_bits=gap[shots == k].mean().item(),
                                        kl_bits=kl[shots == k].mean().item()) for k in shots.unique()})
+
+
+def mean_intervals(values: torch.Tensor, prompts: PromptSet, weights: torch.Tensor | None = None) -> list:
+    """95% bootstrap intervals of the mean over prompts of each column of ``values`` [n, k] (per-prompt numbers;
+    ``weights`` [n, k]: a weighted mean, 0/1 to average a column over a subset of the prompts). Whole units are
+    resampled (``bootstrap_sums``): the held-out sequence a wind-tunnel prompt was cut from, since the prompts of
+    one sequence share its hidden truth, else each prompt. A difference of two models on the same prompts is
+    paired when its per-prompt differences are the values."""
+    n = len(prompts.prompts)
+    values = values.double().reshape(n, -1)
+    weights = torch.ones_like(values) if weights is None else weights.double().reshape(n, -1)
+    unit = torch.tensor(prompts.sequence if prompts.sequence is not None else range(n))
+    k = values.shape[1]
+    sums = torch.zeros(int(unit.max()) + 1, 2 * k, dtype=torch.float64).index_add_(
+        0, unit, torch.cat([values * weights, weights], 1))
+    sums = sums[sums[:, k:].sum(1) > 0]  # a unit with no weight (no prompt counted) is no unit
+    return bootstrap_sums(sums, lambda resampled: resampled[:, :k] / resampled[:, k:])
+
+
+def n_sequences(prompts: PromptSet) -> int:
+    """How many units ``mean_intervals`` resamples: held-out sequences for wind-tunnel prompts, else prompts."""
+    return len(set(prompts.sequence)) if prompts.sequence is not None else len(prompts.prompts)
 
 
 @contextmanager

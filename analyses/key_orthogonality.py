@@ -12,6 +12,7 @@ import torch
 from models.base import act_name
 
 from . import activations, style
+from .style import error_bars
 from .base import Analysis, AnalysisError, Option, Result, untrained_twin
 
 DEFINITION = " ".join("""
@@ -25,8 +26,17 @@ left out because a vector shared by every key adds the same score to every key a
 an attention pattern). The statistic is the mean of |cos(k_i, k_j)| over all ordered pairs i != j.
 Lower is more orthogonal. It is compared with (a) the same model config at its untrained
 initialisation (same seed as the run) and (b) i.i.d. Gaussian vectors of the same shape (n tokens
-x d_head), averaged over 200 draws; for those E|cos| is about sqrt(2 / (pi d_head)).
+x d_head), averaged over 200 draws; for those E|cos| is about sqrt(2 / (pi d_head)). These keys come
+from the weights alone, with no input sampled, so the trained and init numbers have no sampling error
+and no interval (the random baseline is a Monte Carlo mean; random_std is its spread over draws).
 """.split())
+
+DESCRIPTIONS = {
+    "layer0_trained": "mean |cos| between the hypothesis-frame keys at layer 0, mean over heads: weight geometry "
+                      "(embedding -> norm -> W_K), nothing sampled, so no interval",
+    "layer0_init": "the same at the untrained initialisation (same seed): weight geometry, no interval",
+    "random": "mean |cos| of i.i.d. Gaussian vectors of the frame's shape, mean of 200 draws (spread: random_std)",
+}
 
 
 @torch.no_grad()
@@ -107,9 +117,10 @@ def compute(model, group: str = "", layer: int = 0, head: int = 0) -> Result:
     labels = model.task.token_names(shown["ids"])
     return Result("key-orthogonality", DEFINITION, metrics, {
         "cosine-heatmap": heatmap_figure(shown["cos"], labels, layer, head, group),
-        "per-head": per_head_figure(shown["trained"], shown["untrained"], shown["random"], group),
+        "per-head": per_head_figure(shown["trained"], shown["untrained"], shown["random"], group,
+                                    note="no bars: keys from the weights alone, nothing sampled"),
         "distribution": distribution_figure(shown["values"], group),
-    })
+    }, descriptions=DESCRIPTIONS)
 
 
 LANGUAGE_DEFINITION = " ".join("""
@@ -122,19 +133,36 @@ re-initialised (seed 0) on the same prompts, as the model's own code initialises
 model: a new one built from the same config, transformers' initialisation, e.g. weights drawn from N(0,
 initializer_range^2), norms at 1; a boot_native TransformerLens 4 model: its init_weights; a wind-tunnel
 transformer: rebuilt from its config), and E|cos| of two independent Gaussian vectors in d_head dimensions.
+Intervals: 95% percentile bootstrap (2,000 resamples, seeded) resampling prompts (on wind-tunnel prompts, the
+held-out sequences they were cut from) and re-averaging the per-prompt statistic, for the overall means, each
+head, and the paired difference trained - re-initialised (the same resampled prompts for both; it differs
+beyond the noise of the prompt set when its interval excludes 0).
 """.split())
+
+LANGUAGE_DESCRIPTIONS = {
+    "mean_trained": "mean |cos| between the keys of different tokens in a prompt, mean over prompts, layers and "
+                    "key/value heads",
+    "mean_init": "the same for the re-initialised model on the same prompts",
+    "mean_difference": "mean_trained - mean_init, paired on the same prompts",
+    "differs_from_init": "whether the 95% interval of mean_difference excludes 0",
+    "intervals": "95% percentile bootstrap intervals (2,000 resamples), resampling prompts (wind-tunnel prompts: "
+                 "the held-out sequences they were cut from); the difference paired (one resample for both models)",
+    "n_sequences": "units the intervals resample: held-out sequences (wind-tunnel prompts) or prompts",
+}
 
 
 @torch.no_grad()
-def context_key_scores(lm, prompts) -> torch.Tensor:
-    """[layers, kv_heads] mean |cos| between the bias-free keys of different tokens within a prompt."""
-    from models.language_model import kv_weights
+def context_key_scores(lm, prompts) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per prompt, [n, layers, kv_heads] mean |cos| between the bias-free keys of different tokens within it,
+    and [n] whether it holds two different tokens (the prompts that count; the others' scores are 0)."""
+    from models.language_model import kv_weights, n_kv_heads
 
     cfg = lm.model.cfg
     names = [act_name("k", l) for l in range(cfg.n_layers)]
     biases = [kv_weights(lm.model, l)["b_K"] for l in range(cfg.n_layers)]
-    total, count = 0.0, 0
-    for _, tokens in activations.equal_length_batches(lm, prompts):
+    n = len(prompts.prompts)
+    scores, valid = torch.zeros(n, cfg.n_layers, n_kv_heads(lm.model), dtype=torch.float64), torch.zeros(n)
+    for rows, tokens in activations.equal_length_batches(lm, prompts):
         if tokens.shape[1] < 2:
             continue
         _, cache = lm.model.run_with_cache(tokens, names_filter=lambda name: name in names)
@@ -142,12 +170,16 @@ def context_key_scores(lm, prompts) -> torch.Tensor:
         cos = cosine_matrices(keys.permute(0, 1, 3, 2, 4).double())  # [L, B, kv, T, T]
         different = (tokens[:, :, None] != tokens[:, None, :])[None, :, None]  # [1, B, 1, T, T]
         pairs = different.sum((-1, -2)).clamp_min(1)
-        per_prompt = (cos.abs() * different).sum((-1, -2)) / pairs  # [L, B, kv]
-        keep = (different.sum((-1, -2)) > 0).double()
-        total, count = total + (per_prompt * keep).sum(1), count + keep.sum(1)
-    if isinstance(count, int):
+        scores[rows] = ((cos.abs() * different).sum((-1, -2)) / pairs).permute(1, 0, 2).cpu()  # [B, L, kv]
+        valid[rows] = (different.sum((-1, -2, -3, -4)) > 0).float().cpu()
+    if not valid.any():
         raise AnalysisError("no prompt holds two different tokens to compare keys of")
-    return (total / count).cpu()
+    return scores, valid
+
+
+def mean_over(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """[layers, kv_heads] mean of per-prompt scores over the prompts that count."""
+    return (scores * valid[:, None, None]).sum(0) / valid.sum()
 
 
 def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int) -> Result:
@@ -155,17 +187,40 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
     from models.language_model import LanguageModel, n_kv_heads, reinitialised
 
     prompt_set = activations.prompt_set(lm, prompts, words, per_shot, alpha, seed)
-    trained = context_key_scores(lm, prompt_set)
+    per_trained, valid = context_key_scores(lm, prompt_set)
     fresh = reinitialised(lm.model, seed=0)
-    untrained = context_key_scores(LanguageModel(fresh, lm.name), prompt_set)
+    per_init, _ = context_key_scores(LanguageModel(fresh, lm.name), prompt_set)  # the same prompts count
+    trained, untrained = mean_over(per_trained, valid), mean_over(per_init, valid)
     d_head = lm.model.cfg.d_head
     metrics = dict(trained=trained.tolist(), init=untrained.tolist(), trained_layer_mean=trained.mean(1).tolist(),
                    init_layer_mean=untrained.mean(1).tolist(), random_expected=expected_abs_cos(d_head),
                    d_head=d_head, n_kv_heads=n_kv_heads(lm.model), n_prompts=len(prompt_set.prompts),
                    mean_trained=trained.mean().item(), mean_init=untrained.mean().item())
+    metrics["mean_difference"] = metrics["mean_trained"] - metrics["mean_init"]
+    metrics["intervals"] = key_intervals(per_trained, per_init, valid, prompt_set)
+    low, high = metrics["intervals"]["mean_difference"]
+    metrics.update(differs_from_init=not low <= 0 <= high, n_counted_prompts=int(valid.sum()),
+                   n_sequences=activations.n_sequences(prompt_set),
+                   bootstrap_unit="prompts" if prompt_set.sequence is None else "sequences")
+    note = (f"bars: 95% bootstrap intervals over {metrics['n_sequences']:,} {metrics['bootstrap_unit']} "
+            f"({int(valid.sum()):,} prompts); trained - re-initialised {metrics['mean_difference']:+.3f} "
+            f"(95% {low:+.3f} … {high:+.3f})")
     return Result("key-orthogonality", LANGUAGE_DEFINITION, metrics, {
         "per-head": per_head_figure(trained, untrained, expected_abs_cos(d_head), "prompts",
-                                    head="key/value head")})
+                                    head="key/value head", intervals=metrics["intervals"], note=note)},
+        descriptions=LANGUAGE_DESCRIPTIONS)
+
+
+def key_intervals(trained: torch.Tensor, init: torch.Tensor, valid: torch.Tensor, prompt_set) -> dict:
+    """Intervals over resampled prompts of the overall means, their paired difference and every head's mean,
+    from per-prompt scores [n, L, kv] of the two models (one resampling for all)."""
+    n, L, H = trained.shape
+    values = torch.cat([trained.mean((1, 2))[:, None], init.mean((1, 2))[:, None],
+                        (trained - init).mean((1, 2))[:, None], trained.reshape(n, -1), init.reshape(n, -1)], 1)
+    bounds = activations.mean_intervals(values, prompt_set, valid[:, None].expand_as(values))
+    heads = lambda first: [bounds[first + l * H:first + (l + 1) * H] for l in range(L)]  # noqa: E731
+    return dict(mean_trained=bounds[0], mean_init=bounds[1], mean_difference=bounds[2], trained=heads(3),
+                init=heads(3 + L * H))
 
 
 def heatmap_figure(cos: torch.Tensor, labels: list[str], layer: int, head: int, group: str) -> go.Figure:
@@ -180,12 +235,15 @@ def heatmap_figure(cos: torch.Tensor, labels: list[str], layer: int, head: int, 
 
 
 def per_head_figure(trained: torch.Tensor, untrained: torch.Tensor, random: float, group: str,
-                    head: str = "head") -> go.Figure:
+                    head: str = "head", intervals: dict | None = None, note: str = "") -> go.Figure:
     names = [f"L{l}H{h}" for l in range(trained.shape[0]) for h in range(trained.shape[1])]
     fig = go.Figure()
-    fig.add_bar(x=names, y=trained.flatten().tolist(), name="trained")
-    fig.add_bar(x=names, y=untrained.flatten().tolist(), name="untrained init")
-    fig.update_layout(title=f"Mean |off-diagonal key cosine| of the {group[:-1]} tokens per {head} (lower = more orthogonal)",
+    for name, values, key in (("trained", trained, "trained"), ("untrained init", untrained, "init")):
+        flat = values.flatten().tolist()
+        bars = None if intervals is None else error_bars(flat, [ci for row in intervals[key] for ci in row])
+        fig.add_bar(x=names, y=flat, name=name, error_y=bars)
+    fig.update_layout(title=f"Mean |off-diagonal key cosine| of the {group[:-1]} tokens per {head} (lower = more orthogonal)"
+                            + (f"<br><sup>{note}</sup>" if note else ""),
                       barmode="group", xaxis_title=f"layer and {head}", yaxis_title="mean |cos|", width=760, height=440)
     style.reference_line(fig, random, "random Gaussian")
     return fig

@@ -15,6 +15,7 @@ from tasks.base import entropy_bits
 
 from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
 from .key_orthogonality import key_vectors
+from .style import error_bars
 
 DEFINITION = " ".join("""
  On one held-out batch of n sequences, at every query position i of the task (where
@@ -332,13 +333,6 @@ def gap_by_layer_figure(numbers: dict, task_name: str, group: str) -> go.Figure:
                       xaxis=dict(title="layer", tickmode="array", tickvals=layers), yaxis_title="cosine gap",
                       width=760, height=460)
     return fig
-
-
-def error_bars(values: list, intervals: list) -> dict:
-    """Asymmetric error bars from [low, high] intervals (none where an interval is undefined)."""
-    up = [math.nan if v is None or ci is None else ci[1] - v for v, ci in zip(values, intervals)]
-    down = [math.nan if v is None or ci is None else v - ci[0] for v, ci in zip(values, intervals)]
-    return dict(type="data", array=up, arrayminus=down, thickness=1.5, width=4)
 
 
 def per_position(numbers: dict) -> tuple[dict, dict, list]:

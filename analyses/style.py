@@ -284,8 +284,26 @@ def reference_line(fig, value: float, text: str, axis: str = "y", dash: str = "d
                yanchor="top")
 
 
+def interval_band(fig, x: list, bounds: list, color: str, group: str | None = None, **where) -> None:
+    """A shaded band through the [low, high] ``bounds`` at ``x`` (a curve's 95% intervals), in ``color`` made faint,
+    behind the curve and without a legend entry or hover of its own (``group``: the curve's legend group, so the
+    band hides with it; ``where``: row and col of a subplot)."""
+    low, high = [b[0] for b in bounds], [b[1] for b in bounds]
+    red, green, blue = (int(color.lstrip("#")[i:i + 2], 16) for i in (0, 2, 4))
+    fig.add_scatter(x=list(x) + list(x)[::-1], y=high + low[::-1], fill="toself", mode="lines", line=dict(width=0),
+                    fillcolor=f"rgba({red},{green},{blue},0.2)", showlegend=False, hoverinfo="skip",
+                    legendgroup=group, **where)
+
+
 def reference_band(fig, low: float, high: float, text: str, color: str = "#2ca02c") -> None:
     """A shaded band from ``low`` to ``high`` on the x axis, labelled at its middle (after the axis type is set)."""
     fig.add_vrect(x0=low, x1=high, fillcolor=color, opacity=0.08, line_width=0)
     middle = math.sqrt(low * high) if fig.layout.xaxis.type == "log" else (low + high) / 2
     label(fig, color, text=text, y=1, yref="y domain", x=_at(fig, "x", middle), xref="x", yanchor="top")
+
+
+def error_bars(values: list, intervals: list) -> dict:
+    """Asymmetric error bars from [low, high] intervals (none where an interval is undefined)."""
+    up = [math.nan if v is None or ci is None else ci[1] - v for v, ci in zip(values, intervals)]
+    down = [math.nan if v is None or ci is None else v - ci[0] for v, ci in zip(values, intervals)]
+    return dict(type="data", array=up, arrayminus=down, thickness=1.5, width=4)

@@ -32,6 +32,9 @@ class PromptSet:
     prompts: list[Prompt]
     answers: tuple[int, ...]  # the answer token ids (two for a language-model task)
     description: str = ""  # e.g. "two-label prompts, mixed words", for titles
+    # per prompt, the held-out sequence it was cut from (wind-tunnel prompts: the prompts of one sequence share
+    # its hidden truth, so a bootstrap resamples sequences, not prompts); None: every prompt stands alone
+    sequence: list[int] | None = None
 
     @property
     def bayes(self) -> torch.Tensor:

@@ -28,10 +28,11 @@ class WindTunnel(PromptTask):
             raise ValueError(f"wind-tunnel prompts need a discrete task; {task.name!r} has a Gaussian answer head")
         batch = held_out_batch(task, per_shot, seed)
         answers = tuple(range(task.answer_token_offset, task.answer_token_offset + task.n_classes))
-        prompts = []
+        prompts, sequence = [], []
         for row in range(len(batch.tokens)):
             queries = batch.query_mask[row].nonzero().flatten().tolist()
             for i, q in enumerate(queries):
                 prompts.append(Prompt(batch.tokens[row, :q + 1].tolist(), [0] * i,
                                       batch.posterior[row, q].double(), batch.bayes_entropy[row, q].item()))
-        return PromptSet(prompts, answers)
+                sequence.append(row)
+        return PromptSet(prompts, answers, sequence=sequence)
