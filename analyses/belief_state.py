@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from .base import Analysis, AnalysisError, Result, bootstrap_sums, eval_batch, n_option, seed_option, untrained_twin
 from .belief_clusters import PALETTE, residuals_at_queries, resid_name
-from .qk_alignment import error_bars
+from .style import error_bars
 
 DEFINITION = " ".join("""
  On one held-out batch of n sequences, the residual stream after every block l
