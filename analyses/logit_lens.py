@@ -10,8 +10,9 @@ from plotly.subplots import make_subplots
 
 from tasks.base import entropy_bits
 
-from .base import Analysis, Result, eval_batch, n_option, seed_option
+from .base import Analysis, Result, bootstrap_sums, eval_batch, n_option, seed_option
 from .belief_clusters import resid_name
+from .style import error_bars
 
 DEFINITION = " ".join("""
  On one held-out batch of n sequences, the residual stream after every block l
@@ -22,8 +23,19 @@ lens) in bits; entropy_mae_bits, |H(lens) - H(Bayes)| in bits; agreement, whethe
 arg-max class is one of the Bayes posterior's arg-max classes (ties count). Each is the mean over
 all query positions, per layer; first_layer_within_twice_final is the first layer whose KL is at most
 twice the last layer's. A layer whose lens is already close to Bayes
-has done the inference by then; later blocks refine or keep it.
+has done the inference by then; later blocks refine or keep it. Intervals: 95% percentile bootstrap
+(2,000 resamples, seeded) resampling whole sequences (the queries of one sequence share its hidden
+truth), every layer's means recomputed from per-sequence sums and first_layer_within_twice_final found
+again on each resample's KL curve; the model runs once.
 """.split())
+
+DESCRIPTIONS = {
+    "kl_bits": "per layer: mean KL(Bayes || lens) at the query positions, bits",
+    "first_layer_within_twice_final": "the first layer whose lens KL is at most twice the output's",
+    "intervals": "95% percentile bootstrap intervals (2,000 resamples) resampling whole sequences: per layer for "
+                 "kl_bits, entropy_mae_bits and agreement, and for final_kl_bits and first_layer_within_twice_final",
+    "n_queries": "query positions averaged over, in n_sequences sequences",
+}
 
 CHUNK = 256
 
@@ -49,35 +61,61 @@ def compare(lens: torch.Tensor, bayes: torch.Tensor) -> dict[str, torch.Tensor]:
 def compute(model, n: int = 500, seed: int = 1234) -> Result:
     """Calibration of the answer distribution read off every layer's residual stream."""
     batch = eval_batch(model, n, seed)
-    sums = None
+    L = model.cfg.n_layers
+    sums = {key: torch.zeros(n, L, dtype=torch.float64) for key in KEYS}  # per sequence and layer
     for start in range(0, n, CHUNK):
         mask = batch.query_mask[start:start + CHUNK]
+        sequence = mask.nonzero()[:, 0].cpu()  # the sequence of each query, in the order mask selects them
         bayes = batch.posterior[start:start + CHUNK][mask].float()
-        per_layer = [compare(p[mask], bayes) for p in lens_probs(model, batch.tokens[start:start + CHUNK])]
-        part = {key: torch.stack([m[key].sum() for m in per_layer]) for key in per_layer[0]}
-        sums = part if sums is None else {key: sums[key] + part[key] for key in sums}
-    count = int(batch.query_mask.sum())
-    metrics = {key: (value / count).tolist() for key, value in sums.items()}
-    metrics.update(layers=list(range(model.cfg.n_layers)), n_sequences=n, n_queries=count, seed=seed,
+        for l, p in enumerate(lens_probs(model, batch.tokens[start:start + CHUNK])):
+            for key, value in compare(p[mask], bayes).items():
+                sums[key][start:start + len(mask), l].index_add_(0, sequence, value.double().cpu())
+    counts = batch.query_mask.sum(1).double().cpu()
+    count = int(counts.sum())
+    metrics = {key: (value.sum(0) / count).tolist() for key, value in sums.items()}
+    metrics.update(layers=list(range(L)), n_sequences=n, n_queries=count, seed=seed,
                    final_kl_bits=metrics["kl_bits"][-1],
-                   first_layer_within_twice_final=next(l for l, kl in enumerate(metrics["kl_bits"])
-                                                       if kl <= 2 * metrics["kl_bits"][-1]))
-    return Result("logit-lens", DEFINITION, metrics, {"by-layer": layer_figure(metrics)}, descriptions={
-        "kl_bits": "per layer: mean KL(Bayes || lens) at the query positions, bits",
-        "first_layer_within_twice_final": "the first layer whose lens KL is at most twice the output's",
-    })
+                   first_layer_within_twice_final=first_within_twice_final(torch.tensor(metrics["kl_bits"]))
+                   .item())
+    metrics["intervals"] = lens_intervals(sums, counts)
+    return Result("logit-lens", DEFINITION, metrics, {"by-layer": layer_figure(metrics)}, descriptions=DESCRIPTIONS)
+
+
+KEYS = ("kl_bits", "entropy_mae_bits", "agreement")
+
+
+def first_within_twice_final(kl: torch.Tensor) -> torch.Tensor:
+    """The first layer whose KL is at most twice the last layer's, for KL curves [..., L]."""
+    return (kl <= 2 * kl[..., -1:]).double().argmax(-1)  # argmax: the first True (the last layer always is)
+
+
+def lens_intervals(sums: dict[str, torch.Tensor], counts: torch.Tensor) -> dict:
+    """Per-layer intervals of each key's mean, and of final_kl_bits and first_layer_within_twice_final, from
+    per-sequence sums [n, L] and query counts [n]: one resampling of sequences for all of them."""
+    L = sums["kl_bits"].shape[1]
+
+    def statistic(resampled):  # [R, 3 L + 1] -> the 3 L means and the first layer within twice the final KL
+        means = resampled[:, :-1] / resampled[:, -1:]
+        return torch.cat([means, first_within_twice_final(means[:, :L])[:, None]], 1)
+
+    bounds = bootstrap_sums(torch.cat([*(sums[key] for key in KEYS), counts[:, None]], 1), statistic)
+    out = {key: bounds[i * L:(i + 1) * L] for i, key in enumerate(KEYS)}
+    out.update(final_kl_bits=out["kl_bits"][-1], first_layer_within_twice_final=bounds[-1])
+    return out
 
 
 def layer_figure(metrics: dict) -> go.Figure:
     layers = metrics["layers"]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("KL(Bayes || lens), bits", "arg-max agrees with Bayes"))
-    fig.add_scatter(x=layers, y=metrics["kl_bits"], mode="lines+markers", name="KL", row=1, col=1)
-    fig.add_scatter(x=layers, y=metrics["entropy_mae_bits"], mode="lines+markers", name="entropy MAE", row=1, col=1)
-    fig.add_scatter(x=layers, y=metrics["agreement"], mode="lines+markers", name="agreement", row=1, col=2)
+    for key, name, col in (("kl_bits", "KL", 1), ("entropy_mae_bits", "entropy MAE", 1), ("agreement", "agreement", 2)):
+        fig.add_scatter(x=layers, y=metrics[key], mode="lines+markers", name=name, row=1, col=col,
+                        error_y=error_bars(metrics[key], metrics["intervals"][key]))
     fig.update_xaxes(title_text="layer (its residual stream decoded)", tickvals=layers)
     fig.update_yaxes(type="log", title_text="bits (log)", row=1, col=1)
     fig.update_yaxes(range=[0, 1.02], title_text="fraction of queries", row=1, col=2)
-    fig.update_layout(title="Logit lens: the answer distribution read off each layer", 
+    fig.update_layout(title="Logit lens: the answer distribution read off each layer<br><sup>bars: 95% bootstrap "
+                            f"intervals over {metrics['n_sequences']:,} sequences ({metrics['n_queries']:,} "
+                            f"queries)</sup>",
                       width=900, height=420)
     return fig
 
