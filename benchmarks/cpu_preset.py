@@ -13,12 +13,13 @@ Run one at a time on an idle machine: two trainings on two cores slow each other
 Targets (issue 16): MAE <= 0.01 bits within 20 minutes on bijection, <= 0.005 within 60 minutes on
 HMM, <= 0.05 bits with a relative mean error <= 0.1 on regression. The report prints the MAE at fixed
 minutes (and the relative mean error, E[(mu - mu_Bayes)^2 / var_Bayes], where the task has one) and
-writes figures/readme/cpu-preset-curves[-TASK].{pdf,png}.
+writes figures/readme/cpu-preset-curves[-TASK].{pdf,png} and the table as .json (with the command).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -87,19 +88,26 @@ def report(runs: list[Path], by_step: bool = False) -> None:
           + (" relative mean error (final) |" if task == "regression" else ""))
     print("|---|---|---|" + "---|" * len(marks) + "---|" + ("---|" if task == "regression" else ""))
     fig = go.Figure()
+    table = {}  # the printed table, for the JSON beside the figure (the results pages read it)
     for run in runs:
         record = json.loads((run / "run.json").read_text())
         points = curve(run)
         if not points:
             continue
         minutes, step, mae, relative = points[-1]
-        cells = []
+        cells, marked = [], {}
         for m in marks:
             p = at_minutes(points, m)
-            cells.append(f"{p[2]:.4f} ({p[1]})" if p and m <= minutes + 0.5 else "-")
+            shown = p and m <= minutes + 0.5
+            cells.append(f"{p[2]:.4f} ({p[1]})" if shown else "-")
+            if shown:
+                marked[str(m)] = dict(minutes=p[0], step=p[1], entropy_mae_bits=p[2], relative_mean_error=p[3])
         print(f"| {run.name} | {record['n_params']:,} | {step / (minutes * 60):.1f} | " + " | ".join(cells)
               + f" | {mae:.4f} ({minutes:.1f}) |"
               + ((f" {relative:.3f} |" if relative is not None else " - |") if task == "regression" else ""))
+        table[run.name] = dict(path=str(run), n_params=record["n_params"], steps_per_s=step / (minutes * 60),
+                               at_minutes=marked, final=dict(minutes=minutes, step=step, entropy_mae_bits=mae,
+                                                             relative_mean_error=relative))
         fig.add_scatter(x=[p[1 if by_step else 0] for p in points], y=[p[2] for p in points], mode="lines+markers",
                         name=run.name)
     fig.update_layout(yaxis_type="log")  # first: the reference labels are placed on the axis' own scale
@@ -115,7 +123,10 @@ def report(runs: list[Path], by_step: bool = False) -> None:
     stem = "cpu-preset-curves" + ("" if task == "bijection" else f"-{task}")
     fig.write_image(out / f"{stem}.pdf")
     fig.write_image(out / f"{stem}.png", scale=2)
-    print(f"wrote {out / stem}.pdf and .png")
+    # MAE at each mark: the last evaluation at or before it; steps/s: the last evaluation's step over its minutes
+    (out / f"{stem}.json").write_text(json.dumps(dict(command=shlex.join(["python", *sys.argv]), task=task,
+                                                      marks_min=marks, runs=table), indent=1) + "\n")
+    print(f"wrote {out / stem}.pdf, .png and .json")
 
 
 def main() -> None:
