@@ -17,7 +17,7 @@ from models.base import training_loss
 from models.base import act_name
 
 from . import style
-from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option
+from .base import Analysis, AnalysisError, Option, Result, bootstrap_sums, eval_batch, n_option, seed_option
 
 DEFINITION = " ".join("""
  On one held-out batch of n sequences, a float64 copy of the model computes the training loss L
@@ -46,6 +46,11 @@ j holds, as in qk-alignment: the query's own position ("self"), an earlier token
 token group of the task ("earlier_<group>"; on bijection the earlier value tokens are exactly the
 eliminated hypotheses, since feasible values never appear as tokens), or anything else
 ("earlier_other"); the shares sum to 1 per head. Layer values are means over the layer's heads.
+Uncertainty: advantage_spread, the two gradient norms and the gradient shares (per head, per layer and over
+the model) are sums over sequences of what each sequence contributes, so each has a 95% percentile bootstrap
+interval resampling whole sequences of the batch (2,000 resamples of the sums, no new backward pass), in
+``intervals``. The errors are not sample statistics: each is a float64 check of an identity that holds on every
+sequence, a maximum over the batch, and carries no interval.
 """.split())
 
 TOLERANCE = 1e-6
@@ -118,6 +123,9 @@ def measure(model, batch, n: int) -> dict:
     groups = key_groups(model.task, batch.tokens, columns)
     sums = {key: [] for key in ("score_error", "value_error", "spread_sum", "score_sq", "value_sq", "flow")}
     shares = {name: [] for name in groups}
+    # what each sequence adds to the numbers' sums, [b, L, H] each (for intervals over sequences): its spread summed
+    # over positions, its squared gradient norms (n^2 times: of its own loss) and its flow, whole and by key group
+    per_sequence = {key: [] for key in ("spread", "score_sq", "value_sq", "flow", *(f"flow_{g}" for g in groups))}
     for l in range(model.cfg.n_layers):
         act = {kind: saved[act_name(kind, l)] for kind in HOOKS}
         alpha, v = act["pattern"].detach(), act["v"].detach()
@@ -131,17 +139,24 @@ def measure(model, batch, n: int) -> dict:
         b = b * n  # each sequence's own loss: a spread that does not shrink with the batch size
         mean = (alpha * b).sum(-1, keepdim=True)
         spread = (alpha * (b - mean) ** 2).sum(-1).clamp_min(0).sqrt()  # [b, H, Tq]
+        per_sequence["spread"].append(spread.sum(2))
+        per_sequence["score_sq"].append(ds.pow(2).sum((2, 3)) * n ** 2)
+        per_sequence["value_sq"].append(dv.pow(2).sum((1, 3)) * n ** 2)
         sums["spread_sum"].append(spread.sum((0, 2)))
         sums["score_sq"].append(ds.pow(2).sum((0, 2, 3)))
         sums["value_sq"].append(dv.pow(2).sum((0, 1, 3)))
         flow = ds[:, :, columns].abs() * at_query[:, None, :, None]  # [b, H, Q, Tk]
         sums["flow"].append(flow.sum((0, 2, 3)))
+        per_sequence["flow"].append(flow.sum((2, 3)))
         for name, mask in groups.items():
             shares[name].append((flow * mask[:, None]).sum((0, 2, 3)))
+            per_sequence[f"flow_{name}"].append((flow * mask[:, None]).sum((2, 3)))
     out = {key: torch.stack(values) for key, values in sums.items()}  # [L, H] each
     out["group_flow"] = {name: torch.stack(values) for name, values in shares.items()}
     out["points"] = len(batch) * batch.tokens.shape[1]
     out["loss"] = loss.item() * len(batch)
+    out["per_sequence"] = torch.stack([torch.stack(values, 1) for values in per_sequence.values()], 1)  # [b, K, L, H]
+    out["positions"] = batch.tokens.shape[1]
     return out
 
 
@@ -161,6 +176,47 @@ def finish(parts: list[dict], n: int) -> dict:
     }
 
 
+SIGNALS = ("advantage_spread", "score_grad_norm", "value_grad_norm")
+
+
+def per_sequence_columns(parts: list[dict]) -> torch.Tensor:
+    """What each sequence of the batch adds to the sums of ``finish``'s numbers, [n, K, L, H] (``measure``'s
+    per_sequence of every chunk, one under the other)."""
+    return torch.cat([p["per_sequence"] for p in parts]).detach().cpu()
+
+
+def signals_of_sums(sums: torch.Tensor, n: int, positions: int, groups: list[str]) -> dict[str, torch.Tensor]:
+    """``finish``'s numbers from summed ``per_sequence_columns`` [..., K, L, H] of ``n`` sequences of ``positions``
+    tokens (one resample of the sequences, or all of them): per head, the layer means and the model means
+    (over every layer and head) of SIGNALS, and per head the gradient share of each key group."""
+    per_head = dict(advantage_spread=sums[..., 0, :, :] / (n * positions), score_grad_norm=(sums[..., 1, :, :] / n).sqrt(),
+                    value_grad_norm=(sums[..., 2, :, :] / n).sqrt())
+    out = dict(per_head)
+    out.update({f"layer_mean_{key}": value.mean(-1) for key, value in per_head.items()})
+    out.update({f"model_mean_{key}": value.mean((-2, -1)) for key, value in per_head.items()})
+    flow = sums[..., 3, :, :].clamp_min(1e-300)
+    out.update({f"share_{name}": sums[..., 4 + i, :, :] / flow for i, name in enumerate(groups)})
+    return out
+
+
+def signal_intervals(columns: torch.Tensor, positions: int, groups: list[str]) -> dict[str, list]:
+    """95% bootstrap intervals over sequences of every number of ``signals_of_sums`` (its keys, each a nested list
+    of [low, high] in the number's shape): one resampling of ``columns`` ([n, K, L, H], per_sequence_columns)."""
+    n, shapes = len(columns), {}
+
+    def statistic(sums):
+        values = signals_of_sums(sums.reshape(len(sums), *columns.shape[1:]), n, positions, groups)
+        shapes.update({key: value.shape[1:] for key, value in values.items()})
+        return torch.cat([value.reshape(len(sums), -1) for value in values.values()], 1)
+
+    bounds, out, start = torch.tensor(bootstrap_sums(columns, statistic), dtype=torch.float64), {}, 0
+    for key, shape in shapes.items():
+        size = shape.numel()
+        out[key] = bounds[start:start + size].reshape(*shape, 2).tolist()
+        start += size
+    return out
+
+
 def compute(model, n: int = 64, seed: int = 1234, chunk: int = 32) -> Result:
     """The advantage law and the value law checked on every head of ``model`` in float64, and their decomposition."""
     precise = float64_copy(model)
@@ -171,15 +227,24 @@ def compute(model, n: int = 64, seed: int = 1234, chunk: int = 32) -> Result:
     metrics.update(max_relative_error=worst, tolerance=TOLERANCE, holds=worst <= TOLERANCE, n=n, seed=seed)
     metrics["layer_mean"] = {key: [sum(row) / len(row) for row in metrics[key]]
                              for key in ("advantage_spread", "score_grad_norm", "value_grad_norm")}
+    bounds = signal_intervals(per_sequence_columns(parts), parts[0]["positions"], list(metrics["gradient_share"]))
+    metrics["intervals"] = dict({key: bounds[key] for key in SIGNALS},
+                                layer_mean={key: bounds[f"layer_mean_{key}"] for key in SIGNALS},
+                                gradient_share={name: bounds[f"share_{name}"] for name in metrics["gradient_share"]})
+    metrics["n_sequences"] = n
     return Result("advantage-law", DEFINITION, metrics, {
         "errors": error_figure(metrics),
         "decomposition": decomposition_figure(metrics),
-        "gradient-share": share_figure(metrics["gradient_share"]),
+        "gradient-share": share_figure(metrics["gradient_share"], metrics["intervals"]["gradient_share"], n),
     }, descriptions={
         "max_relative_error": "largest relative error of either closed form over every head (float64)",
         "holds": f"whether it is at most {TOLERANCE:g}",
         "advantage_spread": "per layer and head: attention-weighted spread of u_i . v_j over keys (routing signal)",
         "value_grad_norm": "per layer and head: RMS over sequences of |dL/dv| (precision signal)",
+        "intervals": "95% percentile bootstrap interval of advantage_spread, score_grad_norm and value_grad_norm (per "
+                     "head and per layer mean) and of each gradient share, resampling whole sequences of the batch "
+                     "(n_sequences of them; 2,000 resamples); the errors are float64 checks of an identity, no "
+                     "sample statistic, and have none",
     })
 
 
@@ -207,24 +272,34 @@ def decomposition_figure(metrics: dict) -> go.Figure:
     names = head_names(metrics["advantage_spread"])
     fig = make_subplots(rows=1, cols=2, subplot_titles=("routing signal: advantage spread",
                                                         "precision signal: RMS |dL/dv| per sequence"))
-    fig.add_bar(x=names, y=flat(metrics["advantage_spread"]), name="advantage spread", row=1, col=1)
-    fig.add_bar(x=names, y=flat(metrics["value_grad_norm"]), name="value gradient", row=1, col=2)
+    bounds = metrics.get("intervals", {})  # none in a record from before the intervals
+    for col, (key, name) in enumerate((("advantage_spread", "advantage spread"),
+                                       ("value_grad_norm", "value gradient")), start=1):
+        values = flat(metrics[key])
+        bars = style.error_bars(values, flat(bounds[key])) if key in bounds else None
+        fig.add_bar(x=names, y=values, name=name, error_y=bars, row=1, col=col)
     fig.update_yaxes(type="log")
     fig.update_yaxes(title_text="spread of u_i . v_j (log)", row=1, col=1)
     fig.update_yaxes(title_text="|dL/dv| per sequence (log)", row=1, col=2)
     fig.update_xaxes(title_text="layer and head")
-    fig.update_layout(title="What the gradient still asks of each head", showlegend=False,
+    n = metrics.get("n_sequences")
+    fig.update_layout(title="What the gradient still asks of each head" + (
+        f"<br><sup>bars: 95% bootstrap intervals over the {n:,} sequences</sup>" if bounds else ""), showlegend=False,
                       width=900, height=440)
     return fig
 
 
-def share_figure(shares: dict) -> go.Figure:
+def share_figure(shares: dict, bounds: dict | None = None, n: int | None = None) -> go.Figure:
+    """The gradient shares stacked per head; ``bounds`` (their intervals) as bars on each segment's top."""
     first = next(iter(shares.values()))
     names = head_names(first)
     fig = go.Figure()
     for name, rows in shares.items():
-        fig.add_bar(x=names, y=flat(rows), name=name.replace("_", " "))
-    fig.update_layout(title="Where the score gradient at the query positions goes, by what the key holds",
+        values = flat(rows)
+        bars = style.error_bars(values, flat(bounds[name])) if bounds else None
+        fig.add_bar(x=names, y=values, name=name.replace("_", " "), error_y=bars)
+    fig.update_layout(title="Where the score gradient at the query positions goes, by what the key holds" + (
+        f"<br><sup>bars: 95% bootstrap intervals of each share over the {n:,} sequences</sup>" if bounds else ""),
                       barmode="stack", xaxis_title="layer and head", yaxis_title="share of sum |dL/ds|",
                       yaxis_range=[0, 1], width=760, height=440)
     return fig

@@ -103,11 +103,14 @@ HEADLINE = (("entropy_mae_bits", "abs_error"), ("kl_bits", "kl"), ("accuracy", "
             ("relative_mean_error", "relative_mean_error"))  # (number, the per-query term it averages)
 
 
-def measure(model, batch, in_context: bool = False, intervals: bool = False, sums: dict | None = None) -> dict:
+def measure(model, batch, in_context: bool = False, intervals: bool = False, sums: dict | None = None,
+            per_query: dict | None = None) -> dict:
     """Calibration numbers of ``model`` on ``batch``, plus per-query-position curves (and, with
     ``in_context`` on regression, the squared-error curves by number of examples; with ``intervals``, a
     95% bootstrap interval over sequences for each headline number). ``sums``, when given, is filled with
-    each headline number's (per-sequence sum, per-sequence query count), for paired comparisons."""
+    each headline number's (per-sequence sum, per-sequence query count), for paired comparisons; ``per_query``
+    with |H(model) - H(Bayes)| and the query mask at each query column of per_position, [B, Q] each (for
+    intervals of per-position numbers)."""
     terms = gaussian_terms(model, batch) if model.task.continuous else discrete_terms(model, batch)
     mask = batch.query_mask
     h_bayes = batch.bayes_entropy.float()
@@ -128,6 +131,8 @@ def measure(model, batch, in_context: bool = False, intervals: bool = False, sum
     per_sequence = {name: ((terms[key] * mask).sum(1), mask.sum(1)) for name, key in HEADLINE if key in terms}
     if sums is not None:
         sums.update(per_sequence)
+    if per_query is not None:
+        per_query.update(abs_error=(terms["abs_error"] * mask)[:, columns], asked=mask[:, columns].double())
     if intervals:
         numbers["intervals"] = {name: bootstrap_interval(*pair) for name, pair in per_sequence.items()}
     numbers["per_position"] = dict(

@@ -8,11 +8,12 @@ from __future__ import annotations
 import math
 
 import plotly.graph_objects as go
+import torch
 from plotly.subplots import make_subplots
 
 from . import frame_precision, style
-from .advantage_law import CHUNK, finish, float64_copy, measure
-from .base import Analysis, Result, eval_batch, n_option, seed_option
+from .advantage_law import CHUNK, finish, float64_copy, measure, per_sequence_columns, signals_of_sums
+from .base import Analysis, Result, bootstrap_sums, eval_batch, n_option, seed_option
 
 DEFINITION = " ".join("""
  Every checkpoint of the model's run (as in frame-precision) is measured on one and the same
@@ -29,12 +30,49 @@ at which it has covered 90% of its change from the first checkpoint to the last)
 is true when the routing curve's settling step is strictly earlier than the precision curve's. The
 ratio routing/precision at each checkpoint shows whether routing falls faster. Beside them, the
 frame and precision settling steps of frame-precision on the same batch, so a reader sees whether
-the gradient signals settle in the same order as the frame and the calibration do.
+the gradient signals settle in the same order as the frame and the calibration do. Uncertainty: every
+checkpoint is measured on the same sequences, so one bootstrap resample of the sequences (2,000, whole
+sequences, no new backward pass) gives a whole resampled curve: each curve point has a 95% percentile interval
+(the bands of the figure), each settling step an interval (the resampled settling steps' 2.5th and 97.5th
+percentiles, rounded outward to checkpoint steps), and routing_settles_first_share is the fraction of resamples
+in which routing settles strictly first. The frame and calibration settling steps are frame-precision's, with
+the uncertainty that analysis gives them.
 """.split())
+
+CURVES = (("routing_signal", "advantage_spread"), ("precision_signal", "value_grad_norm"),
+          ("score_grad_norm", "score_grad_norm"))  # (this analysis's curve, advantage-law's model-mean number)
 
 
 def log10(values: list[float]) -> list[float]:
     return [math.log10(v) if v > 0 else -300.0 for v in values]
+
+
+def on_checkpoint_grid(steps: list[int], low: float, high: float) -> list[int]:
+    """[low, high] widened to the checkpoint steps that enclose it (a percentile may fall between two checkpoints)."""
+    return [max((s for s in steps if s <= low + 1e-9), default=steps[0]),
+            min((s for s in steps if s >= high - 1e-9), default=steps[-1])]
+
+
+def curve_intervals(columns: torch.Tensor, steps: list[int], positions: int, groups: list[str]) -> dict:
+    """95% bootstrap intervals over sequences of the curves, their ratio and settling steps, from ``columns``
+    [n, checkpoints, K, L, H] (each checkpoint's ``per_sequence_columns`` on the same sequences): every resample
+    of the sequences is a resample of every checkpoint at once."""
+    n, share = len(columns), {}
+
+    def statistic(sums):
+        signals = signals_of_sums(sums.reshape(len(sums), *columns.shape[1:]), n, positions, groups)
+        curves = {name: signals[f"model_mean_{key}"] for name, key in CURVES}  # [resamples, checkpoints] each
+        settle = torch.tensor([[float(frame_precision.settling_step(steps, log10(row.tolist())) or math.nan)
+                                for row in curve] for curve in curves.values()], dtype=torch.float64).T
+        share["routing_first"] = float((settle[:, 0] < settle[:, 1]).double().mean())
+        return torch.cat([*curves.values(), curves["routing_signal"] / curves["precision_signal"], settle], 1)
+
+    bounds, C = bootstrap_sums(columns, statistic), len(steps)
+    out = {name: bounds[i * C:(i + 1) * C] for i, (name, _) in enumerate(CURVES)}
+    out["routing_to_precision"] = bounds[3 * C:4 * C]
+    out["settling_steps"] = {key: on_checkpoint_grid(steps, *bounds[4 * C + i])
+                             for i, key in enumerate(("routing", "precision", "score_gradient"))}
+    return out, share["routing_first"]
 
 
 def compute(model, n: int = 64, seed: int = 1234, chunk: int = 32) -> Result:
@@ -42,12 +80,13 @@ def compute(model, n: int = 64, seed: int = 1234, chunk: int = 32) -> Result:
     found = list(model.provenance.checkpoints)
     device = str(next(model.parameters()).device)
     batch = eval_batch(model, n, seed).double()
-    steps, routing, precision, scores, per_layer = [], [], [], [], []
+    steps, routing, precision, scores, per_layer, columns = [], [], [], [], [], []
     for step, path in found:
         ckpt = float64_copy(model.provenance.load(path, device=device))
         frame_precision.check_same_model(ckpt, model, path)
         parts = [measure(ckpt, batch.rows(i, i + chunk), n) for i in range(0, n, chunk)]
         m = finish(parts, n)
+        columns.append(per_sequence_columns(parts))
         layer = {key: [sum(row) / len(row) for row in m[key]]
                  for key in ("advantage_spread", "value_grad_norm", "score_grad_norm")}
         steps.append(step)
@@ -59,21 +98,29 @@ def compute(model, n: int = 64, seed: int = 1234, chunk: int = 32) -> Result:
     settle = dict(routing=frame_precision.settling_step(steps, log10(routing)),
                   precision=frame_precision.settling_step(steps, log10(precision)),
                   score_gradient=frame_precision.settling_step(steps, log10(scores)))
+    intervals, routing_first_share = curve_intervals(torch.stack(columns, 1), steps, parts[0]["positions"],
+                                                     list(m["gradient_share"]))
     geometry = frame_precision.compute(model, n=n, seed=seed).metrics
     metrics = dict(
         steps=steps, routing_signal=routing, precision_signal=precision, score_grad_norm=scores,
         routing_to_precision=[r / p if p > 0 else None for r, p in zip(routing, precision)],
         per_layer=per_layer, settling_steps=settle,
         routing_settles_first=settle["routing"] < settle["precision"],
+        routing_settles_first_share=routing_first_share, intervals=intervals,
         frame_settling_step=geometry["frame_settling_step"],
         calibration_settling_step=geometry["precision_settling_step"],
         frame_settles_first=geometry["frame_settles_first"],
-        n=n, seed=seed, n_checkpoints=len(steps),
+        n=n, n_sequences=n, seed=seed, n_checkpoints=len(steps),
     )
     return Result("em-dynamics", DEFINITION, metrics, {"signals": signals_figure(metrics)}, descriptions={
         "routing_signal": "per checkpoint: mean advantage spread over layers and heads (E-step signal)",
         "precision_signal": "per checkpoint: mean RMS |dL/dv| over layers and heads (M-step signal)",
         "routing_settles_first": "routing's settling step is strictly earlier than precision's",
+        "routing_settles_first_share": "the fraction of 2,000 bootstrap resamples of the sequences in which routing "
+                                       "settles strictly first (how firmly the batch supports routing_settles_first)",
+        "intervals": "95% percentile bootstrap intervals, resampling whole sequences of the one batch (n_sequences; "
+                     "2,000 resamples, every checkpoint resampled alike): per checkpoint of each curve and of "
+                     "routing_to_precision, and of each settling step (rounded outward to checkpoint steps)",
     })
 
 
@@ -81,11 +128,16 @@ def signals_figure(metrics: dict) -> go.Figure:
     steps = metrics["steps"]
     shown = [s if s > 0 else (min(x for x in steps if x > 0) / 2 if any(steps) else 1) for s in steps]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("gradient signals", "routing / precision"))
+    bounds = metrics.get("intervals")  # none in a record from before the intervals
     for key, name, color in (("routing_signal", "routing (advantage spread)", "#1f77b4"),
                              ("precision_signal", "precision (value gradient)", "#d62728"),
                              ("score_grad_norm", "score gradient", "#7f7f7f")):
-        fig.add_scatter(x=shown, y=metrics[key], mode="lines+markers", name=name, line_color=color,
+        if bounds:
+            style.interval_band(fig, shown, bounds[key], color, group=name, row=1, col=1)
+        fig.add_scatter(x=shown, y=metrics[key], mode="lines+markers", name=name, line_color=color, legendgroup=name,
                         customdata=steps, hovertemplate="step %{customdata}: %{y:.3g}<extra></extra>", row=1, col=1)
+    if bounds:
+        style.interval_band(fig, shown, bounds["routing_to_precision"], "#2ca02c", row=1, col=2)
     fig.add_scatter(x=shown, y=metrics["routing_to_precision"], mode="lines+markers", name="ratio",
                     line_color="#2ca02c", showlegend=False, row=1, col=2)
     fig.update_xaxes(type="log", title_text="training step (log; step 0 at half the first)")
@@ -99,7 +151,9 @@ def signals_figure(metrics: dict) -> go.Figure:
                          x=math.log10(shown[steps.index(step)]), xref="x", xanchor="right", yanchor="top")
     fig.update_yaxes(title_text="layer-mean signal (log)", row=1, col=1)
     fig.update_yaxes(title_text="routing / precision (log)", row=1, col=2)
-    fig.update_layout(title="Routing against precision signals of the gradient over training",
+    fig.update_layout(title="Routing against precision signals of the gradient over training" + (
+        f"<br><sup>bands: 95% bootstrap intervals over the {metrics['n_sequences']:,} sequences (the same at every "
+        f"checkpoint)</sup>" if bounds else ""),
                       width=1000, height=460)
     return fig
 
