@@ -89,11 +89,17 @@ def last_positions(lm, prompts: PromptSet, names: list[str]) -> tuple[torch.Tens
     return probs, caught
 
 
-def calibration(probs: torch.Tensor, prompts: PromptSet) -> dict:
-    """Entropy MAE and KL(Bayes predictive || model) in bits, over all prompts and per number shown."""
+def calibration_terms(probs: torch.Tensor, prompts: PromptSet) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per prompt, |H(model) - H(Bayes predictive)| and KL(Bayes predictive || model) in bits: [n] each."""
     bayes = prompts.bayes
     gap = (entropy_bits(probs) - entropy_bits(bayes)).abs()
     kl = (bayes * (torch.log2(bayes.clamp_min(1e-300)) - torch.log2(probs.clamp_min(1e-300)))).sum(-1)
+    return gap, kl
+
+
+def calibration(probs: torch.Tensor, prompts: PromptSet) -> dict:
+    """Entropy MAE and KL(Bayes predictive || model) in bits, over all prompts and per number shown."""
+    gap, kl = calibration_terms(probs, prompts)
     shots = prompts.shots
     return dict(entropy_mae_bits=gap.mean().item(), kl_bits=kl.mean().item(),
                 by_shots={int(k): dict(entropy_mae_bits=gap[shots == k].mean().item(),
@@ -109,12 +115,19 @@ def mean_intervals(values: torch.Tensor, prompts: PromptSet, weights: torch.Tens
     n = len(prompts.prompts)
     values = values.double().reshape(n, -1)
     weights = torch.ones_like(values) if weights is None else weights.double().reshape(n, -1)
-    unit = torch.tensor(prompts.sequence if prompts.sequence is not None else range(n))
     k = values.shape[1]
-    sums = torch.zeros(int(unit.max()) + 1, 2 * k, dtype=torch.float64).index_add_(
-        0, unit, torch.cat([values * weights, weights], 1))
+    sums = unit_sums(torch.cat([values * weights, weights], 1), prompts)
     sums = sums[sums[:, k:].sum(1) > 0]  # a unit with no weight (no prompt counted) is no unit
     return bootstrap_sums(sums, lambda resampled: resampled[:, :k] / resampled[:, k:])
+
+
+def unit_sums(columns: torch.Tensor, prompts: PromptSet) -> torch.Tensor:
+    """Per-prompt ``columns`` [n, k] summed within each unit ``mean_intervals`` resamples (a wind-tunnel prompt's
+    held-out sequence, else the prompt): [units, k] float64, for ``bootstrap_sums`` of any function of sums."""
+    n = len(prompts.prompts)
+    unit = torch.tensor(prompts.sequence if prompts.sequence is not None else range(n))
+    return torch.zeros(int(unit.max()) + 1, columns.shape[1], dtype=torch.float64).index_add_(
+        0, unit, columns.double().reshape(n, -1))
 
 
 def n_sequences(prompts: PromptSet) -> int:
