@@ -426,11 +426,7 @@ def bootstrap_sums(per_sequence: torch.Tensor, statistic: Callable[[torch.Tensor
     such ratios (paired: one resample for both). ``statistic`` maps [resamples, k] sums to [resamples] values (one
     interval) or to [resamples, m] (m intervals, a list of [low, high]): the sums are one matrix product, so many
     numbers cost one resampling."""
-    x = per_sequence.detach().double().cpu().reshape(len(per_sequence), -1)
-    rows = _resampled_rows(len(x), resamples, seed)
-    weights = torch.zeros(resamples, len(x), dtype=torch.float64).scatter_add_(
-        1, rows, torch.ones(rows.shape, dtype=torch.float64))  # how often each sequence is drawn
-    values = statistic(weights @ x)
+    values = statistic(resampled_sums(per_sequence, resamples, seed))
     if values.dim() == 1:
         return _percentile_interval(values, level)
     tail = (1 - level) / 2
@@ -438,3 +434,13 @@ def bootstrap_sums(per_sequence: torch.Tensor, statistic: Callable[[torch.Tensor
     # torch.quantile refuses inputs past 2^24 elements: a few thousand columns at a time
     return torch.cat([torch.quantile(part, q, dim=0) for part in values.split(4096, dim=1)], dim=1).T.tolist()
 
+
+def resampled_sums(per_sequence: torch.Tensor, resamples: int = 2000, seed: int = 0) -> torch.Tensor:
+    """The column sums of ``per_sequence`` [n, k] over each of ``bootstrap_interval``'s resamples of whole sequences
+    for ``seed``, [resamples, k] float64 (what ``bootstrap_sums`` takes percentiles of): for a statistic of the
+    resamples that is not an interval, such as how often one settling step precedes another."""
+    x = per_sequence.detach().double().cpu().reshape(len(per_sequence), -1)
+    rows = _resampled_rows(len(x), resamples, seed)
+    weights = torch.zeros(resamples, len(x), dtype=torch.float64).scatter_add_(
+        1, rows, torch.ones(rows.shape, dtype=torch.float64))  # how often each sequence is drawn
+    return weights @ x
