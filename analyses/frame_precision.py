@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from models.base import act_name
 
-from .base import Analysis, AnalysisError, Result, eval_batch, n_option, readout_r2, seed_option
+from .base import Analysis, AnalysisError, Result, bootstrap_sums, eval_batch, n_option, readout_r2, seed_option
 from .calibration import measure
 from .key_orthogonality import key_vectors
 
@@ -50,7 +50,24 @@ is true when the frame's settling step is strictly earlier than the precision's 
 claim), false when it is the same step or later. The settling steps of the attention divergence and
 of the read-out R^2 are reported as well. In the figures the step axis is logarithmic and step 0
 is drawn at half the smallest positive checkpoint step (the hover text gives the true step).
+UNCERTAINTY: the held-out sequences are resampled (95% percentile bootstrap, 2,000 resamples, seeded,
+the same resampled sequences for every checkpoint), giving per checkpoint an interval of the entropy
+MAE, the KL and the attention divergence (per layer and their mean): bands over the checkpoints in the
+figures. The settling steps of the precision and attention curves are found again on each resample's
+curves, giving intervals of steps, and frame_settles_first_share is the share of resamples in which the
+frame settles strictly first. The key-frame ratio comes from the weights alone (no input is sampled),
+so it has no sampling error and no interval; nor does the read-out R^2 here (left as a point).
 """.split())
+
+DESCRIPTIONS = {
+    "intervals": "95% bootstrap intervals resampling the held-out sequences (the same resample for every "
+                 "checkpoint): per checkpoint for entropy_mae_bits, kl_bits and attention_js_bits(_mean); the "
+                 "settling steps found again on each resample's curves",
+    "frame_settles_first_share": "share of the resamples in which the frame curve settles strictly before the "
+                                 "precision curve (the key-frame ratio, weight geometry, is the same in all)",
+    "frame": "key-frame ratio (weight geometry: no interval) and attention divergence from the final model",
+    "n_queries": "query positions averaged over, in n_sequences sequences",
+}
 
 SETTLE_FRACTION = 0.9
 CHUNK = 256  # sequences per forward pass
@@ -100,6 +117,14 @@ def settling_step(steps: list[int], values: list, fraction: float = SETTLE_FRACT
         if (value - first) / total >= fraction:
             return step
     return steps[-1]  # unreachable: the last value has progress exactly 1
+
+
+def settling_steps(steps: list[int], curves: torch.Tensor, fraction: float = SETTLE_FRACTION) -> torch.Tensor:
+    """``settling_step`` of each row of ``curves`` [R, n_checkpoints] at once (finite values): [R] steps."""
+    total = curves[:, -1:] - curves[:, :1]
+    progress = torch.where(total == 0, torch.ones_like(curves), (curves - curves[:, :1]) / total)
+    first = (progress >= fraction).double().argmax(1)  # the first checkpoint at 90%; the last one always is
+    return torch.tensor(steps, dtype=torch.float64)[first]
 
 
 # -- measuring one checkpoint ------------------------------------------------------------------
@@ -172,6 +197,8 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
     final_frames = key_frames(final, ids, k) if ids is not None else None
 
     js, ratio, mae, kl, r2 = [], [], [], [], []
+    sequence = mask.nonzero()[:, 0].cpu()  # the sequence of each query row, in the order the rows come
+    per_sequence = dict(entropy_mae_bits=[], kl_bits=[], js=[])  # per checkpoint, [n] or [n, L] sums
     for index, (step, path) in enumerate(found):
         ckpt = final if index == len(found) - 1 else load(path, device=str(device))
         if ckpt.task.config() != model.task.config():
@@ -180,16 +207,19 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
         check_same_model(ckpt, model, path)
         # the final checkpoint is compared with its own cached rows, so its divergence is exactly 0
         rows, features = (final_rows, final_features) if ckpt is final else query_rows(ckpt, batch)
-        per_layer = []
-        for l in range(n_layers):
-            total = sum(js_divergence_bits(a[l], b[l]).sum().item() for a, b in zip(rows, final_rows))
-            count = sum(a[l].shape[0] * a[l].shape[1] for a in rows)
-            per_layer.append(total / count)
-        js.append(per_layer)
+        # per query row, the divergence summed over heads; per sequence, summed over its rows
+        divergence = torch.stack([torch.cat([js_divergence_bits(a[l], b[l]).sum(-1).cpu()
+                                             for a, b in zip(rows, final_rows)]) for l in range(n_layers)], 1)
+        per_sequence["js"].append(torch.zeros(len(batch), n_layers, dtype=torch.float64).index_add_(
+            0, sequence, divergence))
+        js.append((divergence.sum(0) / (len(divergence) * n_heads)).tolist())
         if final_frames is not None:
             frames = key_frames(ckpt, ids, k)
             ratio.append([subspace_overlap(a, b) / (k / d_head) for a, b in zip(frames, final_frames)])
-        calib = measure(ckpt, batch)
+        sums = {}
+        calib = measure(ckpt, batch, sums=sums)
+        per_sequence["entropy_mae_bits"].append(sums["entropy_mae_bits"][0].cpu())
+        per_sequence["kl_bits"].append(sums["kl_bits"][0].cpu())
         mae.append(calib["entropy_mae_bits"])
         kl.append(calib["kl_bits"])
         half = len(split) // 2  # fitted on one half of the query positions, scored on the other
@@ -210,6 +240,9 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
     def earlier(a, b):
         return None if a is None or b is None else a < b
 
+    counts = mask.sum(1).double().cpu()
+    intervals, share = checkpoint_intervals(per_sequence, counts, n_heads, steps, frame_step if ratio_mean else None)
+
     metrics = dict(
         frame_settling_step=frame_step, precision_settling_step=precision_step,
         frame_settles_first=earlier(frame_step, precision_step),
@@ -227,12 +260,42 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
         precision=dict(entropy_mae_bits=mae, kl_bits=kl, entropy_r2=r2,
                        readout=act_name("resid_post", n_layers - 1)),
         n_layers=n_layers, n_heads=n_heads, n_sequences=len(batch), n_queries=int(mask.sum()), seed=seed,
+        intervals=intervals, frame_settles_first_share=share,
     )
-    return Result("frame-precision", DEFINITION, metrics, {
+    return Result("frame-precision", DEFINITION, metrics, descriptions=DESCRIPTIONS, figures={
         "settling": settling_figure(metrics, model.task.name),
         "frame": frame_figure(metrics),
         "precision": precision_figure(metrics),
     })
+
+
+def checkpoint_intervals(per_sequence: dict, counts: torch.Tensor, n_heads: int, steps: list[int],
+                         frame_step: int | None) -> tuple[dict, float | None]:
+    """Per checkpoint, intervals of the entropy MAE, KL and attention divergence (per layer, and their mean), and
+    of the precision and attention settling steps, from per-sequence sums (``per_sequence``: per checkpoint, [n]
+    or [n, L]) and query counts [n]: one resampling of sequences shared by every checkpoint. Also the share of
+    resamples in which the frame settles strictly first (``frame_step``: the key-frame ratio's step, fixed by the
+    weights; None: the frame curve is the attention divergence, resampled too)."""
+    C, L = len(steps), per_sequence["js"][0].shape[1]
+    columns = torch.cat([torch.stack(per_sequence["entropy_mae_bits"], 1), torch.stack(per_sequence["kl_bits"], 1),
+                         torch.cat(per_sequence["js"], 1), counts[:, None]], 1).double()
+
+    def statistic(resampled):  # [R, 2 C + C L + 1]
+        mae, kl = (resampled[:, i * C:(i + 1) * C] / resampled[:, -1:] for i in range(2))
+        js = resampled[:, 2 * C:-1].reshape(-1, C, L) / (resampled[:, -1:, None] * n_heads)
+        js_mean = js.mean(2)
+        precision = settling_steps(steps, torch.log10(mae.clamp_min(1e-12)))
+        attention = settling_steps(steps, js_mean)
+        first.append(precision > (attention if frame_step is None else frame_step))  # kept for the share
+        return torch.cat([mae, kl, js_mean, js.reshape(-1, C * L), precision[:, None], attention[:, None]], 1)
+
+    first = []
+    bounds = bootstrap_sums(columns, statistic)
+    share = first[0].double().mean().item()
+    cut = lambda i, size=C: bounds[i * C:i * C + size]  # noqa: E731
+    return dict(entropy_mae_bits=cut(0), kl_bits=cut(1), attention_js_bits_mean=cut(2),
+                attention_js_bits=[bounds[3 * C + c * L:3 * C + (c + 1) * L] for c in range(C)],
+                settling_steps=dict(entropy_mae=bounds[-2], attention_js=bounds[-1])), share
 
 
 # -- figures -----------------------------------------------------------------------------------
@@ -258,6 +321,20 @@ def _curve(fig, steps, values, name, color, row=None, dash=None, width=2, unit="
                     line=dict(color=color, dash=dash, width=width), customdata=steps, legendgroup=group or name,
                     showlegend=shown,
                     hovertemplate=f"{name}<br>step %{{customdata}}<br>%{{y:.4g}}{unit}<extra></extra>", **kwargs)
+
+
+def _band(fig, steps, bounds, name, color, row=None):
+    """A shaded 95% band over the checkpoints, from per-checkpoint [low, high] intervals."""
+    kwargs = dict(row=row, col=1) if row else {}
+    x = plot_x(steps)
+    fig.add_scatter(x=x + x[::-1], y=[b[1] for b in bounds] + [b[0] for b in bounds][::-1], fill="toself",
+                    mode="lines", line=dict(width=0), fillcolor=color, opacity=0.25, hoverinfo="skip",
+                    name=f"{name}: 95% band", legendgroup=name, showlegend=False, **kwargs)
+
+
+def _band_note(metrics: dict) -> str:
+    return (f"bands: 95% bootstrap intervals over {metrics['n_sequences']:,} sequences "
+            f"({metrics['n_queries']:,} queries)")
 
 
 def _settled(fig, steps, values, settle, name, color, row=None):
@@ -302,10 +379,16 @@ def settling_figure(metrics: dict, task_name: str) -> go.Figure:
     fig.update_layout(
         title=f"{task_name}: fraction of each curve's total change over training — {verdict}<br>"
               f"<sup>frame settles at step {metrics['frame_settling_step']}, precision (log10 entropy MAE) at step "
-              f"{metrics['precision_settling_step']}; stars mark the settling steps</sup>",
+              f"{metrics['precision_settling_step']} (95% {_steps(metrics['intervals']['settling_steps']['entropy_mae'])}, "
+              f"over {metrics['n_sequences']:,} resampled sequences; the frame settles first in "
+              f"{100 * metrics['frame_settles_first_share']:.0f}% of resamples); stars mark the settling steps</sup>",
         xaxis_title=_x_title(steps), xaxis_type="log", yaxis_title="fraction of total change (first → final checkpoint)",
         width=820, height=480)
     return fig
+
+
+def _steps(bounds: list) -> str:
+    return f"{bounds[0]:.0f}" if bounds[0] == bounds[1] else f"{bounds[0]:.0f}-{bounds[1]:.0f}"
 
 
 def frame_figure(metrics: dict) -> go.Figure:
@@ -333,6 +416,7 @@ def frame_figure(metrics: dict) -> go.Figure:
         _curve(fig, steps, list(values), f"layer {l}", palette[l % len(palette)], row=row, unit=" bits")
     _curve(fig, steps, frame["attention_js_bits_mean"], "mean over layers", COLORS["attention_js"], row=row, width=3,
            unit=" bits")
+    _band(fig, steps, metrics["intervals"]["attention_js_bits_mean"], "mean over layers", COLORS["attention_js"], row=row)
     if metrics["settling_steps"]["attention_js"] is not None:
         i = steps.index(metrics["settling_steps"]["attention_js"])
         fig.add_scatter(x=[plot_x(steps)[i]], y=[frame["attention_js_bits_mean"][i]], mode="markers",
@@ -343,7 +427,8 @@ def frame_figure(metrics: dict) -> go.Figure:
     fig.update_yaxes(title_text="JS divergence (bits)", row=row, col=1)
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text=_x_title(steps), row=row, col=1)
-    fig.update_layout(title="frame: how far each checkpoint's attention frame is from the final model's",
+    fig.update_layout(title="frame: how far each checkpoint's attention frame is from the final model's<br><sup>"
+                            + _band_note(metrics) + "; the key-frame ratio is weight geometry: no band</sup>",
                       width=820, height=360 * len(titles))
     return fig
 
@@ -354,6 +439,7 @@ def precision_figure(metrics: dict) -> go.Figure:
                         subplot_titles=["entropy MAE against the Bayes posterior",
                                         f"R² of a linear read-out of the Bayes entropy from {prec['readout']}"])
     _curve(fig, steps, prec["entropy_mae_bits"], LABELS["entropy_mae"], COLORS["entropy_mae"], row=1, unit=" bits")
+    _band(fig, steps, metrics["intervals"]["entropy_mae_bits"], LABELS["entropy_mae"], COLORS["entropy_mae"], row=1)
     _settled(fig, steps, prec["entropy_mae_bits"], metrics["settling_steps"]["entropy_mae"], LABELS["entropy_mae"],
              COLORS["entropy_mae"], row=1)
     _curve(fig, steps, prec["entropy_r2"], LABELS["entropy_r2"], COLORS["entropy_r2"], row=2)
@@ -366,7 +452,8 @@ def precision_figure(metrics: dict) -> go.Figure:
     fig.update_yaxes(title_text="held-out R²", row=2, col=1)
     fig.update_xaxes(type="log")
     fig.update_xaxes(title_text=_x_title(steps), row=2, col=1)
-    fig.update_layout(title="precision: calibration of each checkpoint (stars: 90% settling steps)",
+    fig.update_layout(title="precision: calibration of each checkpoint (stars: 90% settling steps)<br><sup>"
+                            + _band_note(metrics) + "; the R² is a point</sup>",
                       width=820, height=720)
     return fig
 
