@@ -27,7 +27,11 @@ scored with Delta = Bayes(clean) - Bayes(corrupted) as sum <a - ref, Delta> / su
 over the batch: on the Bayes scale ref, target are the corrupted and clean Bayes answers (1 = the
 clean input's Bayes answer restored), on the model scale the model's own corrupted and clean answers
 (1 = its clean answer restored exactly). restores_clean_exactly: the residual stream before the first
-block patched at every position gives the model scale 1 up to float error, as it must.
+block patched at every position gives the model scale 1 up to float error, as it must. strongest: per
+site, the position whose patch restores most on the Bayes scale. intervals: 95% bootstrap intervals over
+the pairs of the model's clean and corrupted answers on the Bayes scale, of its move between them, and
+of each strongest cell on both scales with its paired gain over the unpatched corrupted answer (differs:
+the gain's interval excludes 0); the cell is chosen once, on all pairs.
 """.split())
 
 
@@ -48,26 +52,45 @@ def patch(model, options: dict, positions: str) -> Result:
     pair = P.make_pair(model, options)
     scorer = P.Scorer(pair)
     chosen, where = P.sites(pair.model), pair.positions(positions)
-    grid, whole = measure(pair, scorer, chosen, where)
+    projected = {}
+    grid, whole = measure(pair, scorer, chosen, where, projected=projected)
+    best = strongest(chosen, where, grid["bayes"])
     metrics = dict(
         subject=pair.subject, corruption=pair.what, query=pair.query, changed=list(pair.changed),
         answer=pair.kind, n_sequences=len(pair.clean), sites=[s.label for s in chosen], positions=where,
         position_labels=[pair.labels[p] for p in where], **scorer.baselines(),
         bayes_scale=grid["bayes"], model_scale=grid["model"],
         whole_residual=whole, restores_clean_exactly=whole["model"] is not None and abs(whole["model"] - 1) < 1e-4,
-        strongest=strongest(chosen, where, grid["bayes"]))
+        strongest=best, intervals=intervals(scorer, best, projected))
     fig = P.patching_map(pair, chosen, where, grid, metrics, "bayes",
                          f"{pair.subject}: activation patching, clean into corrupted ({pair.what})<br><sup>answer at "
                          f"position {pair.query} on the Bayes scale (1: the clean input's Bayes answer, 0: the "
                          f"corrupted one's)</sup>")
-    return Result("activation-patching", DEFINITION, metrics, {"sites-by-position": fig}, descriptions={
-        "clean_on_bayes_scale": "the model's own clean answer on the Bayes scale (1 = Bayes's clean answer)",
-        "corrupted_on_bayes_scale": "the model's own corrupted answer on the Bayes scale (0 = Bayes's corrupted answer)"})
+    return Result("activation-patching", DEFINITION, metrics, {"sites-by-position": fig}, descriptions=DESCRIPTIONS)
 
 
-def measure(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], answers: dict | None = None):
+DESCRIPTIONS = {
+    "clean_on_bayes_scale": "the model's own clean answer on the Bayes scale (1 = Bayes's clean answer)",
+    "corrupted_on_bayes_scale": "the model's own corrupted answer on the Bayes scale (0 = Bayes's corrupted answer)",
+    "model_move_on_bayes_scale": "the model's clean minus its corrupted answer on the Bayes scale (Bayes moves 1)",
+    "n_sequences": "clean/corrupted pairs every score sums over",
+    "intervals": P.INTERVALS + "; strongest: per site, its strongest cell (chosen once, on all pairs)",
+}
+
+
+def intervals(scorer: P.Scorer, best: list[dict], projected: dict) -> dict:
+    """The baselines' intervals and each strongest cell's (``Scorer.cell_intervals``), from the per-pair
+    projections ``measure`` kept."""
+    cells = scorer.cell_intervals([projected[b["site"], b["position"]] for b in best])
+    return scorer.baseline_intervals() | dict(strongest=[dict(site=b["site"], position=b["position"]) | c
+                                                         for b, c in zip(best, cells)])
+
+
+def measure(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], answers: dict | None = None,
+            projected: dict | None = None):
     """({scale: [site][position..., all] scores}, the whole residual stream's scores); ``answers``, when given,
-    collects every cell's patched answer by (site label, position or None)."""
+    collects every cell's patched answer by (site label, position or None), ``projected`` its per-pair projection
+    (``Scorer.project``: what its intervals need, a few numbers per pair)."""
     names = P.cache_names(pair.model, chosen)
     clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
     grid = {"bayes": [], "model": []}
@@ -76,6 +99,8 @@ def measure(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], answ
         patched = P.patched_answers(pair, site, cols, clean, corrupted)
         if answers is not None:
             answers.update({(site.label, p): a for p, a in zip(cols, patched)})
+        if projected is not None:
+            projected.update({(site.label, p): scorer.project(a) for p, a in zip(cols, patched)})
         scores = [scorer.both(a) for a in patched] + [{}] * (len(where) + 1 - len(cols))
         for scale in grid:
             grid[scale].append([s.get(scale) for s in scores])

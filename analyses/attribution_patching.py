@@ -8,7 +8,7 @@ import torch
 
 from . import interventions as P
 from .activation_patching import POSITIONS
-from .base import Analysis, Option, Result
+from .base import Analysis, Option, Result, bootstrap_sums
 
 DEFINITION = " ".join("""
  The clean/corrupted pair, the sites and the two scales are those of activation-patching. One forward
@@ -24,7 +24,11 @@ as activation-patching patches it, carried on by the recurrence: the gradient a 
 t is the total derivative through every later step (the model reads the hooked states back into the
 recurrence), so the estimate is that of the carried patch; its column "all" is left empty, as in
 activation-patching. With exact=true the activation-patching cells are measured too, and gap is the
-estimate minus the measured value (model scale): mean_abs_gap and max_abs_gap over the cells.
+estimate minus the measured value (model scale): mean_abs_gap and max_abs_gap over the cells. intervals:
+95% bootstrap intervals over the pairs of the model's clean and corrupted answers on the Bayes scale,
+and with exact=true of mean_abs_gap and max_abs_gap (every cell's estimate and measurement resampled
+together) and, per cell, of the paired gap: gaps_beyond_interval counts the cells whose gap's interval
+excludes 0, where the first-order estimate differs from patching beyond the noise of the pairs.
 """.split())
 
 
@@ -62,8 +66,10 @@ def gradients(pair: P.Pair, names: list[str]) -> tuple[dict, dict]:
     return {name: act.detach() for name, act in saved.items()}, grads
 
 
-def estimates(pair: P.Pair, chosen: list, where: list[int], scorer: P.Scorer) -> dict:
-    """Per scale, [site][position..., all] estimates of the activation-patching cells."""
+def estimates(pair: P.Pair, chosen: list, where: list[int], scorer: P.Scorer, projected: list | None = None) -> dict:
+    """Per scale, [site][position..., all] estimates of the activation-patching cells; ``projected``, when given,
+    gets per site each cell's estimated per-pair projection (``Scorer.project``; None where there is no cell): the
+    corrupted answer's plus that pair's first-order change, since the gradient of a sum over pairs is per pair."""
     names = P.cache_names(pair.model, chosen)
     clean = P.run_cache(pair, pair.clean, names)
     corrupted, grads = gradients(pair, names)
@@ -73,7 +79,7 @@ def estimates(pair: P.Pair, chosen: list, where: list[int], scorer: P.Scorer) ->
             "model": ((scorer.clean - scorer.corrupted) * pair.delta).sum().item()}
     out = {"bayes": [], "model": []}
     for site in chosen:
-        per_position = 0
+        per_row = 0
         for name in site.hooks:  # the LSTM's state: its hidden and cell terms add
             if site.kind == "tap":
                 diff = P.tap_term(pair.model, clean, site.head) - P.tap_term(pair.model, corrupted, site.head)
@@ -82,8 +88,13 @@ def estimates(pair: P.Pair, chosen: list, where: list[int], scorer: P.Scorer) ->
                 if site.head is not None:
                     diff = torch.zeros_like(diff).index_copy_(2, torch.tensor([site.head], device=diff.device),
                                                               diff[:, :, site.head:site.head + 1])
-            per_position = per_position + (diff.double() * grads[name].double()).flatten(2).sum(-1).sum(0)  # [T]
+            per_row = per_row + (diff.double() * grads[name].double()).flatten(2).sum(-1)  # [B, T]
+        per_position = per_row.sum(0)  # [T]
         cells = [per_position[p].item() for p in where] + [None if site.kind == "state" else per_position.sum().item()]
+        if projected is not None:
+            rows = per_row.cpu()
+            projected.append([scorer.refs["model"][0] + rows[:, p] for p in where]
+                             + [None if site.kind == "state" else scorer.refs["model"][0] + rows.sum(1)])
         for scale in out:
             ok = base[scale] is not None and abs(dens[scale]) > 0
             out[scale].append([base[scale] + c / dens[scale] if ok and c is not None else None for c in cells])
@@ -95,32 +106,64 @@ def attribute(model, options: dict, positions: str, exact: bool) -> Result:
     scorer = P.Scorer(pair)
     chosen = P.sites(pair.model)
     where = pair.positions(positions)
-    est = estimates(pair, chosen, where, scorer)
+    estimated = []
+    est = estimates(pair, chosen, where, scorer, estimated)
     metrics = dict(subject=pair.subject, corruption=pair.what, query=pair.query, changed=list(pair.changed),
                    n_sequences=len(pair.clean), sites=[s.label for s in chosen], positions=where,
                    position_labels=[pair.labels[p] for p in where], **scorer.baselines(),
-                   bayes_scale=est["bayes"], model_scale=est["model"])
+                   bayes_scale=est["bayes"], model_scale=est["model"], intervals=scorer.baseline_intervals())
     hover = None
     if exact:
         names = P.cache_names(pair.model, chosen)
         clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
         state = lambda site: site.kind == "state"  # noqa: E731  (patched at one step at a time only)
-        measured = [[scorer.model(a) for a in P.patched_answers(pair, site, [*where] + [None] * (not state(site)),
-                                                                clean, corrupted)] + [None] * state(site)
-                    for site in chosen]
+        answers = [P.patched_answers(pair, site, [*where] + [None] * (not state(site)), clean, corrupted)
+                   for site in chosen]
+        measured = [[scorer.model(a) for a in row] + [None] * state(site) for site, row in zip(chosen, answers)]
         gaps = [[None if e is None or m is None else e - m for e, m in zip(er, mr)]
                 for er, mr in zip(est["model"], measured)]
         flat = [abs(g) for row in gaps for g in row if g is not None]
         metrics |= dict(measured_model_scale=measured, gap=gaps,
                         mean_abs_gap=sum(flat) / len(flat) if flat else None, max_abs_gap=max(flat, default=None))
         hover = [[f"measured {P.short(m)}, gap {P.short(g)}" for m, g in zip(mr, gr)] for mr, gr in zip(measured, gaps)]
+        pairs = [(e, scorer.project(a)) for er, row, gr in zip(estimated, answers, gaps)
+                 for e, a, g in zip(er, row, gr) if g is not None]
+        metrics["intervals"] |= gap_intervals(scorer, pairs)
+        beyond = metrics["intervals"].pop("beyond")
+        metrics["gaps_beyond_interval"] = sum(beyond) if beyond else None
+        metrics["n_cells"] = len(pairs)
     cols = [pair.labels[p] for p in where] + ["all positions"]
+    gap = [("mean |estimate - measured| on the model scale", metrics["mean_abs_gap"],
+            metrics["intervals"]["mean_abs_gap"])] if exact else []
     fig = P.grid_figure(est["bayes"], metrics["sites"], cols,
                         f"{pair.subject}: attribution patching, the first-order estimate of activation patching "
-                        f"({pair.what})<br><sup>estimated answer at position {pair.query} on the Bayes scale"
-                        + (f"; mean |estimate - measured| {P.short(metrics['mean_abs_gap'])} on the model scale"
-                           if exact else "") + "</sup>", "Bayes scale", hover)
-    return Result("attribution-patching", DEFINITION, metrics, {"estimate": fig})
+                        f"({pair.what})<br><sup>estimated answer at position {pair.query} on the Bayes scale</sup>"
+                        + P.interval_line(gap + P.baseline_numbers(metrics), len(pair.clean)), "Bayes scale", hover)
+    return Result("attribution-patching", DEFINITION, metrics, {"estimate": fig}, descriptions=DESCRIPTIONS)
+
+
+DESCRIPTIONS = {
+    "n_sequences": "clean/corrupted pairs every score sums over",
+    "model_move_on_bayes_scale": "the model's clean minus its corrupted answer on the Bayes scale (Bayes moves 1)",
+    "gaps_beyond_interval": "cells (of n_cells, with exact) whose gap estimate - measured has a 95% paired interval "
+                            "over the pairs that excludes 0",
+    "intervals": P.INTERVALS + "; mean_abs_gap, max_abs_gap: every cell's estimate and measurement from the same "
+                 "resample of pairs (the cells are not resampled)",
+}
+
+
+def gap_intervals(scorer: P.Scorer, cells: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
+    """From each cell's (estimated, measured) per-pair projections: the intervals of the mean and the largest
+    |gap| over the cells, and per cell whether its paired gap's interval excludes 0 (``beyond``). A gap is
+    sum(estimated - measured) / sum(the model's own move) over the pairs: one resample serves every cell."""
+    ref, target = scorer.refs["model"]
+    if not cells or P.vanishes((target - ref).sum().item(), scorer.pair.delta):
+        return dict(mean_abs_gap=None, max_abs_gap=None, beyond=[])
+    columns = torch.stack([e - m for e, m in cells] + [target - ref], 1)
+    gaps = lambda sums: sums[:, :-1] / sums[:, -1:]  # noqa: E731  [resamples, cells]
+    return dict(mean_abs_gap=bootstrap_sums(columns, lambda sums: gaps(sums).abs().mean(1)),
+                max_abs_gap=bootstrap_sums(columns, lambda sums: gaps(sums).abs().amax(1)),
+                beyond=[bool(P.differs(i)) for i in bootstrap_sums(columns, gaps)])
 
 
 EXACT = Option("exact", False, "also measure activation patching at the same cells and report the gap")

@@ -10,7 +10,8 @@ import torch
 from models.base import act_name
 
 from . import interventions as P
-from .base import Analysis, Result
+from .interventions import differs
+from .base import Analysis, Result, bootstrap_sums
 
 DEFINITION = " ".join("""
  On the clean and on the corrupted input of the task's corruption (see activation-patching), at the
@@ -26,7 +27,10 @@ plus a constant (the norm's and the unembedding's biases): a component's direct 
 Reported as means over the batch, clean and corrupted, and share = sum over rows of (clean - corrupted)
 over the same sum for the whole logit difference: the fraction of the change the component writes
 directly (the shares add up to 1). sum_check: the largest |sum of attributions + bias - logit
-difference| over rows, float error only.
+difference| over rows, float error only. intervals: 95% bootstrap intervals over the pairs of the mean
+logit differences, the bias term, and per component of its clean and corrupted means, its share and its
+paired change (clean - corrupted on the same pairs; differs: that interval excludes 0); largest_share's
+component is chosen once, on all pairs.
 """.split())
 
 
@@ -154,8 +158,40 @@ def attribute(model, options: dict) -> Result:
                    largest_share=max((r for r in rows if r["share"] is not None), key=lambda r: r["share"],
                                      default=None),
                    sum_check=max(clean["sum_check"], corrupted["sum_check"]))
+    metrics["logit_difference_change"] = metrics["logit_difference_clean"] - metrics["logit_difference_corrupted"]
+    metrics["intervals"] = intervals(clean, corrupted, metrics["largest_share"])
     return Result("direct-logit-attribution", DEFINITION, metrics, {"components": figure(metrics)},
-                  descriptions={"sum_check": "largest |sum of attributions + bias - logit difference| (float error)"})
+                  descriptions=DESCRIPTIONS)
+
+
+DESCRIPTIONS = {
+    "sum_check": "largest |sum of attributions + bias - logit difference| (float error)",
+    "n_sequences": "clean/corrupted pairs every mean and share is over",
+    "logit_difference_change": "mean logit difference, clean minus corrupted (paired: the same pairs)",
+    "intervals": "95% percentile bootstrap intervals resampling the clean/corrupted pairs (2,000 resamples, seeded): "
+                 "means, shares (a ratio of two sums over the pairs, each resample summing both anew) and the paired "
+                 "change clean - corrupted (the same resample for both; differs: its interval excludes 0)",
+}
+
+
+def intervals(clean: dict, corrupted: dict, largest: dict | None) -> dict:
+    """Every mean, share and paired change of ``attribute`` with its interval, from the per-pair attributions
+    ``decompose`` returned on both inputs: one resampling of the pairs serves them all."""
+    labels = list(clean["parts"])
+    a = torch.stack([clean["parts"][k] for k in labels], 1).cpu()  # [B, components]
+    b = torch.stack([corrupted["parts"][k] for k in labels], 1).cpu()
+    totals = torch.stack([clean["total"], corrupted["total"], clean["bias"]], 1).cpu()
+    n, k = a.shape
+    means = bootstrap_sums(torch.cat([a, b, a - b, totals, (totals[:, :1] - totals[:, 1:2])], 1), lambda s: s / n)
+    change = totals[:, 0] - totals[:, 1]
+    shares = (bootstrap_sums(torch.cat([a - b, change[:, None]], 1), lambda s: s[:, :-1] / s[:, -1:])
+              if abs(change.sum().item()) > 1e-12 else [None] * k)
+    rows = [dict(component=label, clean=means[i], corrupted=means[k + i], share=shares[i], change=means[2 * k + i],
+                 differs=differs(means[2 * k + i])) for i, label in enumerate(labels)]
+    return dict(logit_difference_clean=means[3 * k], logit_difference_corrupted=means[3 * k + 1],
+                bias_term=means[3 * k + 2], logit_difference_change=means[3 * k + 3],
+                change_differs=differs(means[3 * k + 3]), components=rows,
+                largest_share=None if largest is None else shares[labels.index(largest["component"])])
 
 
 SHOWN = 24  # components drawn one bar each; past that, the ones that change least are drawn as one bar
@@ -172,16 +208,22 @@ def figure(metrics: dict) -> go.Figure:
                                         clean=sum(r["clean"] for r in rest), corrupted=sum(r["corrupted"] for r in rest),
                                         share=None if None in shares else sum(shares))]
     labels = [r["component"] for r in rows]
+    spans = {r["component"]: r for r in metrics.get("intervals", {}).get("components", [])}  # none on the summed bar
     fig = go.Figure()
     for key, name in (("clean", "clean input"), ("corrupted", "corrupted input")):
+        below, above = zip(*[(r[key] - spans[r["component"]][key][0], spans[r["component"]][key][1] - r[key])
+                             if r["component"] in spans else (None, None) for r in rows])
         fig.add_bar(y=labels, x=[r[key] for r in rows], name=name, orientation="h",
+                    error_x=dict(type="data", array=list(above), arrayminus=list(below), visible=bool(spans)),
                     customdata=[r["share"] if r["share"] is not None else float("nan") for r in rows],
                     hovertemplate="%{y}<br>%{x:.3f}<br>share of the change %{customdata:.3f}<extra>" + name + "</extra>")
     what = "predictive mean, signed toward the clean Bayes answer" if metrics.get("answer") == "mean" else \
         "logit difference along the Bayes change"
     fig.update_layout(title=f"{metrics['subject']}: direct logit attribution at position {metrics['query']}<br><sup>"
                             f"{what}; total {metrics['logit_difference_clean']:.3g} clean, "
-                            f"{metrics['logit_difference_corrupted']:.3g} corrupted ({metrics['corruption']})</sup>",
+                            f"{metrics['logit_difference_corrupted']:.3g} corrupted ({metrics['corruption']})</sup>"
+                            + (f"<br><sup>means over {metrics['n_sequences']} pairs, bars with their 95% bootstrap "
+                               f"intervals</sup>" if spans else ""),
                       barmode="group", yaxis_title="component", yaxis_autorange="reversed",
                       xaxis_title="direct contribution (logit units)" if metrics.get("answer") != "mean" else
                       "direct contribution (units of the predictive mean)",

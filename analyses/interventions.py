@@ -34,7 +34,7 @@ from models.base import act_name
 from tasks import ConfigError
 
 from .activations import PROMPT_OPTIONS, device_of, prompt_set
-from .base import AnalysisError, Option, held_out_batch, is_language_model, n_option, seed_option
+from .base import AnalysisError, Option, bootstrap_sums, held_out_batch, is_language_model, n_option, seed_option
 
 ALL = "all"  # the column of a site patched at every position at once
 
@@ -88,10 +88,20 @@ class Pair:
 def between(a: torch.Tensor, ref: torch.Tensor, target: torch.Tensor, delta: torch.Tensor) -> float | None:
     """sum <a - ref, delta> / sum <target - ref, delta> over rows; None when the denominator vanishes."""
     den = ((target - ref) * delta).sum().item()
-    scale = (delta * delta).sum().item()
-    if abs(den) <= 1e-9 * max(scale, 1e-30):
+    if vanishes(den, delta):
         return None
     return ((a - ref) * delta).sum().item() / den
+
+
+def vanishes(den: float, delta: torch.Tensor) -> bool:
+    """Whether a score's denominator is float noise against the Bayes change itself."""
+    return abs(den) <= 1e-9 * max((delta * delta).sum().item(), 1e-30)
+
+
+INTERVALS = ("95% percentile bootstrap intervals resampling the clean/corrupted pairs (2,000 resamples, seeded): a "
+             "score is a ratio of sums over the pairs, so each resample sums numerator and denominator anew; a "
+             "comparison (gain: a patched answer minus the unpatched corrupted one on the same scale) resamples the "
+             "same pairs for both, and differs is true when its interval excludes 0")
 
 
 class Scorer:
@@ -101,6 +111,36 @@ class Scorer:
         self.pair = pair
         self.clean = pair.answer(pair.clean)
         self.corrupted = pair.answer(pair.corrupted)
+        # (reference, target) projections per scale: a score is sum(p - ref) / sum(target - ref) over the rows
+        self.refs = {"bayes": (self.project(pair.bayes_corrupted), self.project(pair.bayes_clean)),
+                     "model": (self.project(self.corrupted), self.project(self.clean))}
+
+    def project(self, a: torch.Tensor) -> torch.Tensor:
+        """<a, Delta> per row [B] (float64, CPU): all a row adds to any score of the answer ``a``, so an interval
+        needs only these, not the answers."""
+        return (a.double() * self.pair.delta.double()).sum(-1).cpu()
+
+    def intervals(self, scale: str, projected: list[torch.Tensor], minus: list[torch.Tensor] | None = None) -> list:
+        """The 95% bootstrap interval over pairs of the score on ``scale`` of each answer in ``projected`` (per-row
+        projections, ``project``); with ``minus`` (one projection each, on the same rows), of the paired difference
+        score(answer) - score(minus). None for each when the scale is undefined (its denominator vanishes)."""
+        ref, target = self.refs[scale]
+        if not projected or vanishes((target - ref).sum().item(), self.pair.delta):
+            return [None] * len(projected)
+        minus = minus or [ref] * len(projected)
+        columns = torch.stack([p - m for p, m in zip(projected, minus)] + [target - ref], 1)
+        return bootstrap_sums(columns, lambda sums: sums[:, :-1] / sums[:, -1:])
+
+    def interval(self, scale: str, projected: torch.Tensor, minus: torch.Tensor | None = None) -> list[float] | None:
+        return self.intervals(scale, [projected], None if minus is None else [minus])[0]
+
+    def cell_intervals(self, projected: list[torch.Tensor]) -> list[dict]:
+        """For chosen cells (each the patched answer's projection): the interval of the score on both scales and the
+        paired gain over the unpatched corrupted answer on the Bayes scale, differs when that excludes 0."""
+        both = {scale: self.intervals(scale, projected) for scale in ("bayes", "model")}
+        gains = self.intervals("bayes", projected, [self.refs["model"][0]] * len(projected))
+        return [dict(bayes_scale=b, model_scale=m, gain=g, differs=differs(g))
+                for b, m, g in zip(both["bayes"], both["model"], gains)]
 
     def bayes(self, a: torch.Tensor) -> float | None:
         p = self.pair
@@ -114,8 +154,24 @@ class Scorer:
 
     def baselines(self) -> dict:
         """Where the model's own clean and corrupted answers sit on the Bayes scale (1 and 0 for Bayes itself)."""
-        return dict(clean_on_bayes_scale=self.bayes(self.clean), corrupted_on_bayes_scale=self.bayes(self.corrupted),
+        clean, corrupted = self.bayes(self.clean), self.bayes(self.corrupted)
+        return dict(clean_on_bayes_scale=clean, corrupted_on_bayes_scale=corrupted,
+                    model_move_on_bayes_scale=None if clean is None or corrupted is None else clean - corrupted,
                     model_moves=self.model(self.clean) is not None)
+
+    def baseline_intervals(self) -> dict:
+        """The intervals of ``baselines``' two scores, and the paired interval of the model's own move (clean minus
+        corrupted answer) on the Bayes scale: differs says the model moves its answer beyond the noise."""
+        clean, corrupted = self.refs["model"][1], self.refs["model"][0]
+        move = self.interval("bayes", clean, corrupted)
+        return dict(clean_on_bayes_scale=self.interval("bayes", clean),
+                    corrupted_on_bayes_scale=self.interval("bayes", corrupted),
+                    model_move_on_bayes_scale=move, model_move_differs=differs(move))
+
+
+def differs(interval: list[float] | None) -> bool | None:
+    """Whether a paired difference's interval excludes 0 (None: no interval)."""
+    return None if interval is None else bool(interval[0] > 0 or interval[1] < 0)
 
 
 def wind_tunnel_pair(model, corrupt: str, index: int, n: int, seed: int) -> Pair:
@@ -347,11 +403,31 @@ def patching_map(pair, chosen, where, grid: dict, baselines: dict, scale: str, t
     other = "model" if scale == "bayes" else "bayes"
     cols = [pair.labels[p] for p in where] + ["all positions"]
     hover = [[f"{other} scale {short(v)}" for v in row] for row in grid[other]]
-    base = (f"unpatched, the model's clean answer scores {short(baselines['clean_on_bayes_scale'])} on the Bayes scale "
-            f"and its corrupted one {short(baselines['corrupted_on_bayes_scale'])}")
+    spans = baselines.get("intervals", {})  # an analysis's metrics have them, the explorer's one sequence not
+    base = (f"unpatched, the model's clean answer scores {short(baselines['clean_on_bayes_scale'])}"
+            f"{span(spans.get('clean_on_bayes_scale'))} on the Bayes scale and its corrupted one "
+            f"{short(baselines['corrupted_on_bayes_scale'])}{span(spans.get('corrupted_on_bayes_scale'))}"
+            + (f" (95% intervals over {len(pair.clean)} pairs)" if spans else ""))
     return grid_figure(grid[scale], [s.label for s in chosen], cols, f"{title}<br><sup>{base}</sup>",
                        "Bayes scale" if scale == "bayes" else "effect restored", hover)
 
 
 def short(x: float | None) -> str:
     return "–" if x is None else f"{x:.3f}"
+
+
+def interval_line(numbers: list[tuple[str, float | None, list[float] | None]], n: int) -> str:
+    """A title's line of (name, number, its 95% interval), and how many pairs the intervals are over."""
+    text = "; ".join(f"{name} {short(value)}{span(interval)}" for name, value, interval in numbers)
+    return f"<br><sup>{text} (95% intervals over {n} pairs)</sup>"
+
+
+def baseline_numbers(metrics: dict) -> list[tuple[str, float | None, list[float] | None]]:
+    """``interval_line``'s entries for where the model's own answers sit on the Bayes scale."""
+    return [(f"the model's {which} answer", metrics[f"{which}_on_bayes_scale"],
+             metrics["intervals"][f"{which}_on_bayes_scale"]) for which in ("clean", "corrupted")]
+
+
+def span(interval: list[float] | None) -> str:
+    """ " [low, high]" for a title, or nothing."""
+    return "" if interval is None else f" [{interval[0]:.3f}, {interval[1]:.3f}]"

@@ -25,7 +25,11 @@ change; (2) the receiver's output is replaced by that record at every position, 
 computation runs on. The answer at the query is scored on both scales. So a cell is the part of the
 corruption's effect that travels from the sender directly (through the residual stream alone) into the
 receiver and from the receiver on by every route; for the read-out receiver it is the sender's direct
-effect on the answer. Only senders upstream of the receiver are paired with it.
+effect on the answer. Only senders upstream of the receiver are paired with it. strongest: the path (not
+into the read-out) that restores most on the Bayes scale. intervals: 95% bootstrap intervals over the
+pairs of the model's clean and corrupted answers on the Bayes scale, of its move between them, and of
+the strongest path on both scales with its paired gain over the unpatched corrupted answer (differs: the
+gain's interval excludes 0); the path is chosen once, on all pairs.
 """.split())
 
 
@@ -110,6 +114,7 @@ def paths(model, options: dict) -> Result:
     clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
     deltas = [write(pair, s, clean) - write(pair, s, corrupted) for s in send]
     grid = {"bayes": [[None] * len(receive) for _ in send], "model": [[None] * len(receive) for _ in send]}
+    projected = {}  # (sender, receiver) -> the per-pair projection, for the intervals
     for j, (receiver, entry) in enumerate(tqdm(receive, desc="path patching", unit="receiver", leave=False,
                                                 disable=None)):
         rows = [i for i, s in enumerate(send) if upstream(s, receiver, entry)]
@@ -118,17 +123,32 @@ def paths(model, options: dict) -> Result:
             for i, answer in zip(chunk, path_answers(pair, receiver, entry, [deltas[i] for i in chunk])):
                 scored = scorer.both(answer)
                 grid["bayes"][i][j], grid["model"][i][j] = scored["bayes"], scored["model"]
+                projected[send[i].label, receiver.label] = scorer.project(answer)
+    best = strongest(send, receive, grid)
+    intervals = scorer.baseline_intervals()
+    if best is not None:
+        intervals["strongest"] = scorer.cell_intervals([projected[best["sender"], best["receiver"]]])[0]
     metrics = dict(subject=pair.subject, corruption=pair.what, query=pair.query, changed=list(pair.changed),
                    n_sequences=len(pair.clean), senders=[s.label for s in send],
                    receivers=[r.label for r, _ in receive], **scorer.baselines(),
-                   bayes_scale=grid["bayes"], model_scale=grid["model"], strongest=strongest(send, receive, grid))
+                   bayes_scale=grid["bayes"], model_scale=grid["model"], strongest=best, intervals=intervals)
     hover = [[f"model scale {P.short(m)}" for m in row] for row in grid["model"]]
     fig = P.grid_figure(grid["bayes"], metrics["senders"], metrics["receivers"],
                         f"{pair.subject}: path patching, sender -> receiver ({pair.what})<br><sup>the answer at "
                         f"position {pair.query} on the Bayes scale when only the path from the sender into the "
-                        f"receiver carries the clean input</sup>", "Bayes scale", hover)
+                        f"receiver carries the clean input</sup>" + P.interval_line(
+                            ([(f"strongest {best['sender']} -> {best['receiver']}", best["bayes_scale"],
+                               intervals["strongest"]["bayes_scale"])] if best else []) + P.baseline_numbers(metrics),
+                            len(pair.clean)), "Bayes scale", hover)
     fig.update_layout(xaxis_title="receiver", yaxis_title="sender")
-    return Result("path-patching", DEFINITION, metrics, {"senders-by-receivers": fig})
+    return Result("path-patching", DEFINITION, metrics, {"senders-by-receivers": fig}, descriptions=DESCRIPTIONS)
+
+
+DESCRIPTIONS = {
+    "n_sequences": "clean/corrupted pairs every score sums over",
+    "model_move_on_bayes_scale": "the model's clean minus its corrupted answer on the Bayes scale (Bayes moves 1)",
+    "intervals": P.INTERVALS + "; strongest: the strongest path's (chosen once, on all pairs)",
+}
 
 
 def strongest(send, receive, grid) -> dict | None:
