@@ -11,7 +11,8 @@ import torch
 from models.base import act_name
 
 from .activations import collect
-from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
+from .base import Analysis, AnalysisError, Result, bootstrap_sums, eval_batch, n_option, seed_option
+from .style import error_bars
 
 DEFINITION = " ".join("""
  On one held-out batch of n HMM sequences, the residual stream after every block l
@@ -31,8 +32,20 @@ true state (1 when every cluster holds one state; about the largest state share 
 clusters), and likewise against the Bayes posterior's arg-max. bayes_map_accuracy, the fraction of
 points whose Bayes arg-max is the true state, is the context for the true-state numbers: a model
 that represents exactly the Bayes belief cannot separate states the posterior itself confuses.
-The headline numbers are those of the final layer.
+The headline numbers are those of the final layer. Intervals: 95% percentile bootstrap (2,000 resamples,
+seeded) resampling whole sequences (the points of one sequence share its hidden chain), every layer's
+numbers recomputed from per-sequence sums, with the fitted k-means clusters, the silhouette subsample and
+the distances each point's silhouette is measured against held fixed: an interval of the evaluation set's
+noise given the clustering, not of k-means' own variability (refitting it 2,000 times would cost 2,000
+fits per layer).
 """.split())
+
+DESCRIPTIONS = {
+    "purity": "final layer: k-means purity against the true hidden state",
+    "intervals": "95% bootstrap intervals resampling whole sequences (2,000 resamples), the k-means clusters and "
+                 "the silhouette subsample fixed: headline numbers and per_layer",
+    "n_points": "observation positions (n_sequences sequences x K observations)",
+}
 
 SILHOUETTE_POINTS = 2000
 SCATTER_POINTS = 3000  # points drawn in the scatter (PCA is fitted on all of them)
@@ -59,12 +72,35 @@ def kmeans_labels(points: np.ndarray, k: int, seed: int) -> np.ndarray:
 
 def silhouette(points: np.ndarray, labels: np.ndarray, subsample: np.ndarray) -> float | None:
     """Silhouette score of ``labels`` on the points ``subsample``; None with fewer than 2 labels there."""
-    from sklearn.metrics import silhouette_score
+    values = silhouette_values(points, labels, subsample)
+    return None if values is None else float(values.mean())
+
+
+def silhouette_values(points: np.ndarray, labels: np.ndarray, subsample: np.ndarray) -> np.ndarray | None:
+    """Each point's silhouette (sklearn's silhouette_samples; their mean is silhouette_score) on ``subsample``."""
+    from sklearn.metrics import silhouette_samples
 
     x, y = points[subsample], np.asarray(labels)[subsample]
     if not 2 <= len(np.unique(y)) <= len(y) - 1:
         return None
-    return float(silhouette_score(x, y, metric="euclidean"))
+    return silhouette_samples(x, y, metric="euclidean")
+
+
+def per_sequence(sequence: np.ndarray, n: int, values: np.ndarray) -> torch.Tensor:
+    """Per-point ``values`` [m, c] summed over the points of each of the n sequences (``sequence``: each point's)."""
+    values = torch.as_tensor(np.asarray(values, dtype=np.float64)).reshape(len(sequence), -1)
+    return torch.zeros(n, values.shape[1], dtype=torch.float64).index_add_(0, torch.from_numpy(sequence), values)
+
+
+def contingency(sequence: np.ndarray, n: int, clusters: np.ndarray, labels: np.ndarray, k: int) -> torch.Tensor:
+    """Per sequence, how many of its points fall in each (cluster, label) cell: [n, k * k] (labels < k)."""
+    return per_sequence(sequence, n, np.eye(k * k)[np.asarray(clusters) * k + np.asarray(labels)])
+
+
+def purity_of(cells: torch.Tensor, k: int) -> torch.Tensor:
+    """``purity`` from contingency counts [..., k * k]: each cluster's largest label count, summed, over all."""
+    table = cells.reshape(*cells.shape[:-1], k, k)
+    return table.amax(-1).sum(-1) / table.sum((-1, -2))
 
 
 def subsample_indices(n_points: int, seed: int, size: int = SILHOUETTE_POINTS) -> np.ndarray:
@@ -109,12 +145,23 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
     residuals = residuals_at_queries(model, batch)
     sub = subsample_indices(n_points, seed)
     layers = dict(kmeans_silhouette=[], true_state_silhouette=[], purity=[], purity_vs_bayes_map=[])
+    n = len(batch)
+    # per sequence, the sums every number is a function of (for the bootstrap): per layer two silhouette sums
+    # and two contingency tables; then how many subsample points, points and Bayes hits, and the state counts
+    columns = []
     for points in residuals:
         clusters = kmeans_labels(points, S, seed)
-        layers["kmeans_silhouette"].append(silhouette(points, clusters, sub))
-        layers["true_state_silhouette"].append(silhouette(points, truth, sub))
+        for labels in (clusters, truth):
+            values = silhouette_values(points, labels, sub)
+            name = "kmeans_silhouette" if labels is clusters else "true_state_silhouette"
+            layers[name].append(None if values is None else float(values.mean()))
+            columns.append(per_sequence(seq_index[sub], n, np.zeros(len(sub)) if values is None else values))
         layers["purity"].append(purity(clusters, truth))
         layers["purity_vs_bayes_map"].append(purity(clusters, bayes_map))
+        columns += [contingency(seq_index, n, clusters, truth, S), contingency(seq_index, n, clusters, bayes_map, S)]
+    columns += [per_sequence(seq_index[sub], n, np.ones(len(sub))), per_sequence(seq_index, n, np.eye(S)[truth]),
+                per_sequence(seq_index, n, bayes_map == truth)]
+    intervals = cluster_intervals(torch.cat(columns, 1), layers, S, n_layers)
 
     from sklearn.decomposition import PCA
 
@@ -128,14 +175,39 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
         pca_explained_variance_ratio=[float(v) for v in pca.explained_variance_ratio_],
         per_layer=dict(layer=list(range(n_layers)), hook=[resid_name(l) for l in range(n_layers)], **layers),
         n_states=S, n_layers=n_layers, n_points=n_points, silhouette_points=len(sub),
-        n_sequences=len(batch), seed=seed,
+        n_sequences=len(batch), seed=seed, intervals=intervals,
     )
     obs_index = position - task.obs_offset + 1
-    return Result("belief-clusters", DEFINITION, metrics, {
+    return Result("belief-clusters", DEFINITION, metrics, descriptions=DESCRIPTIONS, figures={
         "pca-scatter": scatter_figure(projected, truth, seq_index, obs_index, position, bayes_max, bayes_map,
                                       pca.explained_variance_ratio_, S, metrics, seed),
         "per-layer": per_layer_figure(metrics),
     })
+
+
+PER_LAYER = ("kmeans_silhouette", "true_state_silhouette", "purity", "purity_vs_bayes_map")
+
+
+def cluster_intervals(columns: torch.Tensor, layers: dict, S: int, n_layers: int) -> dict:
+    """Intervals of every per-layer number, the final layer's (the headline), bayes_map_accuracy and
+    majority_state_share from per-sequence sums ``columns``, laid out as ``compute`` builds them."""
+    width = 2 + 2 * S * S  # per layer: two silhouette sums, two contingency tables
+
+    def statistic(r):  # [R, columns] -> per layer the four numbers, then the two shared ones
+        sub, counts, hits = r[:, n_layers * width], r[:, n_layers * width + 1:-1], r[:, -1]
+        out = []
+        for l in range(n_layers):
+            part = r[:, l * width:(l + 1) * width]
+            out += [part[:, 0] / sub, part[:, 1] / sub, purity_of(part[:, 2:2 + S * S], S),
+                    purity_of(part[:, 2 + S * S:], S)]
+        total = counts.sum(1)
+        return torch.stack(out + [hits / total, counts.amax(1) / total], 1)
+
+    bounds = bootstrap_sums(columns, statistic)
+    per_layer = {key: [None if layers[key][l] is None else bounds[4 * l + i] for l in range(n_layers)]
+                 for i, key in enumerate(PER_LAYER)}
+    return dict({key: values[-1] for key, values in per_layer.items()}, per_layer=per_layer,
+                bayes_map_accuracy=bounds[-2], majority_state_share=bounds[-1])
 
 
 def scatter_figure(xy, truth, seq_index, obs_index, position, bayes_max, bayes_map, explained, S, metrics, seed) -> go.Figure:
@@ -173,12 +245,16 @@ def per_layer_figure(metrics: dict) -> go.Figure:
                                    ("purity_vs_bayes_map", "k-means purity vs Bayes arg-max", "#ff7f0e", "dot")):
         y = [float("nan") if v is None else v for v in per[key]]
         fig.add_scatter(x=x, y=y, name=name, mode="lines+markers", line=dict(color=color, dash=dash),
+                        error_y=error_bars(per[key], metrics["intervals"]["per_layer"][key]),
                         customdata=per["hook"],
                         hovertemplate=f"{name}<br>%{{customdata}}<br>%{{y:.3f}}<extra></extra>")
     fig.add_scatter(x=[x[0], x[-1]], y=[metrics["majority_state_share"]] * 2, mode="lines",
                     name="largest true-state share (purity of uninformative clusters)",
                     line=dict(color="gray", dash="dash", width=1), hoverinfo="skip")
-    fig.update_layout(title=f"Belief clusters by layer (k = S = {metrics['n_states']} k-means clusters)",
+    fig.update_layout(title=f"Belief clusters by layer (k = S = {metrics['n_states']} k-means clusters)<br><sup>"
+                            f"bars: 95% bootstrap intervals over {metrics['n_sequences']:,} sequences "
+                            f"({metrics['n_points']:,} points; silhouettes on {metrics['silhouette_points']:,}), "
+                            f"clusters fixed</sup>",
                       xaxis_title="residual stream after block", yaxis_title="silhouette / purity",
                       width=760, height=440)
     return fig
