@@ -133,7 +133,7 @@ def differences(rows: list[dict], sums: list[dict]) -> list[dict]:
             second = rows[j]
             if first["task_config"] != second["task_config"]:
                 continue
-            for metric in sums[i].keys() & sums[j].keys():
+            for metric in [m for m in sums[i] if m in sums[j]]:  # in the measured order (a set's varies by run)
                 low, high = bootstrap_difference(sums[i][metric], sums[j][metric])
                 found.append(dict(first=first["run"], second=second["run"], metric=metric,
                                   difference=first[metric] - second[metric] if metric in first else None,

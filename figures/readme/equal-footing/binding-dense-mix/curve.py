@@ -1,0 +1,94 @@
+"""Binding's long runs as curves: content-addressing accuracy on the paper's recall format against
+training sequences, for the plain transformer and Mamba trained on dense answers over a mixture of
+table sizes, with the chance level 1/n beside every table size, and their training loss.
+
+Reads what the runs and their measurements left in this folder (``<run>/content-addressing-step-N.json``
+from ``interp run content-addressing --sizes 1,4,16,64 --queries 3 --n 1024``, ``<run>/metrics.jsonl``
+from ``interp train``) and writes ``curve.pdf``, ``curve.png`` and ``curve.json`` (the plotted numbers):
+
+    python figures/readme/equal-footing/binding-dense-mix/curve.py
+"""
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analyses import style
+from interp.export import figure_image, figure_pdf
+from interp.files import atomic_write_bytes, atomic_write_json
+
+HERE = Path(__file__).resolve().parent
+RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer", "#ef553b")}
+SIZES = (64, 16, 4)  # pairs per table, as measured (the paper's format holds 64)
+
+
+def measurements(run: str) -> list[dict]:
+    """One entry per measured checkpoint: training sequences, accuracy by table size with intervals."""
+    found = []
+    for path in sorted((HERE / run).glob("content-addressing-step-*.json")):
+        record = json.loads(path.read_text())
+        metrics, steps = record["metrics"], record["step"]
+        batch = json.loads((HERE / run / "run.json").read_text())["train"]["batch_size"]
+        found.append(dict(step=steps, sequences=steps * batch, n_sequences=metrics["n_sequences"],
+                          accuracy={n: metrics["accuracy_by_table_size"][str(n)] for n in SIZES},
+                          interval={n: metrics["accuracy_by_table_size_interval"][str(n)] for n in SIZES}))
+    return sorted(found, key=lambda m: m["step"])
+
+
+def loss_curve(run: str, every: int = 500) -> tuple[list[int], list[float]]:
+    """Training loss averaged over windows of ``every`` steps (single 50-step logs are noisy: the
+    mixture changes the table size from step to step)."""
+    batch = json.loads((HERE / run / "run.json").read_text())["train"]["batch_size"]
+    windows: dict[int, list[float]] = {}
+    for line in (HERE / run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "loss" in row:
+            windows.setdefault((row["step"] - 1) // every, []).append(row["loss"])
+    keys = sorted(windows)
+    return [(k + 1) * every * batch for k in keys], [sum(windows[k]) / len(windows[k]) for k in keys]
+
+
+def figure(data: dict) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, column_widths=[0.55, 0.45],
+                        subplot_titles=("accuracy by table size (grey: chance, 1/n)", "training loss"))
+    dashes = {64: "solid", 16: "dash", 4: "dot"}
+    for run, (name, colour) in RUNS.items():
+        points = data[run]["measured"]
+        for n in SIZES:
+            x = [p["sequences"] for p in points]
+            y = [p["accuracy"][n] for p in points]
+            fig.add_scatter(x=x, y=y, mode="lines+markers", name=f"{name}, {n} pairs", row=1, col=1,
+                            line=dict(color=colour, dash=dashes[n]), legendgroup=run,
+                            error_y=dict(type="data", symmetric=False,
+                                         array=[p["interval"][n][1] - v for p, v in zip(points, y)],
+                                         arrayminus=[v - p["interval"][n][0] for p, v in zip(points, y)]))
+        x, y = data[run]["loss"]
+        fig.add_scatter(x=x, y=y, mode="lines", name=f"{name}, loss", row=1, col=2, line=dict(color=colour),
+                        legendgroup=run)
+    for n in SIZES:
+        fig.add_hline(y=1 / n, line=dict(color="grey", dash="dash", width=1), row=1, col=1)
+    fig.update_yaxes(title_text="accuracy (log)", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="cross-entropy (nats)", row=1, col=2)
+    fig.update_xaxes(title_text="training sequences", tickformat="~s")
+    fig.update_layout(title="Binding's long runs: dense answers, mixture of table sizes<br><sup>bars: 95% "
+                            "bootstrap intervals over 1,024 held-out sequences per point (3 queries each); "
+                            "loss: mean of each 500 steps</sup>",
+                      width=1200, height=480)
+    return style.apply(fig)
+
+
+def main() -> None:
+    data = {run: dict(measured=measurements(run), loss=loss_curve(run)) for run in RUNS}
+    fig = figure(data)
+    atomic_write_bytes(HERE / "curve.pdf", figure_pdf(fig))
+    atomic_write_bytes(HERE / "curve.png", figure_image(fig, "png"))
+    atomic_write_json(HERE / "curve.json", data)
+    for run, d in data.items():
+        last = d["measured"][-1]
+        print(f"{run}: step {last['step']} ({last['sequences']:,} sequences): "
+              + ", ".join(f"{n} pairs {last['accuracy'][n]:.1%}" for n in SIZES))
+
+
+if __name__ == "__main__":
+    main()
