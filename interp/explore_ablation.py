@@ -85,14 +85,18 @@ class AblationViews:
             raise UserError(f"ablation kind {kind!r}; the map has {' and '.join(head_ablation.KINDS)}")
         key = ("head-ablation", index)
         if key not in self._cache:
+            # the intact model's MAE on the same sequences, with calibration's interval (head-ablation's title
+            # gives the MAE; each cell's hover its ratio's paired interval)
+            low, high = self.held_out_calibration(index, [])["intervals"]["entropy_mae_bits"]
             with self.lock, self.waits.on(f"head-ablation: each of {info['n_layers'] * info['n_heads']} heads "
                                           f"zeroed and mean-ablated in turn on {self.n_calibration} sequences"):
                 result = head_ablation.compute(self.model(index), n=self.n_calibration, seed=self.seed)
                 for fig in result.figures.values():
                     style.apply(fig, subject=self.task.name, replaces=self.task.name)
                     fig.update_layout(width=None, title_text=fig.layout.title.text.replace("</sup>", "") + (
-                        f", seed {self.seed}; interp run head-ablation uses {cli_default_n():,} sequences unless given "
-                        f"--n {self.n_calibration} --seed {self.seed}</sup>"))
+                        f", seed {self.seed}; the intact MAE's 95% interval {low:.4f}-{high:.4f} bits, each "
+                        f"cell's paired 95% interval in its hover; interp run head-ablation uses "
+                        f"{cli_default_n():,} sequences unless given --n {self.n_calibration} --seed {self.seed}</sup>"))
                 self._cache[key] = result.figures
         return self._cache[key][f"{kind}-ablation"]
 

@@ -88,6 +88,15 @@ def ablation_text(choices: list[str]) -> str:
 INTEGER_SPAN = 20  # an integer axis spanning at most this many gets a tick at every integer, none between
 
 
+def with_interval(value: float, bounds, digits: int = 4, unit: str = "") -> str:
+    """``0.0123 bits (95% 0.0110-0.0135)``: a number and its 95% interval as the analyses report them (a bound that
+    is None or missing leaves the number alone)."""
+    shown = f"{value:.{digits}f}{unit}"
+    if not bounds or None in bounds:
+        return shown
+    return shown + f" (95% {bounds[0]:.{digits}f}-{bounds[1]:.{digits}f})"
+
+
 def integer_ticks(fig: go.Figure) -> go.Figure:
     """Every numeric axis whose traces' values on it are all integers (positions, counts) ticked at integers
     (plotly's own ticks fall at 0.5 steps on a short one): a tick per integer up to ``INTEGER_SPAN``, beyond it

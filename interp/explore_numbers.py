@@ -9,6 +9,8 @@ import shlex
 import torch
 from dash import Input, Output, State, dcc, html, no_update
 
+from analyses.calibration import ratio_interval
+
 from .explore_common import REFUSED, plain
 
 
@@ -29,6 +31,9 @@ class NumbersViews:
         if choices:
             out["held_out_calibration_intact"] = {k: v for k, v in self.held_out_calibration(index, []).items()
                                                   if k != "per_position"}
+            # the paired 95% interval of MAE ablated / intact over the same sequences (as head-ablation reports it)
+            out["held_out_mae_ratio_interval"] = ratio_interval(self.held_out_sums(index, choices),
+                                                                self.held_out_sums(index, []))
         if seq["probs"] is not None:
             out["answer_classes"] = self.class_names()
             out["model_distribution"] = seq["probs"][rows].tolist()
@@ -55,8 +60,8 @@ class NumbersViews:
                  f"model = interp.load({ckpt!r})",
                  f"batch = {sequence}"]
         body = ["numbers = measure(model, batch)  # this sequence; ['per_position'] holds the entropy curves",
-                f"held_out = measure(model, held_out_batch(model.task, {self.n_calibration}, {self.seed}))"
-                f"  # held-out calibration"]
+                f"held_out = measure(model, held_out_batch(model.task, {self.n_calibration}, {self.seed}), intervals=True)"
+                f"  # held-out calibration, ['intervals'] its 95% bootstrap intervals over the sequences"]
         if discrete:
             body.append("probs = answer_probs(model, batch.tokens)[0]  # the answer distribution at every position")
         if choices:

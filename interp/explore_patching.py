@@ -370,8 +370,13 @@ def warning(scorer: P.Scorer) -> str:
 def map_figure(pair: P.Pair, scorer: P.Scorer, chosen, where, grid: dict, subject: str) -> go.Figure:
     """The fraction of the model's own effect each patch restores (0: its answer on the corrupted input, 1: on the
     clean one), the Bayes scale in the hover, and where the model's two answers sit on it in the title."""
-    fig = P.patching_map(pair, chosen, where, grid, scorer.baselines(), "model",
+    baselines, many = scorer.baselines(), len(pair.clean) > 1
+    if many:  # a language model's prompts: the analysis's intervals over them, said in the title's last line
+        baselines["intervals"] = scorer.baseline_intervals()
+    fig = P.patching_map(pair, chosen, where, grid, baselines, "model",
                          f"activation patching: effect restored at position {pair.query}<br><sup>0 = the model's "
-                         f"corrupted answer, 1 = its clean one</sup>")
+                         f"corrupted answer, 1 = its clean one" + ("" if many else "; one input pair, computed "
+                         "exactly: no sample, so no interval (interp run activation-patching gives intervals over "
+                         "many pairs)") + "</sup>")
     fig.update_layout(width=None, height=None)
     return style.apply(fig, subject=subject)

@@ -12,9 +12,9 @@ from plotly.subplots import make_subplots
 
 from analyses import logit_lens, style
 from analyses.base import answer_probs, held_out_batch
-from analyses.calibration import error_figure, measure, staircase_figure
+from analyses.calibration import error_figure, measure, ratio_interval, staircase_figure
 
-from .explore_common import REFUSED, ablation_text, graph, integer_ticks, message_figure, panel
+from .explore_common import REFUSED, ablation_text, graph, integer_ticks, message_figure, panel, with_interval
 
 
 class PosteriorViews:
@@ -52,13 +52,11 @@ class PosteriorViews:
                                      intact=self.sequence_numbers(index, tokens, seed, [])["curves"]["per_position"]
                                      if choices else None),
             gap=error_figure(curves["per_position"]),
-            calibration=staircase_figure(held_out["per_position"], f"{self.n_calibration} held-out sequences: "
-                                         f"MAE {held_out['entropy_mae_bits']:.4f} bits{mark}",
-                                         intact=intact["per_position"] if choices else None),
-            summary=(f"held-out calibration ({self.n_calibration} sequences): entropy MAE "
-                     f"{held_out['entropy_mae_bits']:.4f} bits, KL {held_out['kl_bits']:.4f} bits"
-                     + ("" if not choices else f"; intact model: MAE {intact['entropy_mae_bits']:.4f}, "
-                        f"KL {intact['kl_bits']:.4f} bits")),
+            calibration=staircase_figure(held_out["per_position"], f"{self.n_calibration} held-out sequences: MAE "
+                                         + with_interval(held_out["entropy_mae_bits"],
+                                                         held_out["intervals"]["entropy_mae_bits"], unit=" bits")
+                                         + mark, intact=intact["per_position"] if choices else None),
+            summary=self.calibration_summary(index, choices),
         )
         for fig in views.values():
             if isinstance(fig, go.Figure):
@@ -76,6 +74,25 @@ class PosteriorViews:
                 style.plain_numbers(style.use_template(fig))
         return views
 
+
+    def calibration_summary(self, index: int, choices: list[str]) -> str:
+        """The held-out calibration in words, each number with calibration's 95% bootstrap interval over the
+        sequences and how many sequences and queries; with ablations, the intact model's and the paired interval
+        of MAE ablated / intact (``calibration.ratio_interval``, as head- and layer-ablation report it)."""
+        def numbers(m):
+            return (f"entropy MAE {with_interval(m['entropy_mae_bits'], m['intervals']['entropy_mae_bits'], unit=' bits')}, "
+                    f"KL {with_interval(m['kl_bits'], m['intervals']['kl_bits'], unit=' bits')}")
+
+        held_out = self.held_out_calibration(index, choices)
+        text = (f"held-out calibration ({held_out['n_sequences']:,} sequences, {held_out['n_queries']:,} queries; "
+                f"95% bootstrap intervals over the sequences): {numbers(held_out)}")
+        if not choices:
+            return text
+        intact = self.held_out_calibration(index, [])
+        ratio = ratio_interval(self.held_out_sums(index, choices), self.held_out_sums(index, []))
+        shown = (f"; MAE ablated / intact {with_interval(held_out['entropy_mae_bits'] / intact['entropy_mae_bits'], ratio, 3, 'x')} "
+                 f"(paired over the same sequences)" if ratio else "")
+        return text + f"; intact model: {numbers(intact)}" + shown
 
     def predictive_figure(self, batch, predictive: list[torch.Tensor], tokens: list) -> go.Figure:
         """A continuous task: the model's predictive mean +- one sigma beside the exact Bayes predictive."""
@@ -137,8 +154,15 @@ class PosteriorViews:
         if key not in self._cache:
             with self.ablated(index, choices) as model, self.waits.on(
                     f"held-out calibration on {self.n_calibration} sequences" + (" (ablated)" if choices else "")):
-                self._cache[key] = measure(model, self.held_out())
+                sums = {}  # per sequence, for the paired interval of an ablated model against the intact one
+                self._cache[key] = measure(model, self.held_out(), intervals=True, sums=sums)
+                self._cache[("held-out-sums", *key[1:])] = sums
         return self._cache[key]
+
+    def held_out_sums(self, index: int, choices: list[str]) -> dict:
+        """``calibration.measure``'s per-sequence sums of ``held_out_calibration(index, choices)``."""
+        self.held_out_calibration(index, choices)
+        return self._cache[("held-out-sums", index, tuple(sorted(choices)))]
 
     def held_out(self):
         """The held-out calibration batch, sampled once (every checkpoint shares the task)."""

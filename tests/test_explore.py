@@ -245,6 +245,8 @@ def test_end_to_end_in_chromium(server, browser, tmp_path):
     wait.until(lambda d: figure(d, "posterior")["data"][1]["z"] != before, message="posterior follows ablation")
     wait.until(lambda d: "intact model" in d.find_element(By.ID, "calibration-summary").text)
     assert browser.find_element(By.ID, "calibration-summary").text != summary
+    assert "sequences" in summary and "queries" in summary and "(95% " in summary  # numbers with their intervals
+    assert "MAE ablated / intact" in browser.find_element(By.ID, "calibration-summary").text
     assert figure(browser, "posterior")["data"][0]["z"] == bayes  # ablation changes the model, not Bayes
 
     # the screenshot is kept: in $EXPLORE_ARTIFACTS if set (CI sets it), else pytest's tmp folder; with
@@ -328,6 +330,37 @@ def test_the_download_holds_this_view_s_numbers_and_its_python_reproduces_them(r
         assert namespace["numbers"]["per_position"]["model_entropy_bits"] == pytest.approx(
             numbers["per_position"]["model_entropy_bits"], abs=1e-6)
         assert f"--ckpt {numbers['checkpoint']}" in numbers["python"]
+
+
+def test_the_calibration_summary_gives_each_number_its_interval_and_counts(run_dir):
+    from analyses.calibration import ratio_interval
+
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    tokens = explorer.sample(0)
+    intact, ablated = (explorer.held_out_calibration(1, c) for c in ([], ["H0.1"]))
+    text = explorer.posterior_views(1, tokens, 0, [])["summary"]
+    low, high = intact["intervals"]["entropy_mae_bits"]  # calibration's own interval, as the page shows it
+    assert "(20 sequences, 100 queries; 95% bootstrap intervals over the sequences)" in text
+    assert f"entropy MAE {intact['entropy_mae_bits']:.4f} bits (95% {low:.4f}-{high:.4f})" in text
+    assert "KL " in text and text.count("95% ") == 3
+    ratio = ratio_interval(explorer.held_out_sums(1, ["H0.1"]), explorer.held_out_sums(1, []))
+    text = explorer.posterior_views(1, tokens, 0, ["H0.1"])["summary"]
+    assert f"MAE ablated / intact {ablated['entropy_mae_bits'] / intact['entropy_mae_bits']:.3f}x " \
+           f"(95% {ratio[0]:.3f}-{ratio[1]:.3f}) (paired" in text and "intact model: entropy MAE" in text
+    assert ratio_interval(explorer.held_out_sums(1, []), explorer.held_out_sums(1, [])) == [1.0, 1.0]  # itself
+    assert explorer.numbers(1, tokens, 0, ["H0.1"])["held_out_mae_ratio_interval"] == ratio
+
+
+def test_the_patching_map_of_the_one_sequence_shown_says_it_has_no_interval(run_dir):
+    from interp.explore_patching import PatchingView, WindTunnelPairs, map_figure
+
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    source = WindTunnelPairs(explorer)
+    sequence = {"tokens": explorer.sample(0), "seed": 0}
+    result = PatchingView(source).computed(source.kinds[0], None, ((), (), "zero"), 1, sequence)
+    title = re.sub(r"</?sup>|<br>", " ", map_figure(*result[:5], source.subject).layout.title.text)  # as wrapped
+    assert "one input pair, computed exactly: no sample, so no interval" in " ".join(title.split())
+    assert "95%" not in title
 
 
 def test_ablated_views_draw_the_intact_model_beside_them(run_dir):
@@ -790,6 +823,8 @@ def test_ablated_posteriors_integer_ticks_the_hmm_path_and_the_head_ablation_map
     fig = explorer.ablation_map_view(1, "zero")
     title = " ".join(fig.layout.title.text.replace("<br>", " ").split())
     assert "20 sequences, seed 1234" in title and "interp run head-ablation uses 1,000 sequences unless given --n 20" in title
+    low, high = explorer.held_out_calibration(1, [])["intervals"]["entropy_mae_bits"]
+    assert f"the intact MAE's 95% interval {low:.4f}-{high:.4f} bits" in title
     from interp.explore_ablation import map_panel
     assert "on 20 held-out sequences" in str(map_panel(explorer.layout_info(1), 20, 1234).children[0].children)
     assert "interp run head-ablation --ckpt" in explorer.equivalent_code(1, tokens, 0, []) and \

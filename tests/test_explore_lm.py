@@ -124,6 +124,8 @@ def test_the_patching_panel_patches_drawn_prompts_and_a_click_draws_that_interve
     heat = shown["patch-map"]["figure"]["data"][0]
     assert heat["y"][0] == "resid before L0" and "L0H0" in heat["y"] and heat["x"][-1] == "all positions"
     assert "shown observation 1 flipped" in json.dumps(shown["patch-pair"]["children"])
+    # several prompts: the model's two answers on the Bayes scale with activation-patching's intervals over them
+    assert re.search(r"\(95% intervals over \d+ pairs\)", shown["patch-map"]["figure"]["layout"]["title"]["text"])
     assert answer(client, app, "patch-progress", dict(PATCH, **{"patch-shown.data": progress["patch-shown"]["data"]})) == {}
     other_pair = dict(PATCH, **{"seed.value": 4, "patch-shown.data": progress["patch-shown"]["data"]})
     assert answer(client, app, "patch-map<-patch-shown", other_pair) == {}  # a tab showing another pair: not its map
