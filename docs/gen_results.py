@@ -17,13 +17,16 @@ key in it, so a number on a page cannot drift from the file behind it:
   a value is compared as text); ``name["0.5"]`` names a key that holds a dot; ``name.max()``,
   ``name.min()`` and ``name.mean()`` are a list's largest, smallest and mean element; ``name[@labels=L2H3]`` indexes a list by where
   L2H3 sits in the list ``labels`` of an enclosing object (a patching map's row by its site's name);
-  ``[@labels=A;B]`` and ``[@labels=4..36]`` (labels from 4 to 36) pick several, the rest of the key applies to
+  ``[@labels=A;B]``, ``[@labels=4..36]`` (labels from 4 to 36), ``[run=a;b]`` and ``[*]`` (all) pick several, the rest of the key applies to
   each and a final ``.min()``, ``.max()`` or ``.mean()`` makes them one number (the ends of a range). An optional ``* K`` or
   ``/ K`` after the key scales the value (a percentage, a ratio to the paper's number);
 - the format: a Python format spec (``.3g``, ``#.3g`` keeps trailing zeros, ``.2%``, ``,``, ``.2e``)
   or one of FORMATS below; none: ``str(value)``.
 
-``tests/test_results_pages.py`` fails when a page and its template plus files disagree, when a
+A model card's note (models/pretrained/NAME/README.md below the trainer's lines) is rendered the same way from
+docs/results/src/cards/NAME.md.in.
+
+``tests/test_results_pages.py`` fails when a page or card and its template plus files disagree, when a
 placeholder names a file or key that does not exist, and when the rendered page has a placeholder left.
 """
 from __future__ import annotations
@@ -40,6 +43,11 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 SOURCES = RESULTS / "src"
 PAGES = ["index", "training", "interventions", "language-models", "geometry"]
+# A model card's note, the paragraphs below what the trainer writes (interp/pretrained.py model_card, checked against
+# run.json by tests/test_results_pages.py), is docs/results/src/cards/NAME.md.in filled the same way.
+CARDS = SOURCES / "cards"
+PRETRAINED = ROOT / "models" / "pretrained"
+TRAINER_END = "`metrics.jsonl` the whole training curve.\n\n"
 
 PLACEHOLDER = re.compile(r"\{\{\s*(?P<file>[^:{}]+?)\s*:\s*(?P<key>[^|{}]+?)\s*(?:\|\s*(?P<fmt>[^{}]*?)\s*)?\}\}")
 ALIAS = re.compile(r"^\{%\s*(?P<name>[A-Za-z_][\w-]*)\s*=\s*(?P<path>\S+)\s*%\}\n", re.M)
@@ -149,6 +157,8 @@ def _step(node, seg: str, seen: list, key: str, where: str):
         return _labelled(seg, node, seen, key, where)
     if seg.startswith("["):
         inner = seg[1:-1].strip()
+        if inner == "*" and isinstance(node, list):  # every element: a Fan
+            return Fan(node)
         if inner[:1] in "\"'":
             seg = inner.strip("\"'")
         elif re.fullmatch(r"-?\d+", inner):
@@ -214,8 +224,25 @@ def render(name: str) -> str:
     return render_text((SOURCES / f"{name}.md.in").read_text(), f"docs/results/src/{name}.md.in")
 
 
+def card_names() -> list[str]:
+    return sorted(path.name[:-len(".md.in")] for path in CARDS.glob("*.md.in"))
+
+
+def render_card(name: str) -> str:
+    """models/pretrained/NAME/README.md: the trainer's part as it is, then the note rendered from its template."""
+    card = (PRETRAINED / name / "README.md").read_text()
+    trainer, end, _ = card.partition(TRAINER_END)
+    if not end:
+        raise ResultError(f"models/pretrained/{name}/README.md has no trainer-written part ending {TRAINER_END!r}")
+    return trainer + end + render_text((CARDS / f"{name}.md.in").read_text(), f"docs/results/src/cards/{name}.md.in")
+
+
+def placeholders_in(template: str) -> list[str]:
+    return [m.group(0) for m in PLACEHOLDER.finditer(template)]
+
+
 def placeholders(name: str) -> list[str]:
-    return [m.group(0) for m in PLACEHOLDER.finditer((SOURCES / f"{name}.md.in").read_text())]
+    return placeholders_in((SOURCES / f"{name}.md.in").read_text())
 
 
 NUMBER = re.compile(r"(?<![\w.\-/])[−-]?\d[\d,]*(?:\.\d+)?(?:e[−-]?\d+)?%?")
@@ -238,22 +265,25 @@ def main(argv=None) -> int:
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--literal", action="store_true")
     args = parser.parse_args(argv)
-    stale = []
-    for name in PAGES:
-        page = RESULTS / f"{name}.md"
-        if args.literal:
+    if args.literal:
+        for name in PAGES:
             for line, number in literal_numbers(name):
                 print(f"docs/results/src/{name}.md.in:{line}: {number}")
+        return 0
+    outputs = ([(RESULTS / f"{name}.md", lambda name=name: render(name)) for name in PAGES]
+               + [(PRETRAINED / name / "README.md", lambda name=name: render_card(name)) for name in card_names()])
+    stale = []
+    for path, rendered in outputs:
+        text = rendered()
+        if path.read_text() == text:
             continue
-        text = render(name)
         if args.check:
-            if page.read_text() != text:
-                stale.append(name)
-        elif page.read_text() != text:
-            page.write_text(text)
-            print(f"wrote {page.relative_to(ROOT)}")
+            stale.append(str(path.relative_to(ROOT)))
+        else:
+            path.write_text(text)
+            print(f"wrote {path.relative_to(ROOT)}")
     if stale:
-        print("stale: " + ", ".join(f"docs/results/{n}.md" for n in stale) + " (edit docs/results/src/NAME.md.in, "
+        print("stale: " + ", ".join(stale) + " (edit its template under docs/results/src/, "
               "then run `python docs/gen_results.py`)", file=sys.stderr)
         return 1
     return 0
