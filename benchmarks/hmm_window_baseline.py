@@ -16,12 +16,16 @@ MAE in bits against the Bayes filter on the `cpu` preset's task (S=O=5, K=20), t
 
 ``--models`` (shipped names or run folders, on the same sequences) adds each model's error per
 observation position beside the windows' and writes figures/readme/hmm-window-baseline.{pdf,png}:
-a model whose error levels off beside the window-w curve remembers about w observations.
+a model whose error levels off beside the window-w curve remembers about w observations. ``--json PATH``
+writes the printed numbers there too, with the command (figures/readme/hmm-window-baseline.json).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import shlex
+import sys
 from pathlib import Path
 
 import torch
@@ -59,7 +63,10 @@ def main() -> None:
     parser.add_argument("--concentration", type=float, default=1.0,
                         help="Dirichlet concentration of the tables (smaller: peakier; the preset's is 1)")
     parser.add_argument("--models", nargs="*", default=[], help="shipped model names or run folders to compare")
+    parser.add_argument("--json", type=Path, help="also write the printed numbers here, with the command")
     args = parser.parse_args()
+    record = dict(command=shlex.join(["python", *sys.argv]), n=args.n, concentration=args.concentration,
+                  windows={}, models={})
     task = HMM(concentration=args.concentration)
     batch = task.sample(args.n, torch.Generator().manual_seed(0))
     T, E = batch.hypothesis["T"].double(), batch.hypothesis["E"].double()
@@ -74,6 +81,9 @@ def main() -> None:
                   for name, prior in priors.items()}
         print(f"| {w} | {errors['uniform'].mean():.4f} | {errors['stationary'].mean():.4f} | "
               f"{errors['stationary'][:, -1].mean():.4f} |")
+        record["windows"][str(w)] = dict(uniform=errors["uniform"].mean().item(),
+                                         stationary=errors["stationary"].mean().item(),
+                                         stationary_last=errors["stationary"][:, -1].mean().item())
         by_position[w] = errors["stationary"].mean(0)
     if args.models:
         import interp
@@ -88,7 +98,14 @@ def main() -> None:
             print(f"| {spec} | {error.mean():.4f} | {error[:, 0].mean():.4f} | {error[:, 1].mean():.4f} | "
                   f"{error[:, 4].mean():.4f} | {error[:, 4:].mean():.4f} |")
             by_position[spec] = error.mean(0)
+            record["models"][spec] = dict(mae=error.mean().item(), position_1=error[:, 0].mean().item(),
+                                          position_2=error[:, 1].mean().item(), position_5=error[:, 4].mean().item(),
+                                          positions_5_on=error[:, 4:].mean().item(),
+                                          per_position=error.mean(0).tolist())
         figure(by_position)
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {args.json}")
 
 
 def figure(by_position: dict) -> None:

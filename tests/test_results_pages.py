@@ -199,3 +199,14 @@ def test_the_geometry_pages_verdicts_follow_their_files():
         metrics = json.loads((readme / "em-dynamics" / series / "em-dynamics.json").read_text())["metrics"]
         assert not metrics["routing_settles_first"] and metrics["frame_settles_first"], series
         assert metrics["settling_steps"]["routing"] == metrics["settling_steps"]["precision"], series  # "both settle at"
+
+
+def test_the_hmm_models_sit_between_the_windows_the_page_says():
+    """docs/results/training.md: after the first positions "the LSTM is still on window 0, Mamba is between windows 1
+    and 2, and the transformer is between windows 2 and 3" (stationary prior), on the same sequences."""
+    record = json.loads((ROOT / "figures" / "readme" / "hmm-window-baseline.json").read_text())
+    window = {int(w): v["stationary"] for w, v in record["windows"].items()}
+    level = {name: m["positions_5_on"] for name, m in record["models"].items()}
+    assert window[1] < level["hmm-lstm-cpu"] and abs(level["hmm-lstm-cpu"] - window[0]) < abs(level["hmm-lstm-cpu"] - window[1])
+    assert window[2] < level["hmm-mamba-cpu"] < window[1]
+    assert window[3] < level["hmm-transformer-cpu"] < window[2]
