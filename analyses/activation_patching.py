@@ -69,13 +69,8 @@ def patch(model, options: dict, positions: str) -> Result:
     return Result("activation-patching", DEFINITION, metrics, {"sites-by-position": fig}, descriptions=DESCRIPTIONS)
 
 
-DESCRIPTIONS = {
-    "clean_on_bayes_scale": "the model's own clean answer on the Bayes scale (1 = Bayes's clean answer)",
-    "corrupted_on_bayes_scale": "the model's own corrupted answer on the Bayes scale (0 = Bayes's corrupted answer)",
-    "model_move_on_bayes_scale": "the model's clean minus its corrupted answer on the Bayes scale (Bayes moves 1)",
-    "n_sequences": "clean/corrupted pairs every score sums over",
-    "intervals": P.INTERVALS + "; strongest: per site, its strongest cell (chosen once, on all pairs)",
-}
+DESCRIPTIONS = P.DESCRIPTIONS | {
+    "intervals": P.INTERVALS + "; strongest: per site, its strongest cell (chosen once, on all pairs)"}
 
 
 def intervals(scorer: P.Scorer, best: list[dict], projected: dict) -> dict:

@@ -142,9 +142,7 @@ def attribute(model, options: dict, positions: str, exact: bool) -> Result:
     return Result("attribution-patching", DEFINITION, metrics, {"estimate": fig}, descriptions=DESCRIPTIONS)
 
 
-DESCRIPTIONS = {
-    "n_sequences": "clean/corrupted pairs every score sums over",
-    "model_move_on_bayes_scale": "the model's clean minus its corrupted answer on the Bayes scale (Bayes moves 1)",
+DESCRIPTIONS = P.DESCRIPTIONS | {
     "gaps_beyond_interval": "cells (of n_cells, with exact) whose gap estimate - measured has a 95% paired interval "
                             "over the pairs that excludes 0",
     "intervals": P.INTERVALS + "; mean_abs_gap, max_abs_gap: every cell's estimate and measurement from the same "

@@ -102,6 +102,13 @@ INTERVALS = ("95% percentile bootstrap intervals resampling the clean/corrupted 
              "score is a ratio of sums over the pairs, so each resample sums numerator and denominator anew; a "
              "comparison (gain: a patched answer minus the unpatched corrupted one on the same scale) resamples the "
              "same pairs for both, and differs is true when its interval excludes 0")
+DESCRIPTIONS = {  # the keys every patching analysis shares (``Scorer.baselines``), for its Result
+    "clean_on_bayes_scale": "the model's own clean answer on the Bayes scale (1 = Bayes's clean answer)",
+    "corrupted_on_bayes_scale": "the model's own corrupted answer on the Bayes scale (0 = Bayes's corrupted answer)",
+    "model_move_on_bayes_scale": "the model's clean minus its corrupted answer on the Bayes scale (Bayes moves 1)",
+    "n_sequences": "clean/corrupted pairs every score sums over",
+    "intervals": INTERVALS,
+}
 
 
 class Scorer:

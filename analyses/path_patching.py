@@ -144,11 +144,8 @@ def paths(model, options: dict) -> Result:
     return Result("path-patching", DEFINITION, metrics, {"senders-by-receivers": fig}, descriptions=DESCRIPTIONS)
 
 
-DESCRIPTIONS = {
-    "n_sequences": "clean/corrupted pairs every score sums over",
-    "model_move_on_bayes_scale": "the model's clean minus its corrupted answer on the Bayes scale (Bayes moves 1)",
-    "intervals": P.INTERVALS + "; strongest: the strongest path's (chosen once, on all pairs)",
-}
+DESCRIPTIONS = P.DESCRIPTIONS | {
+    "intervals": P.INTERVALS + "; strongest: the strongest path's (chosen once, on all pairs)"}
 
 
 def strongest(send, receive, grid) -> dict | None:
