@@ -189,8 +189,8 @@ def signals_of_sums(sums: torch.Tensor, n: int, positions: int, groups: list[str
     """``finish``'s numbers from summed ``per_sequence_columns`` [..., K, L, H] of ``n`` sequences of ``positions``
     tokens (one resample of the sequences, or all of them): per head, the layer means and the model means
     (over every layer and head) of SIGNALS, and per head the gradient share of each key group."""
-    per_head = dict(advantage_spread=sums[..., 0, :, :] / (n * positions), score_grad_norm=(sums[..., 1, :, :] / n).sqrt(),
-                    value_grad_norm=(sums[..., 2, :, :] / n).sqrt())
+    per_head = dict(advantage_spread=sums[..., 0, :, :] / (n * positions),
+                    score_grad_norm=(sums[..., 1, :, :] / n).sqrt(), value_grad_norm=(sums[..., 2, :, :] / n).sqrt())
     out = dict(per_head)
     out.update({f"layer_mean_{key}": value.mean(-1) for key, value in per_head.items()})
     out.update({f"model_mean_{key}": value.mean((-2, -1)) for key, value in per_head.items()})

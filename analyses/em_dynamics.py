@@ -47,8 +47,11 @@ def log10(values: list[float]) -> list[float]:
     return [math.log10(v) if v > 0 else -300.0 for v in values]
 
 
-def on_checkpoint_grid(steps: list[int], low: float, high: float) -> list[int]:
-    """[low, high] widened to the checkpoint steps that enclose it (a percentile may fall between two checkpoints)."""
+def on_checkpoint_grid(steps: list[int], low: float, high: float) -> list[int] | None:
+    """[low, high] widened to the checkpoint steps that enclose it (a percentile may fall between two checkpoints);
+    None when some resample had no settling step (a curve with a missing value)."""
+    if math.isnan(low) or math.isnan(high):
+        return None
     return [max((s for s in steps if s <= low + 1e-9), default=steps[0]),
             min((s for s in steps if s >= high - 1e-9), default=steps[-1])]
 
@@ -62,8 +65,9 @@ def curve_intervals(columns: torch.Tensor, steps: list[int], positions: int, gro
     def statistic(sums):
         signals = signals_of_sums(sums.reshape(len(sums), *columns.shape[1:]), n, positions, groups)
         curves = {name: signals[f"model_mean_{key}"] for name, key in CURVES}  # [resamples, checkpoints] each
-        settle = torch.tensor([[float(frame_precision.settling_step(steps, log10(row.tolist())) or math.nan)
-                                for row in curve] for curve in curves.values()], dtype=torch.float64).T
+        settle = torch.tensor([[math.nan if step is None else float(step) for step in
+                                (frame_precision.settling_step(steps, log10(row.tolist())) for row in curve)]
+                               for curve in curves.values()], dtype=torch.float64).T  # step 0 is a step, None is not
         share["routing_first"] = float((settle[:, 0] < settle[:, 1]).double().mean())
         return torch.cat([*curves.values(), curves["routing_signal"] / curves["precision_signal"], settle], 1)
 

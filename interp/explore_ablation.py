@@ -96,7 +96,8 @@ class AblationViews:
                     fig.update_layout(width=None, title_text=fig.layout.title.text.replace("</sup>", "") + (
                         f", seed {self.seed}; the intact MAE's 95% interval {low:.4f}-{high:.4f} bits, each "
                         f"cell's paired 95% interval in its hover; interp run head-ablation uses "
-                        f"{cli_default_n():,} sequences unless given --n {self.n_calibration} --seed {self.seed}</sup>"))
+                        f"{cli_default_n():,} sequences unless given --n {self.n_calibration} "
+                        f"--seed {self.seed}</sup>"))
                 self._cache[key] = result.figures
         return self._cache[key][f"{kind}-ablation"]
 

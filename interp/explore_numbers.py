@@ -60,7 +60,8 @@ class NumbersViews:
                  f"model = interp.load({ckpt!r})",
                  f"batch = {sequence}"]
         body = ["numbers = measure(model, batch)  # this sequence; ['per_position'] holds the entropy curves",
-                f"held_out = measure(model, held_out_batch(model.task, {self.n_calibration}, {self.seed}), intervals=True)"
+                f"held_out = measure(model, held_out_batch(model.task, {self.n_calibration}, {self.seed}), "
+                f"intervals=True)"
                 f"  # held-out calibration, ['intervals'] its 95% bootstrap intervals over the sequences"]
         if discrete:
             body.append("probs = answer_probs(model, batch.tokens)[0]  # the answer distribution at every position")

@@ -80,8 +80,8 @@ class PosteriorViews:
         sequences and how many sequences and queries; with ablations, the intact model's and the paired interval
         of MAE ablated / intact (``calibration.ratio_interval``, as head- and layer-ablation report it)."""
         def numbers(m):
-            return (f"entropy MAE {with_interval(m['entropy_mae_bits'], m['intervals']['entropy_mae_bits'], unit=' bits')}, "
-                    f"KL {with_interval(m['kl_bits'], m['intervals']['kl_bits'], unit=' bits')}")
+            mae, kl = ((m[key], m["intervals"][key]) for key in ("entropy_mae_bits", "kl_bits"))
+            return f"entropy MAE {with_interval(*mae, unit=' bits')}, KL {with_interval(*kl, unit=' bits')}"
 
         held_out = self.held_out_calibration(index, choices)
         text = (f"held-out calibration ({held_out['n_sequences']:,} sequences, {held_out['n_queries']:,} queries; "
@@ -90,9 +90,11 @@ class PosteriorViews:
             return text
         intact = self.held_out_calibration(index, [])
         ratio = ratio_interval(self.held_out_sums(index, choices), self.held_out_sums(index, []))
-        shown = (f"; MAE ablated / intact {with_interval(held_out['entropy_mae_bits'] / intact['entropy_mae_bits'], ratio, 3, 'x')} "
-                 f"(paired over the same sequences)" if ratio else "")
-        return text + f"; intact model: {numbers(intact)}" + shown
+        text += f"; intact model: {numbers(intact)}"
+        if not ratio:  # the intact model is exact: no ratio
+            return text
+        times = held_out["entropy_mae_bits"] / intact["entropy_mae_bits"]
+        return text + f"; MAE ablated / intact {with_interval(times, ratio, 3, 'x')} (paired over the same sequences)"
 
     def predictive_figure(self, batch, predictive: list[torch.Tensor], tokens: list) -> go.Figure:
         """A continuous task: the model's predictive mean +- one sigma beside the exact Bayes predictive."""

@@ -127,7 +127,7 @@ def em_columns(routing_falls_at: int, precision_falls_at: int, n: int = 40, step
 def test_settling_steps_are_resampled_with_the_curves_and_the_share_says_how_firm_the_order_is():
     steps = [0, 100, 200, 300, 400, 500, 600, 700]
     intervals, share = em_dynamics.curve_intervals(em_columns(2, 6), steps, positions=1, groups=["self"])
-    assert intervals["settling_steps"]["routing"] == [200, 200] and intervals["settling_steps"]["precision"] == [600, 600]
+    assert intervals["settling_steps"] == dict(routing=[200, 200], precision=[600, 600], score_gradient=[0, 0])
     assert share == 1.0
     assert em_dynamics.curve_intervals(em_columns(6, 2), steps, 1, ["self"])[1] == 0.0
     routing = intervals["routing_signal"]
@@ -153,7 +153,7 @@ def test_length_generalization_states_its_intervals_and_counts():
     model = models.build("transformer", task, config=dict(d_model=16, n_layers=2, n_heads=2, n_ctx=64), seed=0).eval()
     m = analyses.run("length-generalization", model, lengths="6,9", n=30, seed=1).metrics
     longer = m["lengths"]["9"]
-    assert longer["n_sequences"] == 30 and longer["n_queries"] == 30 * 9 and longer["n_beyond_training_queries"] == 30 * 3
+    assert (longer["n_sequences"], longer["n_queries"], longer["n_beyond_training_queries"]) == (30, 30 * 9, 30 * 3)
     for key in ("entropy_mae_bits", "kl_bits", "beyond_training_mae_bits"):
         low, high = longer["intervals"][key]
         assert low <= longer[key] <= high, key
