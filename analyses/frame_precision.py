@@ -13,6 +13,7 @@ from plotly.subplots import make_subplots
 
 from models.base import act_name
 
+from . import style
 from .base import Analysis, AnalysisError, Result, bootstrap_sums, eval_batch, n_option, readout_r2, seed_option
 from .calibration import measure
 from .key_orthogonality import key_vectors
@@ -325,11 +326,7 @@ def _curve(fig, steps, values, name, color, row=None, dash=None, width=2, unit="
 
 def _band(fig, steps, bounds, name, color, row=None):
     """A shaded 95% band over the checkpoints, from per-checkpoint [low, high] intervals."""
-    kwargs = dict(row=row, col=1) if row else {}
-    x = plot_x(steps)
-    fig.add_scatter(x=x + x[::-1], y=[b[1] for b in bounds] + [b[0] for b in bounds][::-1], fill="toself",
-                    mode="lines", line=dict(width=0), fillcolor=color, opacity=0.25, hoverinfo="skip",
-                    name=f"{name}: 95% band", legendgroup=name, showlegend=False, **kwargs)
+    style.interval_band(fig, plot_x(steps), bounds, color, group=name, **(dict(row=row, col=1) if row else {}))
 
 
 def _band_note(metrics: dict) -> str:
