@@ -427,12 +427,14 @@ def bootstrap_sums(per_sequence: torch.Tensor, statistic: Callable[[torch.Tensor
     interval) or to [resamples, m] (m intervals, a list of [low, high]): the sums are one matrix product, so many
     numbers cost one resampling."""
     values = statistic(resampled_sums(per_sequence, resamples, seed))
-    if values.dim() == 1:
-        return _percentile_interval(values, level)
     tail = (1 - level) / 2
     q = torch.tensor([tail, 1 - tail], dtype=torch.float64)
-    # torch.quantile refuses inputs past 2^24 elements: a few thousand columns at a time
-    return torch.cat([torch.quantile(part, q, dim=0) for part in values.split(4096, dim=1)], dim=1).T.tolist()
+    # A resample can leave a number undefined (0/0: a mean over a subset of the sequences that drew none of
+    # them); it is left out of that number's percentiles rather than making the whole interval NaN.
+    if values.dim() == 1:
+        return torch.nanquantile(values, q).tolist()
+    # torch's quantiles refuse inputs past 2^24 elements: a few thousand columns at a time
+    return torch.cat([torch.nanquantile(part, q, dim=0) for part in values.split(4096, dim=1)], dim=1).T.tolist()
 
 
 def resampled_sums(per_sequence: torch.Tensor, resamples: int = 2000, seed: int = 0) -> torch.Tensor:

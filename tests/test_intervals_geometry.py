@@ -62,6 +62,16 @@ def test_weighted_mean_intervals_average_each_column_over_its_prompts():
     assert both[0] >= 1.0 and both[1] <= 3.0
 
 
+def test_a_mean_over_a_rare_subset_stays_finite_when_some_resamples_miss_it():
+    """A column averaged over 2 prompts of 60 (a number of shots with few prompts): about 1 resample in 8 draws
+    neither, a 0/0 that is left out of that column's percentiles, not an interval of NaN."""
+    values = torch.arange(60, dtype=torch.float64)[:, None].expand(60, 2)
+    weights = torch.ones(60, 2)
+    weights[2:, 0] = 0  # column 0: prompts 0 and 1 only
+    rare, every = activations.mean_intervals(values, prompt_set(60), weights)
+    assert rare == [0.0, 1.0] and all(np.isfinite(every))
+
+
 # -- key-orthogonality on language models --------------------------------------------------------------
 def test_key_orthogonality_difference_of_a_model_with_itself_is_zero():
     scores = torch.rand(60, 2, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
