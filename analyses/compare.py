@@ -14,6 +14,7 @@ import tasks
 from .base import (Analysis, AnalysisError, Option, Result, bootstrap_difference, budget_text, eval_batch, n_option,
                    read_result, seed_option, training_budget)
 from .calibration import measure
+from .style import error_bars
 
 def primitives() -> dict[str, tuple]:
     """primitive -> (task, metric, direction, threshold), from the tasks' own declarations."""
@@ -146,21 +147,16 @@ def bar_figure(rows: list[dict]) -> go.Figure:
     labels = [r["run"] if r["task"] in r["run"] and r["arch"] in r["run"] else f"{r['run']} ({r['task']}/{r['arch']})"
               for r in rows]
     fig = go.Figure()
-    def spread(metric: str, above: bool) -> list[float]:  # error bar lengths; 0 where a run has no such number
-        bars = []
-        for r in rows:
-            low, high = r.get("intervals", {}).get(metric) or (None, None)
-            bars.append(0 if r.get(metric) is None or low is None else (high - r[metric] if above else r[metric] - low))
-        return bars
+    def bars(metric: str) -> dict:  # none where a run has no such number (regression has no accuracy)
+        return error_bars([r.get(metric) for r in rows], [r.get("intervals", {}).get(metric) for r in rows])
 
     fig.add_bar(x=labels, y=[r["entropy_mae_bits"] for r in rows], name="entropy MAE (bits)", offsetgroup="mae",
-                error_y=dict(type="data", symmetric=False, array=spread("entropy_mae_bits", 1),
-                             arrayminus=spread("entropy_mae_bits", 0)),
+                error_y=bars("entropy_mae_bits"),
                 customdata=[[r["kl_bits"], r["n_params"]] for r in rows],
                 hovertemplate="%{x}<br>MAE %{y:.4g} bits<br>KL %{customdata[0]:.4g} bits"
                               "<br>%{customdata[1]:,} params<extra></extra>")
     fig.add_bar(x=labels, y=[r["accuracy"] for r in rows], name="accuracy", yaxis="y2", offsetgroup="accuracy",
-                error_y=dict(type="data", symmetric=False, array=spread("accuracy", 1), arrayminus=spread("accuracy", 0)))
+                error_y=bars("accuracy"))
     fig.update_layout(title="Calibration of each run on its own task", barmode="group", 
                       xaxis_title="run",
                       yaxis=dict(title="entropy MAE (bits, log)", type="log"),

@@ -161,10 +161,8 @@ def slot_figure(per_slot: list, threshold: float, task_name: str) -> go.Figure:
 
 def size_figure(by_size: dict, trained: tuple[int, int], threshold: float, intervals: dict | None = None) -> go.Figure:
     fig = go.Figure()
-    low_high = [(intervals or {}).get(k, [v, v]) for k, v in by_size.items()]
     fig.add_scatter(x=[int(k) for k in by_size], y=list(by_size.values()), mode="lines+markers", name="model",
-                    error_y=dict(type="data", symmetric=False, array=[hi - v for (_, hi), v in zip(low_high, by_size.values())],
-                                 arrayminus=[v - lo for (lo, _), v in zip(low_high, by_size.values())]))
+                    error_y=style.error_bars(list(by_size.values()), [(intervals or {}).get(k) for k in by_size]))
     sizes = [int(k) for k in by_size] + list(trained)
     fig.update_layout(title="Accuracy by table size (same length: empty slots are filler)", xaxis_type="log",
                       xaxis_range=[math.log10(min(sizes)) - 0.1, math.log10(max(sizes)) + 0.1],  # log10 units

@@ -39,6 +39,7 @@ from . import activations
 from .base import Analysis, AnalysisError, Option, Result, bootstrap_difference, bootstrap_interval, eval_batch, \
     n_option, seed_option
 from .logit_lens import compare
+from .style import error_bars
 
 KEYS = ("kl_bits", "entropy_mae_bits", "agreement")
 CHUNK = 64  # fitting sequences per forward pass (the backward passes hold its graph)
@@ -286,11 +287,9 @@ def layer_figure(metrics: dict, where: str) -> go.Figure:
     colours = {"jacobian": "#d62728", "logit": "#1f77b4"}
     for lens, label in (("jacobian", "Jacobian lens"), ("logit", "logit lens")):
         m = metrics[lens]
-        lows = [(v - i[0]) if v is not None and i[0] == i[0] else 0 for v, i in zip(m["kl_bits"], m["kl_bits_interval"])]
-        highs = [(i[1] - v) if v is not None and i[1] == i[1] else 0 for v, i in zip(m["kl_bits"], m["kl_bits_interval"])]
         fig.add_scatter(x=layers, y=m["kl_bits"], mode="lines+markers", name=f"{label}: KL",
                         line=dict(color=colours[lens]), row=1, col=1,
-                        error_y=dict(type="data", symmetric=False, array=highs, arrayminus=lows))
+                        error_y=error_bars(m["kl_bits"], m["kl_bits_interval"]))
         fig.add_scatter(x=layers, y=m["entropy_mae_bits"], mode="lines+markers", name=f"{label}: entropy MAE",
                         line=dict(color=colours[lens], dash="dot"), row=1, col=1)
         fig.add_scatter(x=layers, y=m["agreement"], mode="lines+markers", name=f"{label}: agreement",

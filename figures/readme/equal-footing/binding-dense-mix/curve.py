@@ -60,9 +60,7 @@ def figure(data: dict) -> go.Figure:
             y = [p["accuracy"][n] for p in points]
             fig.add_scatter(x=x, y=y, mode="lines+markers", name=f"{name}, {n} pairs", row=1, col=1,
                             line=dict(color=colour, dash=dashes[n]), legendgroup=run,
-                            error_y=dict(type="data", symmetric=False,
-                                         array=[p["interval"][n][1] - v for p, v in zip(points, y)],
-                                         arrayminus=[v - p["interval"][n][0] for p, v in zip(points, y)]))
+                            error_y=style.error_bars(y, [p["interval"][n] for p in points]))
         x, y = data[run]["loss"]
         fig.add_scatter(x=x, y=y, mode="lines", name=f"{name}, loss", row=1, col=2, line=dict(color=colour),
                         legendgroup=run)
