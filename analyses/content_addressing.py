@@ -79,14 +79,16 @@ def bound_accuracy(model, task, n: int, seed: int, chunk: int = 256) -> dict:
 
 
 def measured_task(model, settings: str):
-    """The model's task, or that task with ``settings`` ("queries=3,gap=16") changed, same vocabulary."""
+    """The model's task, or that task with ``settings`` ("queries=3,gap=16,ask=random") changed, same
+    vocabulary. A value is an integer or a word (a setting such as recall's ``ask`` takes a name)."""
     task = model.task
     for part in (p for p in settings.split(",") if p.strip()):
-        key, _, value = part.partition("=")
-        if not value.strip().lstrip("-").isdigit():
-            raise AnalysisError(f"--task must be KEY=INTEGER pairs separated by commas, got {settings!r}")
+        key, _, value = (s.strip() for s in part.partition("="))
+        if not key or not (value.lstrip("-").isdigit() or value.isidentifier()):
+            raise AnalysisError(f"--task must be KEY=VALUE pairs (an integer or a word) separated by commas, "
+                                f"e.g. queries=3,ask=random, got {settings!r}")
         try:
-            task = task.vary(key.strip(), int(value))
+            task = task.vary(key, int(value) if value.lstrip("-").isdigit() else value)
         except ConfigError as err:
             raise AnalysisError(f"--task {part.strip()}: {err}") from None
     reason = unmeasurable(model.task, task, model.cfg.n_ctx if model.positions else None)
@@ -179,7 +181,7 @@ ANALYSIS = Analysis(
     options=(Option("sizes", "", "comma-separated table sizes to test (default: powers of two and the full table)"),
              Option("queries", "", "comma-separated query counts (default: 1, trained, 2x and 4x trained)"),
              Option("threshold", 0.95, "accuracy a content-addressed lookup must reach everywhere", low=0.0, high=1.0),
-             Option("task", "", "measure on the model's task with these settings changed, e.g. queries=3,gap=16 "
-                                "(the same vocabulary; default: the task as trained)"),
+             Option("task", "", "measure on the model's task with these settings changed, e.g. "
+                                "queries=3,gap=16,ask=random (the same vocabulary; default: the task as trained)"),
              n_option(2048), seed_option()),
     requires=("table",), order=3)

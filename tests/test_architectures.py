@@ -24,7 +24,7 @@ def scan_inputs(seed=0, batch=3, T=7, E=5, N=4):
 
 def values_and_grads(fn, inputs, seed=1):
     y, h = fn(*inputs)
-    weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(y.dtype)
+    weights = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(y)  # y's device too (CUDA in the GPU tests)
     return [y.detach(), None if h is None else h.detach(), *torch.autograd.grad((y * weights).sum(), inputs)]
 
 

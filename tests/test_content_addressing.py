@@ -94,6 +94,7 @@ def test_measured_on_another_layout_of_the_same_task():
     assert m["measured_task"]["queries"] == 1 and m["task_changes"] == "queries=1" and m["per_slot_min"] == 1.0
     for settings, message in (("n_keys=64", "changes the vocabulary"), ("depth=3", "has no setting 'depth'"),
                               ("queries=9", "needs 101 positions; the model has n_ctx=73"),
-                              ("queries", "must be KEY=INTEGER pairs")):
+                              ("queries", "must be KEY=VALUE pairs"), ("ask=every one", "must be KEY=VALUE pairs"),
+                              ("ask=sometimes", "--task ask=sometimes: ")):
         with pytest.raises(AnalysisError, match=message):
             analyses.run("content-addressing", TableReader(task), task=settings)
