@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
-# The binding runs: Mamba (token shift 3, weight decay and RMSNorm eps as mamba-ssm trains) and the plain
-# transformer (no shift), each on one thread, on a mixture of dense tables (every stored key queried, no gap;
-# 8, 16, 32 and 64 pairs) and the paper's own format, 100,000 x 64 sequences (zoology's budget). Evaluation
-# stays the paper's format. Run from the repository root; run it again to resume both (RUNS: where they live).
+# The binding runs, each on one thread, on a mixture of dense tables (every stored key queried, no gap; 8, 16,
+# 32 and 64 pairs) and the paper's own format, 100,000 x 64 sequences planned (zoology's budget). Evaluation
+# stays the paper's format. Run from the repository root; run it again to resume them (RUNS: where they live).
+#   bind-mamba-dense-mix-from8: Mamba (token shift 3, weight decay and RMSNorm eps as mamba-ssm trains), lr 1.6e-3,
+#     started from the learning-rate probe's Mamba that binds 8-pair tables (binding-lr-probe/, trained on a GPU);
+#   bind-transformer-plain-dense-mix: the plain transformer (no shift), lr 1e-3, from scratch;
+#   bind-mamba-dense-mix (MAMBA_FROM_SCRATCH=1): the same Mamba from scratch at lr 1e-3, stopped at step 9,500,
+#     its 8-pair tables still at chance (the probe found lr 1e-3 too low to start binding).
 set -u
 RUNS=${RUNS:-runs}
 export OMP_NUM_THREADS=1
 MIX='[[100000, [{"N":8,"slots":8,"fillers":4,"queries":8,"gap":0,"ask":"every"},{"N":16,"slots":16,"fillers":8,"queries":16,"gap":0,"ask":"every"},{"N":32,"slots":32,"fillers":16,"queries":32,"gap":0,"ask":"every"},{"queries":64,"gap":0,"ask":"every"},{}]]]'
+MAMBA="--arch mamba -M ssm_weight_decay=false -M norm_eps=1e-5"
 run() {  # name, then interp train options
   local name=$1; shift
   if [ -e "$RUNS/$name/run.json" ]; then
     interp train --resume --out "$RUNS/$name" >> "$RUNS/$name.log" 2>&1
   else
     mkdir -p "$RUNS"
-    interp train --task recall --steps 100000 --batch-size 64 --lr 1e-3 --warmup 1000 --eval-every 1000 \
+    interp train --task recall --steps 100000 --batch-size 64 --warmup 1000 --eval-every 1000 \
       --eval-size 512 --curriculum "$MIX" --out "$RUNS/$name" "$@" >> "$RUNS/$name.log" 2>&1
   fi
 }
-run bind-mamba-dense-mix --arch mamba -M ssm_weight_decay=false -M norm_eps=1e-5 &
-run bind-transformer-plain-dense-mix --arch transformer -M shift=null -M n_ctx=480 &
+if [ "${MAMBA_FROM_SCRATCH:-0}" = 1 ]; then
+  run bind-mamba-dense-mix $MAMBA --lr 1e-3 &
+fi
+run bind-mamba-dense-mix-from8 $MAMBA --lr 1.6e-3 \
+  --init figures/readme/equal-footing/binding-lr-probe/mamba-lr3.2e-3/step-00005000.safetensors &
+run bind-transformer-plain-dense-mix --arch transformer -M shift=null -M n_ctx=480 --lr 1e-3 &
 wait

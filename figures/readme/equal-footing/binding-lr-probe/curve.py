@@ -1,0 +1,72 @@
+"""Binding's learning-rate probe as curves: held-out accuracy on the 8-pair dense cell (tables of 1-8 pairs
+from pools of 256 keys and 256 values, every bound key queried) against training sequences, for Mamba (token
+shift 3) and the plain transformer at three learning rates, with chance (a value of the table, 1/n,
+averaged over the table sizes 1-8: H_8 / 8), and their training loss.
+
+Reads the runs' records in this folder (``<arch>-lr<lr>/metrics.jsonl`` and ``run.json``, from ``go.sh`` on a
+lent H100) and writes ``curve.pdf``, ``curve.png`` and ``curve.json`` (the plotted numbers):
+
+    python figures/readme/equal-footing/binding-lr-probe/curve.py
+"""
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from analyses import style
+from interp.export import figure_image, figure_pdf
+from interp.files import atomic_write_bytes, atomic_write_json
+
+HERE = Path(__file__).resolve().parent
+ARCHS = {"mamba": ("Mamba", "#636efa"), "transformer": ("plain transformer", "#ef553b")}
+LRS = {"3.2e-4": "dot", "1e-3": "dash", "3.2e-3": "solid"}
+CHANCE = sum(1 / n for n in range(1, 9)) / 8  # a random value of the table, tables of 1..8 pairs equally often
+
+
+def curves(run: str, every: int = 250) -> dict:
+    """Held-out accuracy at every evaluation, and the training loss averaged over windows of ``every`` steps."""
+    batch = json.loads((HERE / run / "run.json").read_text())["train"]["batch_size"]
+    rows = [json.loads(line) for line in (HERE / run / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if "eval_accuracy" in r]
+    windows: dict[int, list[float]] = {}
+    for r in rows:
+        windows.setdefault((r["step"] - 1) // every, []).append(r["loss"])
+    return dict(batch=batch, sequences=[r["step"] * batch for r in evals], accuracy=[r["eval_accuracy"] for r in evals],
+                loss_sequences=[(k + 1) * every * batch for k in sorted(windows)],
+                loss=[sum(windows[k]) / len(windows[k]) for k in sorted(windows)])
+
+
+def figure(data: dict) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, column_widths=[0.55, 0.45],
+                        subplot_titles=("held-out accuracy (grey: chance, a value of the table)", "training loss"))
+    for run, d in data.items():
+        arch, lr = run.split("-lr")
+        name, colour = ARCHS[arch]
+        line = dict(color=colour, dash=LRS[lr])
+        fig.add_scatter(x=d["sequences"], y=d["accuracy"], mode="lines", name=f"{name}, lr {lr}", row=1, col=1,
+                        line=line, legendgroup=run)
+        fig.add_scatter(x=d["loss_sequences"], y=d["loss"], mode="lines", row=1, col=2, line=line, legendgroup=run,
+                        showlegend=False)
+    fig.add_hline(y=CHANCE, line=dict(color="grey", dash="dash", width=1), row=1, col=1)
+    fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=1, col=1)
+    fig.update_yaxes(title_text="cross-entropy (nats, log)", type="log", row=1, col=2)
+    fig.update_xaxes(title_text="training sequences", tickformat="~s")
+    fig.update_layout(title="Binding's learning-rate probe: 8-pair dense tables, batch 256, one H100<br><sup>accuracy "
+                            "on 512 held-out sequences (8 queries each) every 250 steps; loss: mean of each 250 steps"
+                            "</sup>", width=1200, height=480)
+    return style.apply(fig)
+
+
+def main() -> None:
+    data = {f"{arch}-lr{lr}": curves(f"{arch}-lr{lr}") for arch in ARCHS for lr in LRS}
+    fig = figure(data)
+    atomic_write_bytes(HERE / "curve.pdf", figure_pdf(fig))
+    atomic_write_bytes(HERE / "curve.png", figure_image(fig, "png"))
+    atomic_write_json(HERE / "curve.json", dict(chance=CHANCE, runs=data))
+    for run, d in data.items():
+        print(f"{run}: {d['sequences'][-1]:,} sequences, accuracy {d['accuracy'][-1]:.1%} (chance {CHANCE:.1%})")
+
+
+if __name__ == "__main__":
+    main()
