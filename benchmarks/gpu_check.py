@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_check.py [--batch 1024] [--device cuda]
 
+0. every dependency in pyproject.toml importable (what is missing makes the tests below fail to start);
 1. the CUDA tests: ``pytest -k cuda`` on tests/test_gpu_path.py and tests/test_architectures.py, and the
    device cases of tests/test_bad_inputs.py (its workspace trains on the CPU by name);
 2. every shipped model (models/pretrained/*) on the CPU and on CUDA: ``interp.load``, then
@@ -62,6 +63,23 @@ class Summary:
         for check, result, ok in self.rows:
             print(f"{'ok  ' if ok else 'FAIL'} {check:<{width}}  {result}")
         return all(ok for _, _, ok in self.rows)
+
+
+# pyproject's dependencies as the modules they import under (a GPU machine with the project installed has
+# them all; one where the tree was copied beside a ready-made torch may not, and the tests then fail to start)
+MODULES = {"transformer-lens": "transformer_lens", "scikit-learn": "sklearn"}
+
+
+def dependencies(summary: Summary) -> None:
+    import importlib.util
+    import re
+    import tomllib
+
+    wanted = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    names = [re.match(r"[A-Za-z0-9_.-]+", w).group(0) for w in wanted]
+    missing = [n for n in names if importlib.util.find_spec(MODULES.get(n, n.replace("-", "_"))) is None]
+    summary.add("dependencies", f"missing: {', '.join(missing)} (pip install -e .)" if missing else
+                f"all {len(names)} importable", ok=not missing)
 
 
 def cuda_tests(summary: Summary) -> None:
@@ -170,6 +188,7 @@ def main() -> int:
         return 0
     sys.path.insert(0, str(Path(__file__).parent))  # scan_speed and step_profile, beside this file
     summary = Summary()
+    summary.run("dependencies", dependencies)
     summary.run("CUDA tests", cuda_tests)
     summary.run("shipped models on CPU and CUDA", shipped_models, args.device)
     summary.run("parallel scan", parallel_scan, args.device, args.batch)

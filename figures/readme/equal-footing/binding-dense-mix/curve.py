@@ -19,7 +19,10 @@ from interp.export import figure_image, figure_pdf
 from interp.files import atomic_write_bytes, atomic_write_json
 
 HERE = Path(__file__).resolve().parent
-RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer", "#ef553b")}
+RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer", "#ef553b"),
+        # the same recipe started from the learning-rate probe's Mamba (../binding-lr-probe/, 1.28M sequences
+        # of 8-pair tables on a GPU before this run's first): its sequences count from its own start
+        "mamba-from8": ("Mamba from the probe's model", "#00cc96")}
 SIZES = (64, 16, 4)  # pairs per table, as measured (the paper's format holds 64)
 
 
@@ -53,15 +56,15 @@ def figure(data: dict) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, column_widths=[0.55, 0.45],
                         subplot_titles=("accuracy by table size (grey: chance, 1/n)", "training loss"))
     dashes = {64: "solid", 16: "dash", 4: "dot"}
-    for run, (name, colour) in RUNS.items():
-        points = data[run]["measured"]
+    for run, d in data.items():
+        (name, colour), points = RUNS[run], d["measured"]
         for n in SIZES:
             x = [p["sequences"] for p in points]
             y = [p["accuracy"][n] for p in points]
             fig.add_scatter(x=x, y=y, mode="lines+markers", name=f"{name}, {n} pairs", row=1, col=1,
                             line=dict(color=colour, dash=dashes[n]), legendgroup=run,
                             error_y=style.error_bars(y, [p["interval"][n] for p in points]))
-        x, y = data[run]["loss"]
+        x, y = d["loss"]
         fig.add_scatter(x=x, y=y, mode="lines", name=f"{name}, loss", row=1, col=2, line=dict(color=colour),
                         legendgroup=run)
     for n in SIZES:
@@ -77,7 +80,7 @@ def figure(data: dict) -> go.Figure:
 
 
 def main() -> None:
-    data = {run: dict(measured=measurements(run), loss=loss_curve(run)) for run in RUNS}
+    data = {run: dict(measured=measurements(run), loss=loss_curve(run)) for run in RUNS if (HERE / run).is_dir()}
     fig = figure(data)
     atomic_write_bytes(HERE / "curve.pdf", figure_pdf(fig))
     atomic_write_bytes(HERE / "curve.png", figure_image(fig, "png"))

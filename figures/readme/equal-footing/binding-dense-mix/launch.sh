@@ -19,7 +19,7 @@ run() {  # name, then interp train options
   else
     mkdir -p "$RUNS"
     interp train --task recall --steps 100000 --batch-size 64 --warmup 1000 --eval-every 1000 \
-      --eval-size 512 --curriculum "$MIX" --out "$RUNS/$name" "$@" >> "$RUNS/$name.log" 2>&1
+      --eval-size 512 --checkpoint-every 1000 --curriculum "$MIX" --out "$RUNS/$name" "$@" >> "$RUNS/$name.log" 2>&1
   fi
 }
 if [ "${MAMBA_FROM_SCRATCH:-0}" = 1 ]; then
