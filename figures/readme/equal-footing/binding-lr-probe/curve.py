@@ -1,10 +1,10 @@
 """Binding's learning-rate probe as curves: held-out accuracy on the 8-pair dense cell (tables of 1-8 pairs
-from pools of 256 keys and 256 values, every bound key queried) against training sequences, for Mamba (token
-shift 3) and the plain transformer at three learning rates, with chance (a value of the table, 1/n,
-averaged over the table sizes 1-8: H_8 / 8), and their training loss.
+from pools of 256 keys and 256 values, every bound key queried) against training sequences, for every
+probed architecture and learning rate, with chance (a value of the table, 1/n, averaged over the table sizes
+1-8: H_8 / 8), and their training loss.
 
-Reads the runs' records in this folder (``<arch>-lr<lr>/metrics.jsonl`` and ``run.json``, from ``go.sh`` on a
-lent H100) and writes ``curve.pdf``, ``curve.png`` and ``curve.json`` (the plotted numbers):
+Reads the runs' records in this folder (``<arch>-lr<lr>/metrics.jsonl`` and ``run.json``, from ``go.sh`` and
+``go2.sh`` on a lent H100) and writes ``curve.pdf``, ``curve.png`` and ``curve.json`` (the plotted numbers):
 
     python figures/readme/equal-footing/binding-lr-probe/curve.py
 """
@@ -19,8 +19,10 @@ from interp.export import figure_image, figure_pdf
 from interp.files import atomic_write_bytes, atomic_write_json
 
 HERE = Path(__file__).resolve().parent
-ARCHS = {"mamba": ("Mamba", "#636efa"), "transformer": ("plain transformer", "#ef553b")}
-LRS = {"3.2e-4": "dot", "1e-3": "dash", "3.2e-3": "solid"}
+ARCHS = {"mamba": ("Mamba, shift 3", "#636efa"), "mamba-noshift": ("Mamba, its conv alone", "#19d3f3"),
+         "transformer": ("plain transformer", "#ef553b"), "transformer-shift": ("transformer, shift 3", "#ab63fa"),
+         "lstm": ("LSTM", "#00cc96")}
+LRS = {"3.2e-4": "dot", "1e-3": "dash", "3.2e-3": "solid", "1e-2": "dashdot"}
 CHANCE = sum(1 / n for n in range(1, 9)) / 8  # a random value of the table, tables of 1..8 pairs equally often
 
 
@@ -53,13 +55,14 @@ def figure(data: dict) -> go.Figure:
     fig.update_yaxes(title_text="cross-entropy (nats, log)", type="log", row=1, col=2)
     fig.update_xaxes(title_text="training sequences", tickformat="~s")
     fig.update_layout(title="Binding's learning-rate probe: 8-pair dense tables, batch 256, one H100<br><sup>accuracy "
-                            "on 512 held-out sequences (8 queries each) every 250 steps; loss: mean of each 250 steps"
-                            "</sup>", width=1200, height=480)
+                            "on 512 held-out sequences (8 queries each) every 100-250 steps; loss: mean of each 250 "
+                            "steps</sup>", width=1300, height=640)
     return style.apply(fig)
 
 
 def main() -> None:
-    data = {f"{arch}-lr{lr}": curves(f"{arch}-lr{lr}") for arch in ARCHS for lr in LRS}
+    runs = [f"{arch}-lr{lr}" for arch in ARCHS for lr in LRS]
+    data = {run: curves(run) for run in runs if (HERE / run / "run.json").is_file()}
     fig = figure(data)
     atomic_write_bytes(HERE / "curve.pdf", figure_pdf(fig))
     atomic_write_bytes(HERE / "curve.png", figure_image(fig, "png"))
