@@ -249,3 +249,23 @@ def test_gpu_check_without_a_gpu_says_so_in_one_line_and_succeeds():
                           timeout=120, env=dict(os.environ, PYTHONWARNINGS="ignore"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("\n") == 1 and done.stdout.startswith("gpu_check: no CUDA device here")
+
+
+def test_gpu_check_names_a_missing_dependency(monkeypatch):
+    """Its first row: every pyproject dependency importable, or the missing ones by name (on a lent GPU machine
+    where the tree was copied beside a ready-made torch, gguf was missing and the bad-input cases errored)."""
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import gpu_check
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    summary = gpu_check.Summary()
+    gpu_check.dependencies(summary)
+    assert summary.rows[-1][0] == "dependencies" and summary.rows[-1][2], summary.rows
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("gguf", "sklearn") else
+                        find_spec(name, *a))
+    gpu_check.dependencies(summary)
+    assert summary.rows[-1][1:] == ("missing: scikit-learn, gguf (pip install -e .)", False)
