@@ -24,10 +24,14 @@ minus the worst. Accuracy by table size: the same model on tables of n pairs for
 remaining slots filled with filler, so no query moves; a lookup that matches keys by content keeps
 its accuracy at every n, one that learned positions fails where slots are empty or never trained.
 Accuracy by query count: the task rebuilt with that many queries (those a model's position table
-cannot hold are listed as skipped). With the task option, all of it is measured on the model's task
-with those settings changed (e.g. the paper's 3 queries for a model trained with more). content_addressed is true when per_slot_min and the accuracy at
-every table size tested are at least the threshold. Each accuracy on the full table and by table
-size comes with a 95% percentile bootstrap interval over sequences (2,000 resamples; the queries of
+cannot hold are listed as skipped). The moved pair: on full tables, the pair the last query asks about is
+moved to every slot in turn (swapped with the pair there; nothing else moves, no answer changes) and that
+query's accuracy is taken per slot, on the same sequences at every slot; moved_pair_min is the worst slot
+and moved_pair_spread the best minus the worst (a lookup by content answers alike wherever the pair sits).
+With the task option, all of it is measured on the model's task
+with those settings changed (e.g. the paper's 3 queries for a model trained with more). content_addressed is true when per_slot_min, the accuracy at
+every table size tested and (when measured) moved_pair_min are at least the threshold. Each accuracy on the full table and by table
+size, and the moved pair's at every slot, comes with a 95% percentile bootstrap interval over sequences (2,000 resamples; the queries of
 one sequence share its table, so sequences, not queries, are resampled), and n_queries_full_table
 counts the bound queries behind the full-table accuracy.
 """.split())
@@ -78,6 +82,27 @@ def bound_accuracy(model, task, n: int, seed: int, chunk: int = 256) -> dict:
                 n_bound=asked, per_slot_right=slot_right.tolist(), per_slot_asked=slot_asked.tolist())
 
 
+@torch.no_grad()
+def moved_pair_accuracy(model, task, n: int, seed: int) -> dict:
+    """The pair the last query asks about, moved to every slot of a full table in turn (``task.move_pair``), on
+    the same ``n`` held-out sequences (seed + 1; rows whose last query is unbound are left out): that query's
+    right answers per destination slot, with intervals over sequences."""
+    device = next(model.parameters()).device
+    batch = held_out_batch(task, n, seed + 1)
+    asked = batch.hypothesis["bound"][:, -1]
+    tokens, slot = batch.tokens[asked], batch.hypothesis["slot"][asked, -1]
+    right = []
+    for to in range(task.slots):
+        moved = task.batch_from_tokens(task.move_pair(tokens, slot, to))
+        logits = model.answer_logits(moved.tokens.to(device))
+        guess = logits[moved.query_mask.to(device)].argmax(-1).cpu().view(len(moved), -1)[:, -1]
+        h = moved.hypothesis
+        right.append((guess == h["values"].gather(1, h["slot"][:, -1:]).squeeze(1)).float())
+    ones = torch.ones(len(tokens))
+    return dict(accuracy=[float(r.mean()) for r in right], n=len(tokens),
+                interval=[bootstrap_interval(r, ones, seed=seed) for r in right])
+
+
 def measured_task(model, settings: str):
     """The model's task, or that task with ``settings`` ("queries=3,gap=16,ask=random") changed, same
     vocabulary. A value is an integer or a word (a setting such as recall's ``ask`` takes a name)."""
@@ -98,7 +123,7 @@ def measured_task(model, settings: str):
 
 
 def compute(model, sizes: str = "", queries: str = "", threshold: float = 0.95, task: str = "", n: int = 2048,
-            seed: int = 1234) -> Result:
+            seed: int = 1234, moved: int = 64) -> Result:
     """Per-slot accuracy with a full table, accuracy across table sizes and across query counts."""
     settings, task = task, measured_task(model, task)
     largest = task.slots
@@ -125,18 +150,23 @@ def compute(model, sizes: str = "", queries: str = "", threshold: float = 0.95, 
         by_queries[str(count)] = bound_accuracy(model, variant, n, seed)["accuracy"]
 
     per_slot_min = min(measured)
+    pair = moved_pair_accuracy(model, full, moved, seed) if moved else None
+    moved_min = min(pair["accuracy"]) if pair else None
     metrics = dict(
         table_slots=largest, trained_table_sizes=[task.N_min, task.N], trained_queries=trained_queries,
         accuracy_full_table=slots["accuracy"], accuracy_full_table_interval=slots["interval"],
         n_queries_full_table=slots["n_bound"], per_slot_accuracy=per_slot, per_slot_asked=slots["per_slot_asked"],
         per_slot_min=per_slot_min, worst_slot=per_slot.index(per_slot_min), slot_spread=max(measured) - per_slot_min,
         accuracy_by_table_size=by_size, accuracy_by_table_size_interval=by_size_interval, accuracy_by_queries=by_queries, skipped_queries=skipped,
-        threshold=threshold,
-        content_addressed=bool(per_slot_min >= threshold and min(by_size.values()) >= threshold),
+        moved_pair_accuracy=pair and pair["accuracy"], moved_pair_interval=pair and pair["interval"],
+        moved_pair_min=moved_min, moved_pair_spread=pair and max(pair["accuracy"]) - moved_min,
+        n_moved_pair_sequences=pair and pair["n"], threshold=threshold,
+        content_addressed=bool(per_slot_min >= threshold and min(by_size.values()) >= threshold
+                               and (moved_min is None or moved_min >= threshold)),
         measured_task=task.config(), task_changes=settings,
         n_sequences=n, seed=seed)
     return Result("content-addressing", DEFINITION, metrics, {
-        "accuracy-by-slot": slot_figure(per_slot, threshold, task.name),
+        "accuracy-by-slot": slot_figure(per_slot, threshold, task.name, pair),
         "accuracy-by-table-size": size_figure(by_size, (task.N_min, task.N), threshold, by_size_interval),
     })
 
@@ -150,10 +180,15 @@ def parse_counts(spec: str, trained: int) -> list[int]:
     return counts
 
 
-def slot_figure(per_slot: list, threshold: float, task_name: str) -> go.Figure:
+def slot_figure(per_slot: list, threshold: float, task_name: str, moved: dict | None = None) -> go.Figure:
     fig = go.Figure()
-    fig.add_bar(x=list(range(len(per_slot))), y=per_slot, marker_color="#1f77b4",
+    fig.add_bar(x=list(range(len(per_slot))), y=per_slot, marker_color="#1f77b4", name="queries to that slot",
                 hovertemplate="slot %{x}<br>accuracy %{y:.3f}<extra></extra>")
+    if moved:  # the same pairs at every slot: a flat line is a lookup by content
+        fig.add_scatter(x=list(range(len(per_slot))), y=moved["accuracy"], mode="lines+markers", marker_size=4,
+                        name=f"one pair moved to each slot ({moved['n']} sequences)", line_color="#d62728",
+                        error_y=style.error_bars(moved["accuracy"], moved["interval"]),
+                        hovertemplate="pair moved to slot %{x}<br>accuracy %{y:.3f}<extra></extra>")
     fig.update_layout(title=f"{task_name}: accuracy by table slot (full table)", xaxis_title="table slot (0 = shown first)",
                       yaxis_title="accuracy of bound queries", yaxis_range=[0, 1.02], 
                       width=760, height=420)
@@ -183,5 +218,7 @@ ANALYSIS = Analysis(
              Option("threshold", 0.95, "accuracy a content-addressed lookup must reach everywhere", low=0.0, high=1.0),
              Option("task", "", "measure on the model's task with these settings changed, e.g. "
                                 "queries=3,gap=16,ask=random (the same vocabulary; default: the task as trained)"),
-             n_option(2048), seed_option()),
+             n_option(2048), seed_option(),
+             Option("moved", 64, "held-out sequences whose last queried pair is moved to every slot (0: not measured)",
+                    low=0, high=10 ** 5)),
     requires=("table",), order=3)

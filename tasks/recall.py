@@ -271,6 +271,22 @@ class Recall(Task):
         return Corruption(clean, self.batch_from_tokens(tokens), query=query, changed=(position,),
                           what=f"the {kind} of table slot {slot} (asked by the last query) replaced by one bound nowhere")
 
+    def move_pair(self, tokens: torch.Tensor, slot: torch.Tensor, to: int) -> torch.Tensor:
+        """``tokens`` [B, T] with row i's table slot ``slot[i]`` and slot ``to`` swapped (their whole blocks:
+        STORE key SEP value, or key value), so the same pair sits at ``to`` and nothing else in the row moves
+        but the pair that was there. The bindings, and so every answer, stay as they were."""
+        width = 4 if self.layout == "paper" else 2
+        if not 0 <= to < self.slots or bool(((slot < 0) | (slot >= self.slots)).any()):
+            raise ConfigError(f"recall: slots to move between must lie from 0 to {self.slots - 1}")
+        moved = tokens.clone()
+        offsets = torch.arange(width)
+        rows = torch.arange(len(tokens))[:, None]
+        source = width * slot[:, None] + offsets  # [B, width]
+        target = width * to + offsets
+        moved[rows, source] = tokens[:, target]
+        moved[rows, target] = tokens[rows, source]
+        return moved
+
     def query_positions(self, queries: int | None = None) -> torch.Tensor:
         """Positions of the query keys, where beliefs are asked for."""
         M = self.queries if queries is None else queries

@@ -46,6 +46,9 @@ def test_a_content_lookup_passes_everywhere():
     # the constructed model has positions for the trained length only: more queries are skipped, with why
     assert m["accuracy_by_queries"] == {"1": 1.0, "2": 1.0} and "n_ctx=" in m["skipped_queries"]["4"]
     assert min(m["per_slot_asked"]) > 0 and sum(m["per_slot_asked"]) == 256 * 2
+    # the same pairs moved through every slot: answered alike everywhere
+    assert m["moved_pair_accuracy"] == [1.0] * 16 and m["moved_pair_min"] == 1.0 and m["moved_pair_spread"] == 0.0
+    assert m["n_moved_pair_sequences"] == 64 and m["moved_pair_interval"] == [[1.0, 1.0]] * 16
 
 
 def test_a_positional_shortcut_is_caught():
@@ -54,6 +57,8 @@ def test_a_positional_shortcut_is_caught():
     assert m["per_slot_accuracy"][:8] == [1.0] * 8 and m["per_slot_accuracy"][8:] == [0.0] * 8
     assert m["per_slot_min"] == 0.0 and m["worst_slot"] == 8 and m["slot_spread"] == 1.0
     assert not m["content_addressed"]
+    # one pair moved through the slots is answered where it is remembered and nowhere else
+    assert m["moved_pair_accuracy"] == [1.0] * 8 + [0.0] * 8 and m["moved_pair_spread"] == 1.0
     # tables of up to 8 pairs never use the forgotten slots, larger ones do in proportion
     assert m["accuracy_by_table_size"]["8"] == 1.0
     assert m["accuracy_by_table_size"]["16"] == pytest.approx(0.5, abs=0.05)
@@ -98,3 +103,25 @@ def test_measured_on_another_layout_of_the_same_task():
                               ("ask=sometimes", "--task ask=sometimes: ")):
         with pytest.raises(AnalysisError, match=message):
             analyses.run("content-addressing", TableReader(task), task=settings)
+
+
+def test_moving_a_pair_keeps_every_binding_and_moves_nothing_else():
+    task = tasks.make("recall", **TASK)
+    batch = task.sample(32, generator=torch.Generator().manual_seed(3))
+    slot = batch.hypothesis["slot"][:, -1].clamp(min=0)
+    for to in (0, 7, 15):
+        moved = task.batch_from_tokens(task.move_pair(batch.tokens, slot, to))
+        h, before = moved.hypothesis, task.batch_from_tokens(batch.tokens)
+        assert torch.equal(moved.posterior_at_queries(), before.posterior_at_queries())  # the same answers
+        assert bool((h["slot"][:, -1][batch.hypothesis["bound"][:, -1]] == to).all())
+        changed = (moved.tokens != batch.tokens).any(0).nonzero().flatten()
+        blocks = set((changed // 4).tolist())
+        assert changed.max() < 4 * task.slots and blocks <= set(slot.tolist()) | {to}
+
+
+def test_the_moved_pair_can_be_skipped_and_is_refused_out_of_range():
+    task = tasks.make("recall", **TASK)
+    m = analyses.run("content-addressing", TableReader(task), moved=0, n=64).metrics
+    assert m["moved_pair_accuracy"] is None and m["moved_pair_min"] is None and m["content_addressed"]
+    with pytest.raises(tasks.ConfigError, match="slots to move between must lie from 0 to 15"):
+        task.move_pair(torch.zeros(1, task.seq_len, dtype=torch.long), torch.tensor([0]), 16)
