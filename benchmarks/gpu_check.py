@@ -13,7 +13,9 @@
    phase, with and without deterministic algorithms, their NaN fill, and bf16 autocast
    (benchmarks/step_profile.py): which of them makes the transformer slow, and whether sampling on the
    CPU is what bounds every architecture;
-5. a short real training per architecture (``interp.train.Trainer``, 20 steps of 256 on recall) and its steps/s.
+5. one backward pass on recall at batch 1,024 operator by operator (torch.profiler; the MLP, the transformer and
+   Mamba): what the backward's time is made of;
+6. a short real training per architecture (``interp.train.Trainer``, 20 steps of 256 on recall) and its steps/s.
 
 Ends with one summary table; exit status 1 if a check failed. Without a CUDA device it says so in one
 line and exits 0 (CI runs it that way). Any session lent a GPU runs it and puts the summary in its note.
@@ -160,6 +162,17 @@ def step_profiles(summary: Summary, device: str, batch: int) -> None:
     print(step_profile.table(rows))
 
 
+def backward_breakdown(summary: Summary, device: str, batch: int) -> None:
+    """What one backward pass on recall is made of, operator by operator (torch.profiler): on the first H100 the
+    backward was 80-90% of every architecture's step, the MLP's included, and no setting in the profile moved it."""
+    import step_profile
+
+    for arch in ("mlp", "transformer", "mamba"):
+        ops = step_profile.backward_ops("recall", arch, device, batch)
+        summary.add(f"{arch} backward, top operators, recall batch {batch}",
+                    "; ".join(f"{name} {ms} ms" for name, ms in ops))
+
+
 def short_training(summary: Summary, device: str, batch: int) -> None:
     from interp import recipe
     from interp.train import Trainer
@@ -193,6 +206,7 @@ def main() -> int:
     summary.run("shipped models on CPU and CUDA", shipped_models, args.device)
     summary.run("parallel scan", parallel_scan, args.device, args.batch)
     summary.run("one step per architecture", step_profiles, args.device, args.batch)
+    summary.run("backward, operator by operator", backward_breakdown, args.device, args.batch)
     summary.run("short training per architecture", short_training, args.device, args.batch)
     return 0 if summary.print(args.device) else 1
 

@@ -154,6 +154,36 @@ def profile(task_name: str, arch: str, device: str, steps: int, batch_size: int 
                 steps_per_s=round(1 / (step("") + clock.median("sample") + evaluation / s.eval_every), 2))
 
 
+def backward_ops(task_name: str, arch: str, device: str, batch_size: int | None, top: int = 6) -> list[tuple[str, float]]:
+    """The ``top`` operators of one training step's backward pass by their own time on the device (the CPU's time on
+    a CPU), in milliseconds, from torch.profiler (after a warm-up step): what the backward's time is made of."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    spec = recipe.resolve(task_name, arch, "cpu", train_options={"curriculum": []} | (
+        {"batch_size": batch_size} if batch_size else {}))
+    model = models.build(arch, spec.task, spec.model, seed=0).to(device)
+    autocast = (torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
+                if recipe.bf16_on(spec.train.bf16, device) else nullcontext())
+    batch = spec.task.sample(spec.train.batch_size, generator=torch.Generator().manual_seed(0)).to(device)
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with deterministic(device):
+        for warm in (True, False):
+            with autocast:
+                loss = loss_fn(model, batch, spec.train.loss)
+            sync(device)
+            if warm:
+                loss.backward()
+                continue
+            with torch_profile(activities=activities) as prof:
+                loss.backward()
+                sync(device)
+    own = lambda e: (getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)) if cuda \
+        else e.self_cpu_time_total
+    events = sorted(prof.key_averages(), key=own, reverse=True)[:top]
+    return [(e.key, round(own(e) / 1e3, 2)) for e in events if own(e) > 0]
+
+
 @contextmanager
 def _both(first, second):
     with first, second:
