@@ -16,24 +16,23 @@ from .base import (Analysis, AnalysisError, Option, Result, bootstrap_interval, 
                    unmeasurable)
 
 DEFINITION = " ".join("""
- Accuracy is the fraction of bound queries (keys that are in the table) whose arg-max answer is the
-bound value; unbound queries have no right answer and are left out. Per-slot accuracy: the table is
-filled to its largest size (every slot holds a pair) and accuracy is split by the table slot the
-query asks about (slot 0 is shown first); per_slot_min is the worst slot and slot_spread the best
-minus the worst. Accuracy by table size: the same model on tables of n pairs for each n, the
-remaining slots filled with filler, so no query moves; a lookup that matches keys by content keeps
-its accuracy at every n, one that learned positions fails where slots are empty or never trained.
-Accuracy by query count: the task rebuilt with that many queries (those a model's position table
-cannot hold are listed as skipped). The moved pair: on full tables, the pair the last query asks about is
-moved to every slot in turn (swapped with the pair there; nothing else moves, no answer changes) and that
-query's accuracy is taken per slot, on the same sequences at every slot; moved_pair_min is the worst slot
-and moved_pair_spread the best minus the worst (a lookup by content answers alike wherever the pair sits).
-With the task option, all of it is measured on the model's task
-with those settings changed (e.g. the paper's 3 queries for a model trained with more). content_addressed is true when per_slot_min, the accuracy at
-every table size tested and (when measured) moved_pair_min are at least the threshold. Each accuracy on the full table and by table
-size, and the moved pair's at every slot, comes with a 95% percentile bootstrap interval over sequences (2,000 resamples; the queries of
-one sequence share its table, so sequences, not queries, are resampled), and n_queries_full_table
-counts the bound queries behind the full-table accuracy.
+Accuracy is the fraction of bound queries (keys that are in the table) whose arg-max answer is the bound
+value; unbound queries have no right answer and are left out. Per-slot accuracy: the table is filled to its
+largest size (every slot holds a pair) and accuracy is split by the table slot the query asks about (slot 0 is
+shown first); per_slot_min is the worst slot and slot_spread the best minus the worst. Accuracy by table size:
+the same model on tables of n pairs for each n, the remaining slots filled with filler, so no query moves; a
+lookup that matches keys by content keeps its accuracy at every n, one that learned positions fails where
+slots are empty or never trained. Accuracy by query count: the task rebuilt with that many queries (those a
+model's position table cannot hold are listed as skipped). The moved pair: on full tables, the pair the last
+query asks about is moved to every slot in turn (swapped with the pair there; nothing else moves, no answer
+changes) and that query's accuracy is taken per slot, on the same sequences at every slot; moved_pair_min is
+the worst slot and moved_pair_spread the best minus the worst (a lookup by content answers alike wherever the
+pair sits). With the task option, all of it is measured on the model's task with those settings changed (e.g.
+the paper's 3 queries for a model trained with more). content_addressed is true when per_slot_min, the
+accuracy at every table size tested and (when measured) moved_pair_min are at least the threshold. Each
+accuracy on the full table and by table size, and the moved pair's at every slot, comes with a 95% percentile
+bootstrap interval over sequences (2,000 resamples; the queries of one sequence share its table, so sequences,
+not queries, are resampled), and n_queries_full_table counts the bound queries behind the full-table accuracy.
 """.split())
 
 

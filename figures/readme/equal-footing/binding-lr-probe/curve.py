@@ -21,7 +21,9 @@ from interp.files import atomic_write_bytes, atomic_write_json
 HERE = Path(__file__).resolve().parent
 ARCHS = {"mamba": ("Mamba, shift 3", "#636efa"), "mamba-noshift": ("Mamba, its conv alone", "#19d3f3"),
          "transformer": ("plain transformer", "#ef553b"), "transformer-shift": ("transformer, shift 3", "#ab63fa"),
-         "lstm": ("LSTM", "#00cc96")}
+         "lstm": ("LSTM", "#00cc96"),
+         # the GPU's run of Mamba with its conv alone at 3.2e-3 repeated on one CPU thread, in float32 (the GPU: bf16)
+         "cpu-mamba-noshift": ("Mamba, its conv alone, on a CPU", "#ffa15a")}
 LRS = {"3.2e-4": "dot", "1e-3": "dash", "3.2e-3": "solid", "1e-2": "dashdot"}
 CHANCE = sum(1 / n for n in range(1, 9)) / 8  # a random value of the table, tables of 1..8 pairs equally often
 
@@ -54,9 +56,9 @@ def figure(data: dict) -> go.Figure:
     fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=1, col=1)
     fig.update_yaxes(title_text="cross-entropy (nats, log)", type="log", row=1, col=2)
     fig.update_xaxes(title_text="training sequences", tickformat="~s")
-    fig.update_layout(title="Binding's learning-rate probe: 8-pair dense tables, batch 256, one H100<br><sup>accuracy "
-                            "on 512 held-out sequences (8 queries each) every 100-250 steps; loss: mean of each 250 "
-                            "steps</sup>", width=1300, height=640)
+    fig.update_layout(title="Binding's learning-rate probe: 8-pair dense tables, batch 256, one H100 (and one CPU)"
+                            "<br><sup>accuracy on 512 held-out sequences (8 queries each) every 100-250 steps; loss: "
+                            "mean of each 250 steps</sup>", width=1300, height=640)
     return style.apply(fig)
 
 
