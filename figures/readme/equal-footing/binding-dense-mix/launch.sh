@@ -4,7 +4,10 @@
 # stays the paper's format. Run from the repository root; run it again to resume them (RUNS: where they live).
 #   bind-mamba-dense-mix-from8: Mamba (token shift 3, weight decay and RMSNorm eps as mamba-ssm trains), lr 1.6e-3,
 #     started from the learning-rate probe's Mamba that binds 8-pair tables (binding-lr-probe/, trained on a GPU);
-#   bind-transformer-plain-dense-mix: the plain transformer (no shift), lr 1e-3, from scratch;
+#   bind-transformer-plain-dense-mix (TRANSFORMER=1): the plain transformer (no shift), lr 1e-3, from scratch,
+#     paused at step 7,857 (the probe found it at chance on 8-pair tables at every rate for 1.5M sequences);
+#   probe-cpu-mamba-noshift-lr3.2e-3: Mamba with its convolution alone (the paper's Mamba has no shift) on the
+#     probe's 8-pair cell at lr 3.2e-3, batch 256: does it bind as the shifted one did?
 #   bind-mamba-dense-mix (MAMBA_FROM_SCRATCH=1): the same Mamba from scratch at lr 1e-3, stopped at step 9,500,
 #     its 8-pair tables still at chance (the probe found lr 1e-3 too low to start binding).
 set -u
@@ -27,5 +30,15 @@ if [ "${MAMBA_FROM_SCRATCH:-0}" = 1 ]; then
 fi
 run bind-mamba-dense-mix-from8 $MAMBA --lr 1.6e-3 \
   --init figures/readme/equal-footing/binding-lr-probe/mamba-lr3.2e-3/step-00005000.safetensors &
-run bind-transformer-plain-dense-mix --arch transformer -M shift=null -M n_ctx=480 --lr 1e-3 &
+if [ "${TRANSFORMER:-0}" = 1 ]; then
+  run bind-transformer-plain-dense-mix --arch transformer -M shift=null -M n_ctx=480 --lr 1e-3 &
+fi
+if [ -e "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3/run.json" ]; then
+  interp train --resume --out "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3" >> "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3.log" 2>&1 &
+else
+  interp train --task recall $MAMBA -M shift=null --steps 20000 --batch-size 256 --lr 3.2e-3 --warmup 200 \
+    --eval-every 250 --eval-size 512 --checkpoint-every 1000 --curriculum '[]' \
+    -T N=8 -T slots=8 -T fillers=4 -T queries=8 -T gap=0 -T ask=every \
+    --out "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3" >> "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3.log" 2>&1 &
+fi
 wait
