@@ -82,21 +82,28 @@ def bound_accuracy(model, task, n: int, seed: int, chunk: int = 256) -> dict:
 
 
 @torch.no_grad()
-def moved_pair_accuracy(model, task, n: int, seed: int) -> dict:
+def moved_pair_accuracy(model, task, n: int, seed: int, chunk: int = 256) -> dict | None:
     """The pair the last query asks about, moved to every slot of a full table in turn (``task.move_pair``), on
-    the same ``n`` held-out sequences (seed + 1; rows whose last query is unbound are left out): that query's
-    right answers per destination slot, with intervals over sequences."""
+    the same ``n`` held-out sequences (seed + 1; rows whose last query is unbound are left out; None if that is
+    all of them): that query's right answers per destination slot, with intervals over sequences. The model
+    reads ``chunk`` sequences at a time."""
     device = next(model.parameters()).device
     batch = held_out_batch(task, n, seed + 1)
     asked = batch.hypothesis["bound"][:, -1]
     tokens, slot = batch.tokens[asked], batch.hypothesis["slot"][asked, -1]
+    if not len(tokens):
+        return None
     right = []
     for to in range(task.slots):
-        moved = task.batch_from_tokens(task.move_pair(tokens, slot, to))
-        logits = model.answer_logits(moved.tokens.to(device))
-        guess = logits[moved.query_mask.to(device)].argmax(-1).cpu().view(len(moved), -1)[:, -1]
-        h = moved.hypothesis
-        right.append((guess == h["values"].gather(1, h["slot"][:, -1:]).squeeze(1)).float())
+        hits = []
+        for start in range(0, len(tokens), chunk):
+            rows = slice(start, start + chunk)
+            moved = task.batch_from_tokens(task.move_pair(tokens[rows], slot[rows], to))
+            logits = model.answer_logits(moved.tokens.to(device))
+            guess = logits[moved.query_mask.to(device)].argmax(-1).cpu().view(len(moved), -1)[:, -1]
+            h = moved.hypothesis
+            hits.append(guess == h["values"].gather(1, h["slot"][:, -1:]).squeeze(1))
+        right.append(torch.cat(hits).float())
     ones = torch.ones(len(tokens))
     return dict(accuracy=[float(r.mean()) for r in right], n=len(tokens),
                 interval=[bootstrap_interval(r, ones, seed=seed) for r in right])

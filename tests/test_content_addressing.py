@@ -125,3 +125,16 @@ def test_the_moved_pair_can_be_skipped_and_is_refused_out_of_range():
     assert m["moved_pair_accuracy"] is None and m["moved_pair_min"] is None and m["content_addressed"]
     with pytest.raises(tasks.ConfigError, match="slots to move between must lie from 0 to 15"):
         task.move_pair(torch.zeros(1, task.seq_len, dtype=torch.long), torch.tensor([0]), 16)
+
+
+def test_the_moved_pair_is_read_in_chunks_with_the_same_answer():
+    from analyses.content_addressing import moved_pair_accuracy
+
+    task = tasks.make("recall", **TASK)
+    reader = TableReader(task, remembered=8)
+    whole, chunked = (moved_pair_accuracy(reader, task.with_table(16), 40, 5, chunk=c) for c in (256, 7))
+    assert whole == chunked and whole["n"] == 40
+    # a draw where no last query is bound (p_unbound near 1, one sequence): nothing to move, so no numbers
+    unbound = tasks.make("recall", **TASK, p_unbound=0.999).with_table(16)
+    assert not bool(analyses.base.held_out_batch(unbound, 1, 1).hypothesis["bound"][0, -1])
+    assert moved_pair_accuracy(TableReader(unbound), unbound, 1, 0) is None
