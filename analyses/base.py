@@ -301,8 +301,15 @@ def _ratio_resamples(sums: torch.Tensor, counts: torch.Tensor, rows: torch.Tenso
 
 
 def _percentile_interval(values: torch.Tensor, level: float) -> list[float]:
+    """The central ``level`` interval of resampled values [resamples] or of each column of [resamples, m] (then a
+    list of m [low, high]). A resample can leave a number undefined (0/0: a mean over a subset of the sequences
+    that drew none of them); it is left out of that number's percentiles rather than making the interval NaN."""
     tail = (1 - level) / 2
-    return torch.quantile(values, torch.tensor([tail, 1 - tail], dtype=torch.float64)).tolist()
+    q = torch.tensor([tail, 1 - tail], dtype=torch.float64)
+    if values.dim() == 1:
+        return torch.nanquantile(values, q).tolist()
+    # torch's quantiles refuse inputs past 2^24 elements: a few thousand columns at a time
+    return torch.cat([torch.nanquantile(part, q, dim=0) for part in values.split(4096, dim=1)], dim=1).T.tolist()
 
 
 def _resampled_rows(n: int, resamples: int, seed: int) -> torch.Tensor:
@@ -426,15 +433,7 @@ def bootstrap_sums(per_sequence: torch.Tensor, statistic: Callable[[torch.Tensor
     such ratios (paired: one resample for both). ``statistic`` maps [resamples, k] sums to [resamples] values (one
     interval) or to [resamples, m] (m intervals, a list of [low, high]): the sums are one matrix product, so many
     numbers cost one resampling."""
-    values = statistic(resampled_sums(per_sequence, resamples, seed))
-    tail = (1 - level) / 2
-    q = torch.tensor([tail, 1 - tail], dtype=torch.float64)
-    # A resample can leave a number undefined (0/0: a mean over a subset of the sequences that drew none of
-    # them); it is left out of that number's percentiles rather than making the whole interval NaN.
-    if values.dim() == 1:
-        return torch.nanquantile(values, q).tolist()
-    # torch's quantiles refuse inputs past 2^24 elements: a few thousand columns at a time
-    return torch.cat([torch.nanquantile(part, q, dim=0) for part in values.split(4096, dim=1)], dim=1).T.tolist()
+    return _percentile_interval(statistic(resampled_sums(per_sequence, resamples, seed)), level)
 
 
 def resampled_sums(per_sequence: torch.Tensor, resamples: int = 2000, seed: int = 0) -> torch.Tensor:

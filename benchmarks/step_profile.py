@@ -121,11 +121,16 @@ def forward_time(model, tokens, device: str, repeats: int, hooked: bool) -> floa
     return statistics.median(times[1:])
 
 
-def profile(task_name: str, arch: str, device: str, steps: int, batch_size: int | None) -> dict:
-    """One architecture's row (milliseconds and ratios)."""
+def recipe_and_model(task_name: str, arch: str, device: str, batch_size: int | None):
+    """The cpu preset's recipe for the task (no curriculum; ``batch_size`` if given) and a fresh model on ``device``."""
     spec = recipe.resolve(task_name, arch, "cpu", train_options={"curriculum": []} | (
         {"batch_size": batch_size} if batch_size else {}))
-    model = models.build(arch, spec.task, spec.model, seed=0).to(device)
+    return spec, models.build(arch, spec.task, spec.model, seed=0).to(device)
+
+
+def profile(task_name: str, arch: str, device: str, steps: int, batch_size: int | None) -> dict:
+    """One architecture's row (milliseconds and ratios)."""
+    spec, model = recipe_and_model(task_name, arch, device, batch_size)
     s = spec.train
     bf16 = recipe.bf16_on(s.bf16, device)  # the recipe's precision on this device
     clock = Clock(device)
@@ -159,9 +164,7 @@ def backward_ops(task_name: str, arch: str, device: str, batch_size: int | None,
     a CPU), in milliseconds, from torch.profiler (after a warm-up step): what the backward's time is made of."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
-    spec = recipe.resolve(task_name, arch, "cpu", train_options={"curriculum": []} | (
-        {"batch_size": batch_size} if batch_size else {}))
-    model = models.build(arch, spec.task, spec.model, seed=0).to(device)
+    spec, model = recipe_and_model(task_name, arch, device, batch_size)
     autocast = (torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
                 if recipe.bf16_on(spec.train.bf16, device) else nullcontext())
     batch = spec.task.sample(spec.train.batch_size, generator=torch.Generator().manual_seed(0)).to(device)
