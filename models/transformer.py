@@ -243,7 +243,7 @@ class Embed(nn.Module):
         self.W_E = nn.Parameter(torch.empty(d_vocab, d_model))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.W_E[tokens, :]
+        return F.embedding(tokens, self.W_E)  # not W_E[tokens]: see models.base.TokenEmbedding
 
 
 class PosEmbed(nn.Module):
@@ -262,7 +262,7 @@ class PosEmbed(nn.Module):
             return self.W_pos[:length].expand(batch, -1, -1).clone()
         # torch's global generator: the trainer seeds it from (seed, step), so a run still replays itself
         offsets = torch.randint(0, self.W_pos.size(0) - length + 1, (batch, 1), device=self.W_pos.device)
-        return self.W_pos[rows + offsets * (rows >= self.stream_start)]
+        return F.embedding(rows + offsets * (rows >= self.stream_start), self.W_pos)
 
 
 class Unembed(nn.Module):
