@@ -15,15 +15,38 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analyses import style
-from interp.export import figure_image, figure_pdf
+from interp.export import PNG_WIDTH, figure_image, figure_pdf
 from interp.files import atomic_write_bytes, atomic_write_json
 
 HERE = Path(__file__).resolve().parent
 RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer", "#ef553b"),
         # the same recipe started from the learning-rate probe's Mamba (../binding-lr-probe/, 1.28M sequences
         # of 8-pair tables on a GPU before this run's first): its sequences count from its own start
-        "mamba-from8": ("Mamba from the probe's model", "#00cc96")}
+        "mamba-from8": ("Mamba from the probe's model", "#00cc96"),
+        # continued on an H100 at batch 256 from its step 5,000 (go3.sh), at its rate and at twice it, and the
+        # first of those continued on the CPU again: their sequences count on from where they started
+        "mamba-from8-gpu": ("Mamba from the probe's model, on a GPU", "#00cc96"),
+        "mamba-from8-gpu-lr3.2e-3": ("the same at lr 3.2e-3", "#b6e880"),
+        "mamba-from8-gpu-cpu": ("Mamba from the probe's model, on the CPU again", "#00cc96"),
+        # Mamba with its convolution alone (the paper's Mamba), from its 8-pair probe (../binding-lr-probe/
+        # cpu-mamba-noshift-lr3.2e-3, step 5,000: 1.28M sequences of 1-8 pairs), on an H100 (go3.sh)
+        "mamba-noshift-gpu": ("Mamba, its convolution alone, from its probe, on a GPU", "#19d3f3")}
+# where a run started from another's checkpoint: (that run, its step); sequences count on from there
+AFTER = {"mamba-from8-gpu": ("mamba-from8", 5000), "mamba-from8-gpu-lr3.2e-3": ("mamba-from8", 5000),
+         "mamba-from8-gpu-cpu": ("mamba-from8-gpu", 1750)}
 SIZES = (64, 16, 4)  # pairs per table, as measured (the paper's format holds 64)
+
+
+def batch_size(run: str) -> int:
+    return json.loads((HERE / run / "run.json").read_text())["train"]["batch_size"]
+
+
+def start(run: str) -> int:
+    """Training sequences the run's lineage had seen on the mixture before its own first step."""
+    if run not in AFTER:
+        return 0
+    parent, step = AFTER[run]
+    return start(parent) + step * batch_size(parent)
 
 
 def measurements(run: str) -> list[dict]:
@@ -32,8 +55,7 @@ def measurements(run: str) -> list[dict]:
     for path in sorted((HERE / run).glob("content-addressing-step-*.json")):
         record = json.loads(path.read_text())
         metrics, steps = record["metrics"], record["step"]
-        batch = json.loads((HERE / run / "run.json").read_text())["train"]["batch_size"]
-        found.append(dict(step=steps, sequences=steps * batch, n_sequences=metrics["n_sequences"],
+        found.append(dict(step=steps, sequences=start(run) + steps * batch_size(run), n_sequences=metrics["n_sequences"],
                           accuracy={n: metrics["accuracy_by_table_size"][str(n)] for n in SIZES},
                           interval={n: metrics["accuracy_by_table_size_interval"][str(n)] for n in SIZES}))
     return sorted(found, key=lambda m: m["step"])
@@ -42,31 +64,32 @@ def measurements(run: str) -> list[dict]:
 def loss_curve(run: str, every: int = 500) -> tuple[list[int], list[float]]:
     """Training loss averaged over windows of ``every`` steps (single 50-step logs are noisy: the
     mixture changes the table size from step to step)."""
-    batch = json.loads((HERE / run / "run.json").read_text())["train"]["batch_size"]
+    batch = batch_size(run)
     windows: dict[int, list[float]] = {}
     for line in (HERE / run / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
         if "loss" in row:
             windows.setdefault((row["step"] - 1) // every, []).append(row["loss"])
     keys = sorted(windows)
-    return [(k + 1) * every * batch for k in keys], [sum(windows[k]) / len(windows[k]) for k in keys]
+    return [start(run) + (k + 1) * every * batch for k in keys], [sum(windows[k]) / len(windows[k]) for k in keys]
 
 
 def figure(data: dict) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, column_widths=[0.55, 0.45],
-                        subplot_titles=("accuracy by table size (grey: chance, 1/n)", "training loss"))
+                        subplot_titles=("accuracy: 64 pairs solid, 16 dashed, 4 dotted (grey: chance, 1/n)",
+                                        "training loss"))
     dashes = {64: "solid", 16: "dash", 4: "dot"}
     for run, d in data.items():
         (name, colour), points = RUNS[run], d["measured"]
         for n in SIZES:
             x = [p["sequences"] for p in points]
             y = [p["accuracy"][n] for p in points]
-            fig.add_scatter(x=x, y=y, mode="lines+markers", name=f"{name}, {n} pairs", row=1, col=1,
+            fig.add_scatter(x=x, y=y, mode="lines+markers", name=name, row=1, col=1, showlegend=n == SIZES[0],
                             line=dict(color=colour, dash=dashes[n]), legendgroup=run,
                             error_y=style.error_bars(y, [p["interval"][n] for p in points]))
         x, y = d["loss"]
         fig.add_scatter(x=x, y=y, mode="lines", name=f"{name}, loss", row=1, col=2, line=dict(color=colour),
-                        legendgroup=run)
+                        legendgroup=run, showlegend=False)
     for n in SIZES:
         fig.add_hline(y=1 / n, line=dict(color="grey", dash="dash", width=1), row=1, col=1)
     fig.update_yaxes(title_text="accuracy (log)", type="log", row=1, col=1)
@@ -75,8 +98,12 @@ def figure(data: dict) -> go.Figure:
     fig.update_layout(title="Binding's long runs: dense answers, mixture of table sizes<br><sup>bars: 95% "
                             "bootstrap intervals over 1,024 held-out sequences per point (3 queries each); "
                             "loss: mean of each 500 steps</sup>",
-                      width=1200, height=480)
-    return style.apply(fig)
+                      width=PNG_WIDTH, height=600)
+    fig = style.apply(fig)
+    # below the plots, so that six runs' names do not squeeze them
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0))
+    fig.update_xaxes(tickformat="~s", tickangle=0, tickmode="auto", nticks=9)
+    return fig
 
 
 def main() -> None:
