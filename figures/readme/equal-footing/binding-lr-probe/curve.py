@@ -28,10 +28,11 @@ LRS = {"3.2e-4": "dot", "1e-3": "dash", "3.2e-3": "solid", "1e-2": "dashdot"}
 CHANCE = sum(1 / n for n in range(1, 9)) / 8  # a random value of the table, tables of 1..8 pairs equally often
 
 
-def curves(run: str, every: int = 250) -> dict:
-    """Held-out accuracy at every evaluation, and the training loss averaged over windows of ``every`` steps."""
-    batch = json.loads((HERE / run / "run.json").read_text())["train"]["batch_size"]
-    rows = [json.loads(line) for line in (HERE / run / "metrics.jsonl").read_text().splitlines()]
+def curves(run: str, every: int = 250, root: Path = HERE) -> dict:
+    """Held-out accuracy at every evaluation, and the training loss averaged over windows of ``every`` steps
+    (``root``: the folder that holds the run's records; ../binding-transformer-recipe/ reads its own)."""
+    batch = json.loads((root / run / "run.json").read_text())["train"]["batch_size"]
+    rows = [json.loads(line) for line in (root / run / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "eval_accuracy" in r]
     windows: dict[int, list[float]] = {}
     for r in rows:
