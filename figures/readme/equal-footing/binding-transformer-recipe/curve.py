@@ -1,6 +1,7 @@
 """What holds the plain transformer on recall: its held-out accuracy against training sequences for four
 recipes (rotary or learned positions, tied or untied unembedding) on 8-pair tables drawn from pools of 16
-keys and values, and the paper's recipe (learned positions, untied) on pools of 256 and on the compact layout.
+keys and values, the paper's recipe (learned positions, untied) on pools of 256 and on the compact layout,
+and five recipes on pools of 256 trained side by side on an H100.
 
 Reads the runs' records in this folder (``<run>/metrics.jsonl`` and ``run.json`` from ``interp train``;
 each folder's name says its cell and recipe, its run.json the whole command) and writes ``curve.pdf``,
@@ -32,6 +33,12 @@ RUNS = {  # folder: (legend, colour, dash)
     "compact4-pools16-learned-untied": ("compact, 4 pairs, pools of 16: the paper's", "#00cc96", "dot"),
     "compact8-pools256-learned-untied": ("compact, 8 pairs, pools of 256: the paper's", "#636efa", "dot"),
     "pools256-learned-untied": ("pools of 256: the paper's", "#636efa", "solid"),
+    # on an H100 at batch 256 (../binding-dense-mix/go3.sh), side by side for the same eight minutes
+    "gpu-pools256-learned-tied": ("pools of 256, GPU: learned positions, tied", "#ab63fa", "dash"),
+    "gpu-pools256-rotary-untied": ("pools of 256, GPU: rotary, untied", "#ffa15a", "dash"),
+    "gpu-pools256-rotary-tied-wide": ("pools of 256, GPU: rotary, tied, width 128, 4 heads", "#ef553b", "dash"),
+    "gpu-pools256-rotary-tied-4layers": ("pools of 256, GPU: rotary, tied, 4 layers", "#b6e880", "dash"),
+    "gpu-compact8-pools256-rotary-tied": ("compact, 8 pairs, pools of 256, GPU: rotary, tied", "#ef553b", "dashdot"),
 }
 
 
@@ -52,7 +59,7 @@ def main() -> None:
     fig.update_xaxes(title_text="training sequences", type="log")
     fig.update_yaxes(title_text="held-out accuracy", range=[0, 1.02])
     fig.update_layout(title="The plain transformer on recall, by recipe and key pool<br><sup>8-pair tables of the "
-                            "paper's layout unless 'compact'; lr 1e-3, batch 64; 256-512 held-out sequences per "
+                            "paper's layout unless 'compact'; lr 1e-3, batch 64 (GPU: 256); 256-512 held-out sequences per "
                             "point</sup>", width=PNG_WIDTH, height=620)
     fig = style.apply(fig)
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0))
