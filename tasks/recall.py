@@ -28,6 +28,12 @@ sequence length, and ``slots`` > N evaluates a model on a smaller table than it 
 without moving any position: a model that addresses by content keeps its accuracy, one that learned
 where slot i sits does not.
 
+Pool. ``pool=P`` (default: all) draws every table's keys and values from the first P keys and the first
+P values only (and unbound queries from the never-bound keys among those P), at the same vocabulary; the
+answers' posterior is unchanged (a delta on the bound value; unbound answers stay uniform over all values).
+A smaller pool is an easier cell of the same model's task: a curriculum stage ``{"pool": 16}`` trains on it
+before the full pools (a transformer's plateau before it binds grows with the pool of keys).
+
 Queries. Each query key is one of the n bound keys, uniformly, except that with probability
 ``p_unbound`` it is instead a key of the pool that was never bound (uniform over those
 ``n_keys - n``; needs ``n_keys > N``). With ``ask="every"`` (dense supervision, as zoology's MQAR
@@ -166,7 +172,8 @@ class Recall(Task):
 
     def __init__(self, N: int = 64, n_keys: int = 256, n_values: int = 256, queries: int = 3,
                  p_unbound: float = 0.0, layout: str = "paper", fillers: int | None = None,
-                 gap: int | None = None, N_min: int | None = None, slots: int | None = None, ask: str = "random"):
+                 gap: int | None = None, N_min: int | None = None, slots: int | None = None, ask: str = "random",
+                 pool: int | None = None):
         if layout not in LAYOUTS:
             raise ConfigError(f"recall: layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
         paper = layout == "paper"
@@ -195,6 +202,14 @@ class Recall(Task):
             raise ConfigError(f"recall: p_unbound must be in [0, 1), got p_unbound={p_unbound}")
         if ask not in ASKS:
             raise ConfigError(f"recall: ask must be one of {', '.join(ASKS)}, got {ask!r}")
+        if pool is not None:
+            pool = whole("recall", "pool", pool, 1)
+            if not N <= pool <= min(n_keys, n_values):
+                raise ConfigError(f"recall: pool={pool} must hold the table (at least N={N}) and fit in both pools "
+                                  f"(at most n_keys={n_keys}, n_values={n_values})")
+            if p_unbound > 0 and pool <= N:
+                raise ConfigError(f"recall: p_unbound={p_unbound} needs keys that are never bound; raise pool above "
+                                  f"N={N} or set p_unbound=0")
         if ask == "every" and p_unbound > 0:
             raise ConfigError("recall: ask='every' asks each bound key once; it takes no unbound queries (p_unbound=0)")
         if p_unbound > 0 and n_keys <= N:
@@ -203,7 +218,7 @@ class Recall(Task):
         self.N, self.n_keys, self.n_values, self.queries = N, n_keys, n_values, queries
         self.p_unbound = float(p_unbound)
         self.layout, self.fillers, self.gap, self.N_min, self.slots = layout, fillers, gap, N_min, slots
-        self.ask = ask
+        self.ask, self.pool = ask, pool
         for i, marker in enumerate(MARKERS if paper else MARKERS[:1]):
             setattr(self, marker, n_keys + n_values + i)
         self.vocab_size = n_keys + n_values + (len(MARKERS) if paper else 1)
@@ -218,7 +233,7 @@ class Recall(Task):
     def config(self) -> dict:
         return dict(name=self.name, N=self.N, n_keys=self.n_keys, n_values=self.n_values, queries=self.queries,
                     p_unbound=self.p_unbound, layout=self.layout, fillers=self.fillers, gap=self.gap,
-                    N_min=self.N_min, slots=self.slots, ask=self.ask)
+                    N_min=self.N_min, slots=self.slots, ask=self.ask) | ({"pool": self.pool} if self.pool else {})
 
     def vary(self, setting: str, value) -> "Task":
         """N as a difficulty axis: exactly that many pairs in the same table (``with_table``)."""
@@ -298,9 +313,10 @@ class Recall(Task):
         N, K, V, M, B = self.N, self.n_keys, self.n_values, self.queries, checked_batch_size(batch_size)
         S = self.slots
         # Distinct draws as argsort of i.i.d. uniform noise. The first n of the key permutation are
-        # bound; the rest is the pool of never-bound keys unbound queries draw from.
-        key_perm = torch.rand(B, K, generator=generator).argsort(dim=1)
-        value_perm = torch.rand(B, V, generator=generator).argsort(dim=1)
+        # bound; the rest is the pool of never-bound keys unbound queries draw from. With ``pool`` the
+        # tables (and unbound queries) use only the first ``pool`` keys and values.
+        key_perm = torch.rand(B, self.pool or K, generator=generator).argsort(dim=1)
+        value_perm = torch.rand(B, self.pool or V, generator=generator).argsort(dim=1)
         n_pairs = self.N_min + (torch.rand(B, generator=generator) * (N - self.N_min + 1)).long().clamp(max=N - self.N_min)
         filled = torch.arange(S) < n_pairs[:, None]  # [B, S]
         empty = torch.full((B, S), -1)
@@ -315,12 +331,12 @@ class Recall(Task):
         # not depend on which branch a query takes.
         bound = torch.rand(B, M, generator=generator) >= self.p_unbound
         bound_slot = (torch.rand(B, M, generator=generator) * n_pairs[:, None]).long().clamp(max=n_pairs[:, None] - 1)
-        n_free = (K - n_pairs[:, None]).clamp(min=1)  # placeholder width when no key is free (bound is all True)
+        n_free = (key_perm.size(1) - n_pairs[:, None]).clamp(min=1)  # placeholder width when no key is free (bound is all True)
         free_slot = n_pairs[:, None] + (torch.rand(B, M, generator=generator) * n_free).long().clamp(max=n_free - 1)
         noise = torch.randint(0, V, (B, M), generator=generator)
         if self.ask == "every":  # drawn last and only here: the random layout's stream is unchanged
             bound_slot = self._every_slot(bound_slot, filled, n_pairs, generator)
-        query_keys = key_perm.gather(1, torch.where(bound, bound_slot, free_slot.clamp(max=K - 1)))
+        query_keys = key_perm.gather(1, torch.where(bound, bound_slot, free_slot.clamp(max=key_perm.size(1) - 1)))
         bound_answer = values.gather(1, bound_slot)
         answers = torch.where(bound, bound_answer, noise)
 

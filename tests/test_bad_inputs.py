@@ -94,6 +94,9 @@ CATALOGUE = [
          'interp: error: regression: noise_std must be a finite positive number, got inf'),
     Case("NaN probability", f"{TRAIN} --task recall -T p_unbound=NaN",
          'interp: error: recall: p_unbound must be in [0, 1), got p_unbound=nan'),
+    Case("a table pool larger than the pools it draws from", f"{TRAIN} --task recall -T pool=300",
+         'interp: error: recall: pool=300 must hold the table (at least N=64) and fit in both pools (at most '
+         'n_keys=256, n_values=256)'),
     Case("setting not KEY=VALUE", f"{TRAIN} -T V",
          "interp: error: task option 'V' is not KEY=VALUE"),
     Case("word where true/false is expected", f"{TRAIN} -T replacement=maybe",

@@ -20,6 +20,8 @@ COMPACT = dict(layout="compact")
     dict(N=2, n_keys=4, n_values=3, queries=3, p_unbound=0.5, fillers=2, gap=1),
     dict(N=3, n_keys=4, n_values=4, queries=2, N_min=1, slots=4, p_unbound=0.3),
     dict(N=2, n_keys=3, n_values=3, queries=3, fillers=0, gap=0, N_min=1),
+    dict(N=2, n_keys=5, n_values=6, queries=3, p_unbound=0.5, pool=3, **COMPACT),
+    dict(N=2, n_keys=6, n_values=5, queries=3, N_min=1, p_unbound=0.4, pool=4, fillers=1, gap=1),
 ])
 def test_posterior_equals_enumeration(settings):
     task = Recall(**settings)
@@ -135,6 +137,10 @@ def test_unbound_fraction():
     (dict(N=8, N_min=4, layout="compact"), "need layout='paper'"),
     (dict(ask="all"), "ask must be one of random, every"),
     (dict(ask="every", p_unbound=0.2), "takes no unbound queries"),
+    (dict(N=8, pool=7), "pool=7 must hold the table"),
+    (dict(N=8, n_values=20, pool=21), "at most n_keys=256, n_values=20"),
+    (dict(N=8, pool=8, p_unbound=0.1), "raise pool above N=8"),
+    (dict(pool=2.5), "pool must be an integer"),
 ])
 def test_bad_settings_are_refused(settings, message):
     with pytest.raises(ConfigError, match=message):
@@ -232,3 +238,16 @@ def test_dense_answers_at_the_paper_table():
     assert int(batch.query_mask.sum()) == 4 * 64
     assert [sorted(row) for row in batch.hypothesis["query_keys"].tolist()] == \
         [sorted(row) for row in batch.hypothesis["keys"].tolist()]
+
+
+def test_a_pool_draws_tables_from_its_first_keys_and_values_and_the_full_pool_changes_nothing():
+    task = Recall(N=8, N_min=1, slots=8, fillers=4, queries=8, gap=0, p_unbound=0.3, pool=16)
+    assert task.config()["pool"] == 16 and Recall(**{k: v for k, v in task.config().items() if k != "name"}).pool == 16
+    h = task.sample(256, generator=torch.Generator().manual_seed(0)).hypothesis
+    keys, values = h["keys"][h["keys"] >= 0], h["values"][h["values"] >= 0]
+    assert keys.max() < 16 and values.max() < 16 and h["query_keys"].max() < 16
+    assert not h["bound"].all() and set(h["query_keys"][~h["bound"]].tolist()) <= set(range(16))
+    # pool=None (every key and value) is the stream it always was; a pool as large as both is the same draw
+    plain, full = (Recall(N=8, N_min=1, queries=4, pool=pool).sample(32, generator=torch.Generator().manual_seed(5))
+                   for pool in (None, 256))
+    assert torch.equal(plain.tokens, full.tokens) and "pool" not in Recall().config()
