@@ -21,6 +21,7 @@ them but without their NaN fill of every new tensor (torch.utils.deterministic.f
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import time
 from contextlib import contextmanager, nullcontext
@@ -184,7 +185,15 @@ def backward_ops(task_name: str, arch: str, device: str, batch_size: int | None,
     own = lambda e: (getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)) if cuda \
         else e.self_cpu_time_total
     events = sorted(prof.key_averages(), key=own, reverse=True)[:top]
-    return [(e.key, round(own(e) / 1e3, 2)) for e in events if own(e) > 0]
+    return [(kernel_name(e.key), round(own(e) / 1e3, 2)) for e in events if own(e) > 0]
+
+
+def kernel_name(key: str) -> str:
+    """A profiler key without its return type, anonymous namespace, template arguments and signature:
+    ``void (anonymous namespace)::indexing_backward_kernel<float, 4>(long const*, ...)`` reads
+    ``indexing_backward_kernel`` (a CUDA kernel's full key runs to hundreds of characters)."""
+    name = re.sub(r"^void ", "", key).replace("(anonymous namespace)::", "")
+    return re.split(r"[<(]", name, maxsplit=1)[0] or key
 
 
 @contextmanager

@@ -269,3 +269,16 @@ def test_gpu_check_names_a_missing_dependency(monkeypatch):
                         find_spec(name, *a))
     gpu_check.dependencies(summary)
     assert summary.rows[-1][1:] == ("missing: scikit-learn, gguf (pip install -e .)", False)
+
+
+def test_the_backward_profile_names_kernels_without_their_signatures():
+    """The H100's profile listed `void (anonymous namespace)::indexing_backward_kernel<float, 4>(long const*, ...)`:
+    the summary row keeps the name and drops the return type, namespace, template arguments and signature."""
+    from benchmarks.step_profile import backward_ops, kernel_name
+
+    assert kernel_name("void (anonymous namespace)::indexing_backward_kernel<float, 4>(long const*, long const*, "
+                       "float const*, float*, long, long, long, long, bool)") == "indexing_backward_kernel"
+    assert kernel_name("void at::native::elementwise_kernel<128, 2, Mul>(int, Mul)") == "at::native::elementwise_kernel"
+    assert kernel_name("aten::_index_put_impl_") == "aten::_index_put_impl_"
+    ops = backward_ops("recall", "mlp", "cpu", 4)  # the CPU rehearsal of the GPU check's section
+    assert ops and all("(" not in name and "<" not in name and ms >= 0 for name, ms in ops)
