@@ -331,7 +331,8 @@ class Recall(Task):
         # not depend on which branch a query takes.
         bound = torch.rand(B, M, generator=generator) >= self.p_unbound
         bound_slot = (torch.rand(B, M, generator=generator) * n_pairs[:, None]).long().clamp(max=n_pairs[:, None] - 1)
-        n_free = (key_perm.size(1) - n_pairs[:, None]).clamp(min=1)  # placeholder width when no key is free (bound is all True)
+        # placeholder width when no key is free (bound is all True)
+        n_free = (key_perm.size(1) - n_pairs[:, None]).clamp(min=1)
         free_slot = n_pairs[:, None] + (torch.rand(B, M, generator=generator) * n_free).long().clamp(max=n_free - 1)
         noise = torch.randint(0, V, (B, M), generator=generator)
         if self.ask == "every":  # drawn last and only here: the random layout's stream is unchanged
