@@ -10,6 +10,10 @@
 #     probe's 8-pair cell at lr 3.2e-3, batch 256: does it bind as the shifted one did?
 #   bind-mamba-dense-mix (MAMBA_FROM_SCRATCH=1): the same Mamba from scratch at lr 1e-3, stopped at step 9,500,
 #     its 8-pair tables still at chance (the probe found lr 1e-3 too low to start binding).
+#   bind-mamba-mix-gpu-cont: the from-probe Mamba after its 1,750 steps of 256 on an H100 (go3.sh), on the CPU
+#     again at batch 64, lr 1.6e-3 (replaces bind-mamba-dense-mix-from8, which FROM8=1 still resumes);
+#   bind-transformer-paper-pool16-mix: the paper's transformer (learned positions for 480 tokens, untied), a
+#     3,000-step stage on 8-pair tables from pools of 16 keys (-T pool=16), then the mixture, lr 1e-3.
 set -u
 RUNS=${RUNS:-runs}
 export OMP_NUM_THREADS=1
@@ -28,8 +32,15 @@ run() {  # name, then interp train options
 if [ "${MAMBA_FROM_SCRATCH:-0}" = 1 ]; then
   run bind-mamba-dense-mix $MAMBA --lr 1e-3 &
 fi
-run bind-mamba-dense-mix-from8 $MAMBA --lr 1.6e-3 \
-  --init figures/readme/equal-footing/binding-lr-probe/mamba-lr3.2e-3/step-00005000.safetensors &
+if [ "${FROM8:-0}" = 1 ]; then
+  run bind-mamba-dense-mix-from8 $MAMBA --lr 1.6e-3 \
+    --init figures/readme/equal-footing/binding-lr-probe/mamba-lr3.2e-3/step-00005000.safetensors &
+fi
+run bind-mamba-mix-gpu-cont $MAMBA --lr 1.6e-3 --warmup 100 \
+  --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu/step-00001750.safetensors &
+POOL16='[3000, {"N":8,"slots":8,"fillers":4,"queries":8,"gap":0,"ask":"every","pool":16}]'
+MIX="[$POOL16, ${MIX:1}" run bind-transformer-paper-pool16-mix --arch transformer -M shift=null -M positional=learned \
+  -M tied=false -M n_ctx=480 --lr 1e-3 --warmup 100 &
 if [ "${TRANSFORMER:-0}" = 1 ]; then
   run bind-transformer-plain-dense-mix --arch transformer -M shift=null -M n_ctx=480 --lr 1e-3 &
 fi

@@ -33,6 +33,9 @@ RUNS = {  # folder: (legend, colour, dash)
     "compact4-pools16-learned-untied": ("compact, 4 pairs, pools of 16: the paper's", "#00cc96", "dot"),
     "compact8-pools256-learned-untied": ("compact, 8 pairs, pools of 256: the paper's", "#636efa", "dot"),
     "pools256-learned-untied": ("pools of 256: the paper's", "#636efa", "solid"),
+    # the same run with a first stage on pools of 16 (steps 0-3,000, `-T pool=16`), evaluated on pools of 256 throughout
+    "pools256-learned-untied-after-pools16": ("pools of 256 after a stage on pools of 16: the paper's", "#19d3f3",
+                                              "solid"),
     # on an H100 at batch 256 (../binding-dense-mix/go3.sh), side by side for the same eight minutes
     "gpu-pools256-learned-tied": ("pools of 256, GPU: learned positions, tied", "#ab63fa", "dash"),
     "gpu-pools256-rotary-untied": ("pools of 256, GPU: rotary, untied", "#ffa15a", "dash"),
