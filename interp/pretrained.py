@@ -13,6 +13,7 @@ import json
 import shlex
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import models
 import tasks
@@ -21,6 +22,7 @@ from .catalog import PRETRAINED_DIR
 from .checkpoint import list_checkpoints
 from .errors import UserError
 from .recipe import preset_recipe, recorded_train
+from .train import lr_at
 
 
 def shown(value) -> str:
@@ -87,6 +89,15 @@ def soft_loss_words(task) -> str:
             else " (cross-entropy against the exact Bayes posterior)")
 
 
+def stopped_words(record: dict) -> str:
+    """"Stopped at step N of the planned ..." for a run shipped as it stood at a checkpoint."""
+    if record.get("stopped_at") is None:
+        return ""
+    s = record["train"]
+    return (f"Stopped at step {record['stopped_at']:,} ({record['stopped_at'] * s['batch_size']:,} sequences, "
+            f"lr {lr_at(record['stopped_at'], SimpleNamespace(**s)):.2e} then) of the planned ")
+
+
 def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], note: str = "") -> str:
     s, final = record["train"], record.get("final") or {}
     config = ", ".join(f"{k} {v}" for k, v in record["model"].items() if v is not None)
@@ -99,11 +110,14 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
                      "a checkpoint series for training-dynamics analyses such as frame-precision."
                      if len(checkpoints) > 1 else f"Only the final checkpoint is shipped ({size:.1f} MB).")
     task = tasks.from_config(record['task'])
+    when = ("the end" if record.get("stopped_at") is None else
+            f"step {record['stopped_at']:,}, measured on the CPU when shipped")
     lines = [
         f"# {name}", "",
         f"{arch_label(record['arch'])} ({record.get('n_params', 0):,} parameters; {config}) "
         f"trained on `{task!r}` by", "",
         f"    {train_command(record, preset)}", "",
+        f"{stopped_words(record)}"
         f"{s['steps']:,} steps of {s['batch_size']} fresh sequences, AdamW lr {s['lr']} ({s['warmup']} warm-up "
         f"steps, cosine to 0), weight decay {s['weight_decay']}, grad clip {s['grad_clip']}, {s['loss']} targets"
         f"{soft_loss_words(task) if s['loss'] == 'soft' else ''}, seed {s['seed']}."
@@ -114,23 +128,54 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
            else ""),
         f"Training took {record.get('wall_time_s', 0) / 60:.1f} minutes on {record.get('device', 'cpu')}{threads} "
         f"({versions}).", "",
-        f"Held-out metrics at the end ({s['eval_size']:,} sequences): {metrics}.", "",
+        f"Held-out metrics at {when} ({s['eval_size']:,} sequences): {metrics}.", "",
         f"{shipped_ckpts} `run.json` has every setting; `metrics.jsonl` the whole training curve.", "",
     ]
     return "\n".join(lines + ([note, ""] if note else []))
 
 
+def stopped_at(run_dir: Path, record: dict, step: int) -> tuple[dict, list[str]]:
+    """run.json and metrics.jsonl of a run as they stood at checkpoint ``step``, where it is shipped
+    from: status "stopped", ``final`` measured now on the CPU from that checkpoint on the run's own
+    held-out batch (a GPU run evaluated under bf16; a shipped model's numbers must be the CPU's), and
+    the curve up to that step."""
+    from analyses.base import held_out_batch
+
+    from .checkpoint import load
+    from .train import held_out_metrics
+
+    lines = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if line.strip() and json.loads(line)["step"] <= step]
+    model = load(run_dir / "checkpoints" / f"step-{step:08d}.safetensors", device="cpu")
+    s = record["train"]
+    final = held_out_metrics(model.eval(), held_out_batch(model.task, s["eval_size"], s["seed"]))
+    elapsed = json.loads(lines[-1]).get("elapsed_s", 0) if lines else 0
+    record = dict(record, status="stopped", stopped_at=step, final=final, wall_time_s=elapsed,
+                  final_measured_on="cpu")
+    return record, lines
+
+
 def ship(run_dir: Path, name: str | None = None, all_checkpoints: bool = False, preset: str = "cpu",
-         note: str = "", dest_root: Path = PRETRAINED_DIR) -> Path:
-    """Copy a finished run into ``dest_root/name`` with its model card; replaces an older copy whole."""
+         note: str = "", dest_root: Path = PRETRAINED_DIR, at_step: int | None = None) -> Path:
+    """Copy a finished run into ``dest_root/name`` with its model card; replaces an older copy whole.
+    ``at_step``: ship a run that was stopped (or is still running) as it stood at that checkpoint."""
     run_dir = Path(run_dir)
     record_file = run_dir / "run.json"
     if not record_file.exists():
         raise UserError(f"{run_dir} is not a run folder (no run.json)")
     record = json.loads(record_file.read_text())
-    if record.get("status") != "finished":
-        raise UserError(f"{run_dir} has not finished training; finish it with `interp train --out {run_dir} --resume`")
-    checkpoints = [path for _, path in list_checkpoints(run_dir)]
+    saved = list_checkpoints(run_dir)
+    if at_step is None and record.get("status") != "finished":
+        raise UserError(f"{run_dir} has not finished training; finish it with `interp train --out {run_dir} "
+                        f"--resume`, or ship it as it stood at one of its checkpoints with --at-step N")
+    if at_step is not None and at_step not in [step for step, _ in saved]:
+        raise UserError(f"{run_dir} has no checkpoint at step {at_step}; it has steps "
+                        f"{', '.join(str(step) for step, _ in saved) or 'none'}")
+    lines = None
+    if at_step is not None:
+        saved = [(step, path) for step, path in saved if step <= at_step]
+        record, lines = stopped_at(run_dir, record, at_step)
+    checkpoints = [path for _, path in saved]
     checkpoints = checkpoints if all_checkpoints else checkpoints[-1:]
     name = name or run_dir.resolve().name
     dest, staging = dest_root / name, dest_root / f".{name}.tmp"
@@ -138,8 +183,12 @@ def ship(run_dir: Path, name: str | None = None, all_checkpoints: bool = False, 
     (staging / "checkpoints").mkdir(parents=True)
     for path in checkpoints:
         shutil.copy2(path, staging / "checkpoints" / path.name)
-    for file in ("run.json", "metrics.jsonl"):
-        shutil.copy2(run_dir / file, staging / file)
+    if lines is None:
+        for file in ("run.json", "metrics.jsonl"):
+            shutil.copy2(run_dir / file, staging / file)
+    else:
+        (staging / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+        (staging / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
     (staging / "README.md").write_text(model_card(name, record, preset, checkpoints, note))
     shutil.rmtree(dest, ignore_errors=True)
     staging.rename(dest)
@@ -153,5 +202,6 @@ if __name__ == "__main__":
     parser.add_argument("--all-checkpoints", action="store_true")
     parser.add_argument("--preset", default="cpu")
     parser.add_argument("--note", default="")
+    parser.add_argument("--at-step", type=int, help="ship a stopped run as it stood at this checkpoint")
     args = parser.parse_args()
-    print(ship(args.run_dir, args.name, args.all_checkpoints, args.preset, args.note))
+    print(ship(args.run_dir, args.name, args.all_checkpoints, args.preset, args.note, at_step=args.at_step))

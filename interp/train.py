@@ -218,6 +218,14 @@ def denormals_flushed(active: bool = True):
             torch.set_flush_denormal(False)
 
 
+def held_out_metrics(model, batch) -> dict:
+    """The numbers a run records at each evaluation and at its end (run.json's ``final``)."""
+    from analyses.calibration import measure
+
+    return {k: v for k, v in measure(model, batch).items()
+            if k in ("entropy_mae_bits", "kl_bits", "accuracy", "infeasible_mass", "relative_mean_error")}
+
+
 class Trainer:
     """One training run in ``out``: build or restore, then step, evaluate and checkpoint.
 
@@ -462,13 +470,10 @@ class Trainer:
 
     # -- the loop ----------------------------------------------------------------------------
     def evaluate(self) -> dict:
-        from analyses.calibration import measure
-
         self.model.eval()
-        numbers = measure(self.model, self.eval_batch)
+        numbers = held_out_metrics(self.model, self.eval_batch)
         self.model.train()
-        return {k: v for k, v in numbers.items()
-                if k in ("entropy_mae_bits", "kl_bits", "accuracy", "infeasible_mass", "relative_mean_error")}
+        return numbers
 
     def run(self) -> dict:
         try:
@@ -561,4 +566,4 @@ class Trainer:
         return final
 
 
-__all__ = ["Trainer", "checkpoint_steps", "lr_at"]
+__all__ = ["Trainer", "checkpoint_steps", "held_out_metrics", "lr_at"]

@@ -2,7 +2,12 @@
 the reference tests/test_transformer_replay.py holds the transformer to. Recorded once with the TransformerLens 3
 ``HookedTransformer`` the shipped checkpoints were trained on; rerun only when a shipped transformer is retrained:
 
-    python -m tests.record_transformer_outputs
+    python -m tests.record_transformer_outputs          # every shipped transformer again
+    python -m tests.record_transformer_outputs --add    # only those not recorded yet, the others kept
+
+A transformer shipped later (trained on TransformerLens 4) is added with ``--add``: its entry then holds the
+wind-tunnel transformer to what it computed when it was shipped, and the fixture's metadata says which
+TransformerLens recorded each entry.
 """
 import json
 from pathlib import Path
@@ -38,9 +43,22 @@ def random_rms():
     return models.build("transformer", tasks.make("bijection", V=8, L=7), config, seed=3).eval()
 
 
-def record() -> None:
-    tensors, hooks = {}, {}
+def record(add: bool = False) -> None:
+    tensors, hooks, recorded_with = {}, {}, {}
+    if add:  # keep every entry there is; record only the shipped transformers it lacks
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        tensors = load_file(FIXTURE)
+        with safe_open(FIXTURE, "pt") as handle:
+            metadata = handle.metadata()
+        hooks = json.loads(metadata["hooks"])
+        recorded_with = json.loads(metadata.get("recorded_with", "{}")) or {name: "3.9" for name in hooks}
+    from importlib.metadata import version
     for name in [*transformers(), RANDOM]:
+        if name in hooks:
+            continue
+        recorded_with[name] = version("transformer-lens")
         model = random_rms() if name == RANDOM else load(name).eval()
         if name == RANDOM:
             tensors |= {f"{name}.weights.{k}": v.contiguous() for k, v in model.state_dict().items()}
@@ -50,8 +68,10 @@ def record() -> None:
         with torch.no_grad():
             _, cache = model.run_with_cache(batch.tokens)
         hooks[name] = {hook: list(value.shape) for hook, value in cache.items()}
-    save_file(tensors, FIXTURE, metadata={"hooks": json.dumps(hooks)})
+    save_file(tensors, FIXTURE, metadata={"hooks": json.dumps(hooks), "recorded_with": json.dumps(recorded_with)})
 
 
 if __name__ == "__main__":
-    record()
+    import sys
+
+    record(add="--add" in sys.argv[1:])

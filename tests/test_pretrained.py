@@ -42,11 +42,13 @@ def test_shipped_models_fit_the_size_budget_and_carry_no_resume_state():
 def test_model_card_is_the_one_written_from_run_json(name):
     path = SHIPPED[name]
     record = json.loads((path / "run.json").read_text())
-    assert record["status"] == "finished"
+    assert record["status"] == "finished" or (record["status"] == "stopped" and record["final_measured_on"] == "cpu")
     card = (path / "README.md").read_text()
     expected = model_card(name, record, "cpu", [p for _, p in list_checkpoints(path)])
     assert card.startswith(expected)  # a maintainer's note may follow
     assert train_command(record, "cpu") in card and f"{record['train']['steps']:,} steps" in card
+    if record["status"] == "stopped":
+        assert f"Stopped at step {record['stopped_at']:,}" in card
 
 
 @pytest.mark.slow  # each shipped model on its recorded held-out batch: 10-40 s each
@@ -56,7 +58,7 @@ def test_shipped_weights_reproduce_the_recorded_final_metrics(name):
     path = SHIPPED[name]
     record = json.loads((path / "run.json").read_text())
     model = load(name)
-    assert model.step == record["train"]["steps"]
+    assert model.step == record.get("stopped_at", record["train"]["steps"])
     batch = held_out_batch(model.task, record["train"]["eval_size"], record["train"]["seed"])
     ours = measure(model, batch)
     for key, value in record["final"].items():
@@ -91,6 +93,31 @@ def test_ship_copies_a_finished_run_with_its_card_and_refuses_an_unfinished_one(
     (run / "run.json").write_text(json.dumps(dict(record, status="running")))
     with pytest.raises(Exception, match="has not finished training"):
         ship(run, "again", dest_root=tmp_path / "pretrained")
+
+
+def test_ship_at_a_checkpoint_takes_a_stopped_run_as_it_stood_there(tmp_path, capsys):
+    """A long run stopped before its planned end ships from one of its checkpoints: that checkpoint and
+    the ones before it, the curve up to it, ``final`` measured from it (as the trainer measures), a card
+    that says where it stopped; a step without a checkpoint is refused with the steps there are."""
+    run = tmp_path / "runs" / "long"
+    done = run_cli(capsys, "train", "--out", run, "--steps", "40", "--checkpoint-every", "10", "--eval-every", "10",
+                   "-M", "d_model=16", "-M", "n_heads=2")
+    assert done.code == 0, done.err
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps(dict(record, status="running")))  # as a run killed mid-way
+    dest = ship(run, "long-at-20", all_checkpoints=True, dest_root=tmp_path / "pretrained", at_step=20)
+    assert [s for s, _ in list_checkpoints(dest)] == [0, 10, 20]
+    shipped_record = json.loads((dest / "run.json").read_text())
+    assert shipped_record["status"] == "stopped" and shipped_record["stopped_at"] == 20
+    curve = [json.loads(line) for line in (dest / "metrics.jsonl").read_text().splitlines()]
+    assert curve[-1]["step"] == 20 and all(row["step"] <= 20 for row in curve)
+    for key, value in shipped_record["final"].items():  # the trainer's evaluation at step 20, same batch
+        assert math.isclose(curve[-1][f"eval_{key}"], value, rel_tol=1e-5, abs_tol=1e-7), key
+    card = (dest / "README.md").read_text()
+    assert "Stopped at step 20 (" in card and "of the planned 40 steps" in card and "Held-out metrics at step 20, measured on the CPU when shipped (" in card
+    assert load(dest).step == 20
+    with pytest.raises(Exception, match="no checkpoint at step 25; it has steps 0, 10, 20, 30, 40"):
+        ship(run, "nowhere", dest_root=tmp_path / "pretrained", at_step=25)
 
 
 @pytest.mark.slow

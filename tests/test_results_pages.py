@@ -105,7 +105,8 @@ def test_the_smollm2_columns_follow_the_header():
 
 
 CARDS = sorted((ROOT / "models" / "pretrained").glob("*/README.md"))
-HELD_OUT = re.compile(r"Held-out metrics at the end \(([\d,]+) sequences\): (.*?)\.\s*$", re.M)
+HELD_OUT = re.compile(r"Held-out metrics at (?:the end|step [\d,]+, measured on the CPU when shipped) "
+                      r"\(([\d,]+) sequences\): (.*?)\.\s*$", re.M)
 PARAMS = re.compile(r"\(([\d,]+) parameters")
 
 

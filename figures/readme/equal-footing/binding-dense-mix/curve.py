@@ -33,10 +33,18 @@ RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer"
         "mamba-noshift-gpu": ("Mamba, its convolution alone, from its probe, on a GPU", "#19d3f3"),
         # the paper's transformer (learned positions, untied), a first stage of 3,000 steps on 8-pair tables from
         # pools of 16 keys (../binding-transformer-recipe/), then this mixture; measured from step 4,000
-        "transformer-pool16": ("the paper's transformer after a stage on pools of 16", "#ab63fa")}
+        "transformer-pool16": ("the paper's transformer after a stage on pools of 16", "#ab63fa"),
+        # a third H100 call (go4.sh): each lineage's latest checkpoint, at batch 256
+        "mamba-from8-gpu2": ("Mamba from the probe's model, on a GPU again", "#00cc96"),
+        "mamba-noshift-gpu2": ("Mamba, its convolution alone, on a GPU again", "#19d3f3"),
+        "mamba-noshift-gpu2-lr3.2e-3": ("the same at lr 3.2e-3", "#fecb52"),
+        "transformer-pool16-gpu": ("the paper's transformer, on a GPU", "#ab63fa"),
+        "transformer-pool16-gpu-lr2e-3": ("the same at lr 2e-3", "#ff6692")}
 # where a run started from another's checkpoint: (that run, its step); sequences count on from there
 AFTER = {"mamba-from8-gpu": ("mamba-from8", 5000), "mamba-from8-gpu-lr3.2e-3": ("mamba-from8", 5000),
-         "mamba-from8-gpu-cpu": ("mamba-from8-gpu", 1750)}
+         "mamba-from8-gpu-cpu": ("mamba-from8-gpu", 1750), "mamba-from8-gpu2": ("mamba-from8-gpu-cpu", 4000),
+         "mamba-noshift-gpu2": ("mamba-noshift-gpu", 1750), "mamba-noshift-gpu2-lr3.2e-3": ("mamba-noshift-gpu", 1750),
+         "transformer-pool16-gpu": ("transformer-pool16", 4000), "transformer-pool16-gpu-lr2e-3": ("transformer-pool16", 4000)}
 SIZES = (64, 16, 4)  # pairs per table, as measured (the paper's format holds 64)
 
 
@@ -84,6 +92,9 @@ def figure(data: dict) -> go.Figure:
     dashes = {64: "solid", 16: "dash", 4: "dot"}
     for run, d in data.items():
         (name, colour), points = RUNS[run], d["measured"]
+        if run in AFTER and AFTER[run][0] in data:  # drawn on from the point it started at, so lineages read as lines
+            parent, step = AFTER[run]
+            points = [p for p in data[parent]["measured"] if p["step"] == step] + points
         for n in SIZES:
             x = [p["sequences"] for p in points]
             y = [p["accuracy"][n] for p in points]

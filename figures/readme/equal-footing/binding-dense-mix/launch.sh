@@ -12,8 +12,13 @@
 #     its 8-pair tables still at chance (the probe found lr 1e-3 too low to start binding).
 #   bind-mamba-mix-gpu-cont: the from-probe Mamba after its 1,750 steps of 256 on an H100 (go3.sh), on the CPU
 #     again at batch 64, lr 1.6e-3 (replaces bind-mamba-dense-mix-from8, which FROM8=1 still resumes);
-#   bind-transformer-paper-pool16-mix: the paper's transformer (learned positions for 480 tokens, untied), a
-#     3,000-step stage on 8-pair tables from pools of 16 keys (-T pool=16), then the mixture, lr 1e-3.
+#   bind-transformer-paper-pool16-mix (TF_POOL16=1): the paper's transformer (learned positions for 480 tokens,
+#     untied), a 3,000-step stage on 8-pair tables from pools of 16 keys (-T pool=16), then the mixture, lr 1e-3
+#     (its step 4,000 went on on an H100: transformer-pool16-gpu/);
+#   bind-mamba-mix-gpu2-cont: the shifted Mamba after its second GPU leg (mamba-from8-gpu2/, 2,400 steps of
+#     256), on the CPU at batch 64, lr 1.6e-3 (replaces bind-mamba-mix-gpu-cont, which GPU_CONT=1 still resumes);
+#   bind-mamba-noshift-gpu2-cont: the paper's Mamba (conv alone) after its second GPU leg at lr 3.2e-3
+#     (mamba-noshift-gpu2-lr3.2e-3/), on the CPU at batch 64, lr 3.2e-3.
 set -u
 RUNS=${RUNS:-runs}
 export OMP_NUM_THREADS=1
@@ -36,15 +41,25 @@ if [ "${FROM8:-0}" = 1 ]; then
   run bind-mamba-dense-mix-from8 $MAMBA --lr 1.6e-3 \
     --init figures/readme/equal-footing/binding-lr-probe/mamba-lr3.2e-3/step-00005000.safetensors &
 fi
-run bind-mamba-mix-gpu-cont $MAMBA --lr 1.6e-3 --warmup 100 \
-  --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu/step-00001750.safetensors &
+if [ "${GPU_CONT:-0}" = 1 ]; then
+  run bind-mamba-mix-gpu-cont $MAMBA --lr 1.6e-3 --warmup 100 \
+    --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu/step-00001750.safetensors &
+fi
+run bind-mamba-mix-gpu2-cont $MAMBA --lr 1.6e-3 --warmup 100 \
+  --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2/step-00002400.safetensors &
+run bind-mamba-noshift-gpu2-cont $MAMBA -M shift=null --lr 3.2e-3 --warmup 100 \
+  --init figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-lr3.2e-3/step-00002400.safetensors &
 POOL16='[3000, {"N":8,"slots":8,"fillers":4,"queries":8,"gap":0,"ask":"every","pool":16}]'
-MIX="[$POOL16, ${MIX:1}" run bind-transformer-paper-pool16-mix --arch transformer -M shift=null -M positional=learned \
-  -M tied=false -M n_ctx=480 --lr 1e-3 --warmup 100 &
+if [ "${TF_POOL16:-0}" = 1 ]; then
+  MIX="[$POOL16, ${MIX:1}" run bind-transformer-paper-pool16-mix --arch transformer -M shift=null \
+    -M positional=learned -M tied=false -M n_ctx=480 --lr 1e-3 --warmup 100 &
+fi
 if [ "${TRANSFORMER:-0}" = 1 ]; then
   run bind-transformer-plain-dense-mix --arch transformer -M shift=null -M n_ctx=480 --lr 1e-3 &
 fi
-if [ -e "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3/run.json" ]; then
+if [ "${NOSHIFT_PROBE:-0}" = 0 ]; then
+  :  # the no-shift probe bound its 8-pair cell (96% at step 5,000); NOSHIFT_PROBE=1 resumes it
+elif [ -e "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3/run.json" ]; then
   interp train --resume --out "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3" >> "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3.log" 2>&1 &
 else
   interp train --task recall $MAMBA -M shift=null --steps 20000 --batch-size 256 --lr 3.2e-3 --warmup 200 \
