@@ -11,8 +11,8 @@ import plotly.graph_objects as go
 import models
 import tasks
 
-from .base import (Analysis, AnalysisError, Option, Result, bootstrap_difference, budget_text, eval_batch, n_option,
-                   read_result, seed_option, training_budget)
+from .base import (Analysis, AnalysisError, Option, Result, bootstrap_difference, budget_text, eval_batch,
+                   held_out_batch, n_option, read_result, seed_option, training_budget)
 from .calibration import measure
 from .style import error_bars
 
@@ -31,7 +31,9 @@ DEFINITION = " ".join(f"""
 Every model is measured with ``calibration`` on its own task (entropy MAE and KL in
 bits, accuracy for discrete tasks; n held-out sequences, the same seed for all). The primitives
 matrix has one row per architecture and one column per inference primitive, each judged from the
-runs given, never assumed: {_criteria()}. A cell with no run of that task and architecture is
+runs given, never assumed: {_criteria()}. A primitive is judged on the task as that task declares
+(``Task.judged_on``; recall: every table full, the paper's 64 pairs, whatever range of table sizes the model
+trained on; such a run's ``judged`` holds those numbers, ``task_changes`` what differs). A cell with no run of that task and architecture is
 "not measured"; with several, the best run counts. Each run's numbers carry a 95% bootstrap interval
 over sequences; for every two runs on the same task settings (measured on the same sequences),
 ``differences`` gives each number's difference with a paired bootstrap interval and ``differs``: true
@@ -51,14 +53,16 @@ def run_label(model) -> str:
 
 def primitive_cell(rows: list[dict], arch: str, primitive: str) -> dict:
     task, metric, direction, threshold = primitives()[primitive]
-    candidates = [r for r in rows if r["arch"] == arch and r["task"] == task and r.get(metric) is not None]
+    value = lambda r: (r.get("judged") or r).get(metric)  # on the task the primitive is judged on
+    candidates = [r for r in rows if r["arch"] == arch and r["task"] == task and value(r) is not None]
     if not candidates:
         return dict(status="not measured", value=None, threshold=threshold, metric=metric, task=task)
-    chosen = (min if direction == "max" else max)(candidates, key=lambda r: r[metric])
-    best = chosen[metric]
+    chosen = (min if direction == "max" else max)(candidates, key=value)
+    best = value(chosen)
     passed = best <= threshold if direction == "max" else best >= threshold
-    return dict(status="pass" if passed else "fail", value=best, threshold=threshold, metric=metric, task=task,
+    cell = dict(status="pass" if passed else "fail", value=best, threshold=threshold, metric=metric, task=task,
                 run=chosen.get("run"), budget=chosen.get("budget"), n_params=chosen.get("n_params"))
+    return cell | ({"judged_on": chosen["judged"]["task_changes"]} if chosen.get("judged") else {})
 
 
 def read_sweeps(spec: str) -> dict[str, dict]:
@@ -107,6 +111,13 @@ def compute(model, n: int = 1000, seed: int = 1234, sweeps: str = "") -> Result:
                          n_params=sum(p.numel() for p in m.parameters()),
                          entropy_mae_bits=numbers["entropy_mae_bits"], kl_bits=numbers["kl_bits"],
                          accuracy=numbers.get("accuracy"), intervals=numbers["intervals"]))
+        judged = m.task.judged_on()
+        if judged.config() != m.task.config():  # the primitive's number, on the task it is judged on
+            device = next(m.parameters()).device
+            on = measure(m, held_out_batch(judged, n, seed).to(device), intervals=True)
+            rows[-1]["judged"] = dict(task_changes={k: v for k, v in judged.config().items() if m.task.config().get(k) != v},
+                                      **{k: on.get(k) for k in ("entropy_mae_bits", "kl_bits", "accuracy")},
+                                      intervals=on["intervals"])
     seen: dict[str, int] = {}
     for r in rows:  # two runs of one label (models built in Python, one checkpoint twice) are told apart
         seen[r["run"]] = seen.get(r["run"], 0) + 1
@@ -170,6 +181,8 @@ def matrix_figure(matrix: dict) -> go.Figure:
     score = {"pass": 1, "fail": 0, "not measured": 0.5}
     def label(cell: dict) -> str:
         single = cell["status"] + (f" {cell['value']:.3g}" if cell["value"] is not None else "")
+        if cell.get("judged_on"):  # measured on the task as the primitive is judged, not the run's own
+            single += " on " + ", ".join(f"{k}={v}" for k, v in cell["judged_on"].items())
         if cell["value"] is not None:  # the budget of the run the cell is judged from, in every cell
             params = f" · {cell['n_params'] / 1e3:.0f}k params" if cell.get("n_params") else ""
             single += f"<br><sub>{budget_text(cell.get('budget'))}{params}</sub>"

@@ -370,6 +370,11 @@ class Task:
         config[self.length_setting] = n
         return make(self.name, **config)
 
+    def judged_on(self) -> "Task":
+        """The task on which ``compare`` judges this task's primitive: the task itself, unless a task says
+        otherwise (recall: every table full, whatever range of table sizes a model trained on)."""
+        return self
+
     def vary(self, setting: str, value) -> "Task":
         """The same task with one setting changed, as a difficulty axis reads it (``interp sweep``):
         the same vocabulary, so a trained model can be measured on it."""

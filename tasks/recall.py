@@ -239,6 +239,11 @@ class Recall(Task):
         """N as a difficulty axis: exactly that many pairs in the same table (``with_table``)."""
         return self.with_table(value) if setting == "N" else super().vary(setting, value)
 
+    def judged_on(self) -> "Recall":
+        """Binding is judged on full tables, the paper's 64 pairs: accuracy over a range of table sizes
+        would count the small tables that even a model without binding answers (1/n of them by chance)."""
+        return self if self.N_min == self.N else self.with_table(self.N)
+
     def with_table(self, n: int) -> "Recall":
         """Exactly ``n`` pairs; in the paper layout at the same length (the other slots filler), so no
         query moves."""

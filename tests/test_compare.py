@@ -50,6 +50,24 @@ def test_compare_measures_every_model():
         analyses.run("compare", [])
 
 
+def test_binding_is_judged_on_full_tables_whatever_range_a_model_trained_on():
+    """A recall model trained on tables of 1..N pairs is judged on full N-pair tables (the paper's
+    format): over a range of sizes the small tables, which chance answers often, would lift it."""
+    ranged = tasks.make("recall", N=4, N_min=1, n_keys=8, n_values=8, queries=2, layout="paper", fillers=2, gap=1)
+    assert ranged.judged_on().config() == dict(ranged.config(), N_min=4)
+    assert tasks.make("bijection", V=6, L=5).judged_on().config() == tasks.make("bijection", V=6, L=5).config()
+    model = models.build("transformer", ranged, config=dict(d_model=16, n_layers=1, n_heads=2)).eval()
+    result = analyses.run("compare", [model], n=64)
+    run, cell = result.metrics["runs"][0], result.metrics["primitives"]["transformer"]["binding"]
+    assert run["judged"]["task_changes"] == {"N_min": 4}
+    from analyses.base import held_out_batch
+    from analyses.calibration import measure
+    direct = measure(model, held_out_batch(ranged.judged_on(), 64, result.metrics["seed"]))["accuracy"]
+    assert cell["value"] == pytest.approx(direct) and cell["judged_on"] == {"N_min": 4}
+    assert run["accuracy"] != cell["value"]  # the calibration table keeps the model's own task
+    assert "on N_min=4" in result.figures["primitives"].data[0].text[0][2]
+
+
 def test_differences_are_paired_and_marked_only_beyond_the_noise():
     import copy
 
