@@ -39,12 +39,16 @@ RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer"
         "mamba-noshift-gpu2": ("Mamba, its convolution alone, on a GPU again", "#19d3f3"),
         "mamba-noshift-gpu2-lr3.2e-3": ("the same at lr 3.2e-3", "#fecb52"),
         "transformer-pool16-gpu": ("the paper's transformer, on a GPU", "#ab63fa"),
-        "transformer-pool16-gpu-lr2e-3": ("the same at lr 2e-3", "#ff6692")}
+        "transformer-pool16-gpu-lr2e-3": ("the same at lr 2e-3", "#ff6692"),
+        # both Mambas on the CPU again at batch 64 and the GPU's rates (they lost ground; stopped at step 1,300)
+        "mamba-from8-gpu2-cpu": ("Mamba from the probe's model, on the CPU a second time", "#00cc96"),
+        "mamba-noshift-gpu2-cpu": ("Mamba, its convolution alone, on the CPU again", "#fecb52")}
 # where a run started from another's checkpoint: (that run, its step); sequences count on from there
 AFTER = {"mamba-from8-gpu": ("mamba-from8", 5000), "mamba-from8-gpu-lr3.2e-3": ("mamba-from8", 5000),
          "mamba-from8-gpu-cpu": ("mamba-from8-gpu", 1750), "mamba-from8-gpu2": ("mamba-from8-gpu-cpu", 4000),
          "mamba-noshift-gpu2": ("mamba-noshift-gpu", 1750), "mamba-noshift-gpu2-lr3.2e-3": ("mamba-noshift-gpu", 1750),
-         "transformer-pool16-gpu": ("transformer-pool16", 4000), "transformer-pool16-gpu-lr2e-3": ("transformer-pool16", 4000)}
+         "transformer-pool16-gpu": ("transformer-pool16", 4000), "transformer-pool16-gpu-lr2e-3": ("transformer-pool16", 4000),
+         "mamba-from8-gpu2-cpu": ("mamba-from8-gpu2", 2400), "mamba-noshift-gpu2-cpu": ("mamba-noshift-gpu2-lr3.2e-3", 2400)}
 SIZES = (64, 16, 4)  # pairs per table, as measured (the paper's format holds 64)
 
 

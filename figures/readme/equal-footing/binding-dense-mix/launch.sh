@@ -15,10 +15,12 @@
 #   bind-transformer-paper-pool16-mix (TF_POOL16=1): the paper's transformer (learned positions for 480 tokens,
 #     untied), a 3,000-step stage on 8-pair tables from pools of 16 keys (-T pool=16), then the mixture, lr 1e-3
 #     (its step 4,000 went on on an H100: transformer-pool16-gpu/);
-#   bind-mamba-mix-gpu2-cont: the shifted Mamba after its second GPU leg (mamba-from8-gpu2/, 2,400 steps of
-#     256), on the CPU at batch 64, lr 1.6e-3 (replaces bind-mamba-mix-gpu-cont, which GPU_CONT=1 still resumes);
-#   bind-mamba-noshift-gpu2-cont: the paper's Mamba (conv alone) after its second GPU leg at lr 3.2e-3
-#     (mamba-noshift-gpu2-lr3.2e-3/), on the CPU at batch 64, lr 3.2e-3.
+#   bind-mamba-mix-gpu2-cont-lr8e-4: the shifted Mamba after its second GPU leg (mamba-from8-gpu2/, 2,400 steps
+#     of 256), on the CPU at batch 64 and lr 8e-4, the GPU's 1.6e-3 scaled by sqrt(64/256) (at 1.6e-3 itself,
+#     bind-mamba-mix-gpu2-cont, it fell from 83.8% to 79.0% by step 1,000; stopped at 1,300);
+#   bind-mamba-noshift-gpu2-cont-lr1.6e-3: the paper's Mamba (conv alone) after its second GPU leg at 3.2e-3
+#     (mamba-noshift-gpu2-lr3.2e-3/), on the CPU at batch 64 and lr 1.6e-3, scaled the same way (at 3.2e-3,
+#     bind-mamba-noshift-gpu2-cont: 60.4% -> 59.2% at step 1,000; stopped at 1,300).
 set -u
 RUNS=${RUNS:-runs}
 export OMP_NUM_THREADS=1
@@ -45,9 +47,9 @@ if [ "${GPU_CONT:-0}" = 1 ]; then
   run bind-mamba-mix-gpu-cont $MAMBA --lr 1.6e-3 --warmup 100 \
     --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu/step-00001750.safetensors &
 fi
-run bind-mamba-mix-gpu2-cont $MAMBA --lr 1.6e-3 --warmup 100 \
+run bind-mamba-mix-gpu2-cont-lr8e-4 $MAMBA --lr 8e-4 --warmup 100 \
   --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2/step-00002400.safetensors &
-run bind-mamba-noshift-gpu2-cont $MAMBA -M shift=null --lr 3.2e-3 --warmup 100 \
+run bind-mamba-noshift-gpu2-cont-lr1.6e-3 $MAMBA -M shift=null --lr 1.6e-3 --warmup 100 \
   --init figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-lr3.2e-3/step-00002400.safetensors &
 POOL16='[3000, {"N":8,"slots":8,"fillers":4,"queries":8,"gap":0,"ask":"every","pool":16}]'
 if [ "${TF_POOL16:-0}" = 1 ]; then
