@@ -42,13 +42,18 @@ RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer"
         "transformer-pool16-gpu-lr2e-3": ("the same at lr 2e-3", "#ff6692"),
         # both Mambas on the CPU again at batch 64 and the GPU's rates (they lost ground; stopped at step 1,300)
         "mamba-from8-gpu2-cpu": ("Mamba from the probe's model, on the CPU a second time", "#00cc96"),
-        "mamba-noshift-gpu2-cpu": ("Mamba, its convolution alone, on the CPU again", "#fecb52")}
+        "mamba-noshift-gpu2-cpu": ("Mamba, its convolution alone, on the CPU again", "#fecb52"),
+        # the same two at the GPU's rates scaled by sqrt(64/256) for the smaller batch (launch.sh)
+        "mamba-from8-gpu2-cpu-lr8e-4": ("the shifted one at lr 8e-4", "#2ca02c"),
+        "mamba-noshift-gpu2-cpu-lr1.6e-3": ("the paper's at lr 1.6e-3", "#ff7f0e")}
 # where a run started from another's checkpoint: (that run, its step); sequences count on from there
 AFTER = {"mamba-from8-gpu": ("mamba-from8", 5000), "mamba-from8-gpu-lr3.2e-3": ("mamba-from8", 5000),
          "mamba-from8-gpu-cpu": ("mamba-from8-gpu", 1750), "mamba-from8-gpu2": ("mamba-from8-gpu-cpu", 4000),
          "mamba-noshift-gpu2": ("mamba-noshift-gpu", 1750), "mamba-noshift-gpu2-lr3.2e-3": ("mamba-noshift-gpu", 1750),
          "transformer-pool16-gpu": ("transformer-pool16", 4000), "transformer-pool16-gpu-lr2e-3": ("transformer-pool16", 4000),
-         "mamba-from8-gpu2-cpu": ("mamba-from8-gpu2", 2400), "mamba-noshift-gpu2-cpu": ("mamba-noshift-gpu2-lr3.2e-3", 2400)}
+         "mamba-from8-gpu2-cpu": ("mamba-from8-gpu2", 2400), "mamba-noshift-gpu2-cpu": ("mamba-noshift-gpu2-lr3.2e-3", 2400),
+         "mamba-from8-gpu2-cpu-lr8e-4": ("mamba-from8-gpu2", 2400),
+         "mamba-noshift-gpu2-cpu-lr1.6e-3": ("mamba-noshift-gpu2-lr3.2e-3", 2400)}
 SIZES = (64, 16, 4)  # pairs per table, as measured (the paper's format holds 64)
 
 
