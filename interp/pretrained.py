@@ -134,8 +134,8 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
     return "\n".join(lines + ([note, ""] if note else []))
 
 
-def stopped_at(run_dir: Path, record: dict, step: int) -> tuple[dict, list[str]]:
-    """run.json and metrics.jsonl of a run as they stood at checkpoint ``step``, where it is shipped
+def stopped_at(run_dir: Path, record: dict, step: int, path: Path) -> tuple[dict, list[str]]:
+    """run.json and metrics.jsonl of a run as they stood at checkpoint ``step`` (``path``), where it is shipped
     from: status "stopped", ``final`` measured now on the CPU from that checkpoint on the run's own
     held-out batch (a GPU run evaluated under bf16; a shipped model's numbers must be the CPU's), and
     the curve up to that step."""
@@ -146,7 +146,7 @@ def stopped_at(run_dir: Path, record: dict, step: int) -> tuple[dict, list[str]]
 
     lines = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines()
              if line.strip() and json.loads(line)["step"] <= step]
-    model = load(run_dir / "checkpoints" / f"step-{step:08d}.safetensors", device="cpu")
+    model = load(path, device="cpu")
     s = record["train"]
     final = held_out_metrics(model.eval(), held_out_batch(model.task, s["eval_size"], s["seed"]))
     elapsed = json.loads(lines[-1]).get("elapsed_s", 0) if lines else 0
@@ -174,7 +174,7 @@ def ship(run_dir: Path, name: str | None = None, all_checkpoints: bool = False, 
     lines = None
     if at_step is not None:
         saved = [(step, path) for step, path in saved if step <= at_step]
-        record, lines = stopped_at(run_dir, record, at_step)
+        record, lines = stopped_at(run_dir, record, at_step, saved[-1][1])
     checkpoints = [path for _, path in saved]
     checkpoints = checkpoints if all_checkpoints else checkpoints[-1:]
     name = name or run_dir.resolve().name
