@@ -412,8 +412,10 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, c
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="a fixed model setting")
 @click.option("--out", type=click.Path(path_type=Path), help="search folder [tunes/TASK-ARCH-PRESET]")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
+@click.option("--moved", is_flag=True, help="the search folder was copied here from another machine that is gone "
+                                            "(a lent GPU, a finished job): the trials it was running continue here")
 def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_size, seed, pruner, prune_after, storage,
-         curriculum, study, max_trials, max_grid, task_options, model_options, out, device):
+         curriculum, study, max_trials, max_grid, task_options, model_options, out, device, moved):
     """Search training recipes with Optuna: every combination of --space is one `interp train` run with the same
     budget, stopped early by the pruner when it falls behind. Rerun the same command to resume; start it in
     several processes (or machines, with --storage) to share the trials. Prints the trial table at the end."""
@@ -431,7 +433,7 @@ def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_siz
                **({} if max_grid is None else dict(max_grid=max_grid)))
     for note in job.notes:
         click.echo(f"warning: {note}", err=True)
-    summary = job.execute(max_trials)
+    summary = job.execute(max_trials, moved=moved)
     click.echo(table(summary))
     click.echo(f"wrote {out / 'tune.json'} and {out / 'trials.csv'}")
 

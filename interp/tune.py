@@ -32,7 +32,9 @@ last resume state, and the rest run. The same command with more values on the ke
 widens the grid: the finished trials count and only the new points run. Many workers: start the same command in several processes, or
 on several machines with ``--storage`` naming one database (``postgresql://...``, ``mysql://...``) or
 ``journal:FILE`` on a shared file system; each takes the next queued trial from the study. A worker
-finds a trial it was running when it was killed by its host and process id.
+finds a trial it was running when it was killed by its host and process id. A search folder copied from
+a machine that is gone (a lent GPU's, whose calls each start a fresh machine) is continued with ``--moved``:
+the trials that machine was running continue here from their run folders, as this host's.
 
 Written after every trial: ``<out>/trials.json`` and ``trials.csv`` (every trial's settings, state,
 score and the run folder) and ``tune.json`` (a result record read with ``interp.results.read``: its
@@ -311,23 +313,29 @@ class Tune:
             if trial_name(params) not in seen:
                 study.enqueue_trial(params, user_attrs={"queued": True})
 
-    def claim_orphan(self, study) -> int | None:
+    def claim_orphan(self, study, moved: bool = False) -> int | None:
         """One trial this host was running in a process that no longer exists (a killed worker), claimed
         for this one (call under the study lock): it continues as the same trial, from its run folder.
-        One at a time, so that after a kill every worker started picks up one, not the first all."""
+        One at a time, so that after a kill every worker started picks up one, not the first all. With
+        ``moved`` (the search was copied here from a machine that is gone) a trial another host was running
+        is an orphan too; claiming it makes it this host's."""
         from optuna.trial import TrialState
 
         host = socket.gethostname()
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             attrs, pid = trial.user_attrs, trial.user_attrs.get("pid")
             # a trial another worker has just asked for has no pid yet: not an orphan
-            if attrs.get("host") == host and pid is not None and pid != os.getpid() and not alive(pid):
+            if pid is None:
+                continue
+            elsewhere = moved and attrs.get("host") != host
+            if elsewhere or (attrs.get("host") == host and pid != os.getpid() and not alive(pid)):
+                study._storage.set_trial_user_attr(trial._trial_id, "host", host)
                 study._storage.set_trial_user_attr(trial._trial_id, "pid", os.getpid())
                 study._storage.set_trial_user_attr(trial._trial_id, "note", "its worker was killed; resumed")
                 return trial._trial_id
         return None
 
-    def execute(self, max_trials: int | None = None) -> dict:
+    def execute(self, max_trials: int | None = None, moved: bool = False) -> dict:
         # The whole write set, checked before its first byte: no link or special file at any level of it
         check_writes(self.out, files=[STUDY_LOCK, "tune.json", "trials.json", "trials.csv", *self.storage.files],
                      folders=["trials", *(f"trials/{self.folder(p).name}" for p in self.grid)])
@@ -345,9 +353,9 @@ class Tune:
         study = locked(self.open_study)
         locked(lambda: self.queue(study))
         with self.storage.errors():
-            return self._execute(study, max_trials, locked)
+            return self._execute(study, max_trials, locked, moved)
 
-    def _execute(self, study, max_trials, locked) -> dict:
+    def _execute(self, study, max_trials, locked, moved=False) -> dict:
         import optuna
         from optuna.trial import TrialState
 
@@ -356,7 +364,7 @@ class Tune:
                    disable=not self.progress, dynamic_ncols=True)
         ran = 0
         while max_trials is None or ran < max_trials:
-            orphan = locked(lambda: self.claim_orphan(study))
+            orphan = locked(lambda: self.claim_orphan(study, moved))
             if orphan is not None:
                 trial = optuna.trial.Trial(study, orphan)
             elif not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):

@@ -101,6 +101,29 @@ def test_a_killed_worker_resumes_its_trial_from_the_run_folder(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_search_copied_from_a_machine_that_is_gone_continues_its_running_trial_with_moved(tmp_path, capsys):
+    out = tmp_path / "tune"
+    args = ["tune", *TINY, "--steps", "400", "--out", out, "--space", "lr=1e-3"]
+    pid = fork_cli(tmp_path / "first.log", *args)
+    resume_state = out / "trials" / "lr=1e-3" / "resume.safetensors"
+    deadline = time.time() + 120
+    while not resume_state.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(pid)
+    running = study(out).trials[0]
+    study(out)._storage.set_trial_user_attr(running._trial_id, "host", "a-lent-gpu-that-is-gone")  # as if copied here
+    run_cli(capsys, *args)  # without --moved another machine's trial is not this worker's to take
+    assert [t.state.name for t in study(out).trials] == ["RUNNING"]
+    run_cli(capsys, *args, "--moved")
+    trial = study(out).trials[0]
+    assert trial.state.name == "COMPLETE" and trial.user_attrs["note"] == "its worker was killed; resumed"
+    assert trial.user_attrs["host"] != "a-lent-gpu-that-is-gone" and max(trial.intermediate_values) == 400
+    run = json.loads((out / "trials" / "lr=1e-3" / "run.json").read_text())
+    assert run["status"] == "finished" and run.get("resumes")  # continued from its run folder, not started over
+
+
+@pytest.mark.slow
 def test_killed_trials_resume_one_per_worker(tmp_path):
     # two workers killed mid-trial, two started again: each continues one of the two trials (the first to
     # start must not claim both, leaving the other worker with nothing to do)

@@ -20,7 +20,9 @@
 #     bind-mamba-mix-gpu2-cont, it fell from 83.8% to 79.0% by step 1,000; stopped at 1,300);
 #   bind-mamba-noshift-gpu2-cont-lr1.6e-3: the paper's Mamba (conv alone) after its second GPU leg at 3.2e-3
 #     (mamba-noshift-gpu2-lr3.2e-3/), on the CPU at batch 64 and lr 1.6e-3, scaled the same way (at 3.2e-3,
-#     bind-mamba-noshift-gpu2-cont: 60.4% -> 59.2% at step 1,000; stopped at 1,300).
+#     bind-mamba-noshift-gpu2-cont: 60.4% -> 59.2% at step 1,000; stopped at 1,300);
+#   bind-mamba-mix-gpu2-anneal: the first of those two from its step 3,000, annealed (below; CONT8E4=1 resumes
+#     the run it came from).
 set -u
 RUNS=${RUNS:-runs}
 export OMP_NUM_THREADS=1
@@ -47,8 +49,21 @@ if [ "${GPU_CONT:-0}" = 1 ]; then
   run bind-mamba-mix-gpu-cont $MAMBA --lr 1.6e-3 --warmup 100 \
     --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu/step-00001750.safetensors &
 fi
-run bind-mamba-mix-gpu2-cont-lr8e-4 $MAMBA --lr 8e-4 --warmup 100 \
-  --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2/step-00002400.safetensors &
+if [ "${CONT8E4:-0}" = 1 ]; then
+  run bind-mamba-mix-gpu2-cont-lr8e-4 $MAMBA --lr 8e-4 --warmup 100 \
+    --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2/step-00002400.safetensors &
+fi
+# the shifted Mamba flat at lr 8e-4 (85.4% at step 1,000, 84.8% at 2,000): from its step 3,000, the rate
+# annealed to zero over 1,500 steps (cosine, no warm-up; seed 1: batches its parent never drew): is its
+# plateau the rate's noise?
+if [ -e "$RUNS/bind-mamba-mix-gpu2-anneal/run.json" ]; then
+  interp train --resume --out "$RUNS/bind-mamba-mix-gpu2-anneal" >> "$RUNS/bind-mamba-mix-gpu2-anneal.log" 2>&1 &
+else
+  interp train --task recall $MAMBA --lr 8e-4 --warmup 0 --steps 1500 --batch-size 64 --seed 1 --eval-every 500 \
+    --eval-size 512 --checkpoint-every 500 --curriculum "[[1500${MIX:8}" \
+    --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2-cpu-lr8e-4/step-00003000.safetensors \
+    --out "$RUNS/bind-mamba-mix-gpu2-anneal" >> "$RUNS/bind-mamba-mix-gpu2-anneal.log" 2>&1 &
+fi
 run bind-mamba-noshift-gpu2-cont-lr1.6e-3 $MAMBA -M shift=null --lr 1.6e-3 --warmup 100 \
   --init figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-lr3.2e-3/step-00002400.safetensors &
 POOL16='[3000, {"N":8,"slots":8,"fillers":4,"queries":8,"gap":0,"ask":"every","pool":16}]'
