@@ -235,7 +235,7 @@ def test_the_space_keeps_the_declared_order():
 def test_ctrl_c_says_how_the_search_continues(tmp_path, monkeypatch, capsys):
     from interp import tune
 
-    def interrupted(self, max_trials=None):
+    def interrupted(self, max_trials=None, moved=False):
         raise KeyboardInterrupt
     monkeypatch.setattr(tune.Tune, "execute", interrupted)
     result = run_cli(capsys, "tune", *TINY, "--steps", "6", "--out", tmp_path / "tune", "--space", "lr=1e-3,1e-2")
