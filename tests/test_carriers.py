@@ -59,4 +59,4 @@ def test_each_constructed_carrier_is_found_and_the_slot_without_its_value_is_the
     assert [round(r["value_copy"], 6) for r in rows] == [1, 1, 0, 1]
     assert result["weakest_slot"]["slot"] == UNCOPIED and result["weakest_slot"]["best_copy_anywhere"] < 1e-6
     assert abs(result["others"]["best_copy_anywhere_min"] - 1) < 1e-6
-    assert result["carrier_tokens"] == {"FILL": 4}
+    assert result["carrier_tokens"] == {"FILL": 4} and result["slots_held"] == 3

@@ -8,7 +8,9 @@ This script finds each slot's carrier as the position layer 1 attends most from 
 (the mode over sequences), measures how much layer-0 attention at the carrier lands on the slot's own key and
 own value (the larger of the heads), and sets that beside the slot's accuracy; ``best_copy_anywhere`` says
 whether any later position holds both (the smaller of its key and value copies, at the best position); ``weakest_slot`` is the slot with the least
-of it, ``others`` the least copy and accuracy over the rest. A slot whose carrier copies
+of it, ``others`` the least copy and accuracy over the rest. ``slots_held`` counts the slots whose carrier
+holds both (each copy at least 0.5), ``slots_answered`` those answered at least half the time, and
+``held_is_answered`` the slots where the two agree. A slot whose carrier copies
 its key but not its value is found and answered wrongly: that is a hole in the per-slot accuracy.
 
     python figures/readme/equal-footing/binding-dense-mix/carriers.py CHECKPOINT OUT_DIR [--n 1024]
@@ -66,12 +68,15 @@ def carriers(model, n: int, seed: int = 0, chunk: int = 128) -> dict:
                          # the best carrier layer 0 offers anywhere after the pair: both copied at one position
                          best_copy_anywhere=float(torch.minimum(copy[:, value + 1:, key].max(0).values,
                                                                 copy[:, value + 1:, value].max(0).values).max())))
+    held = [min(r["key_copy"], r["value_copy"]) >= 0.5 for r in rows]  # the carrier layer 1 reads holds the pair
+    answered = [r["accuracy"] >= 0.5 for r in rows]
     weakest = min(rows, key=lambda r: r["best_copy_anywhere"])
     others = [r for r in rows if r is not weakest]
     return dict(n_sequences=n, seed=seed, accuracy_full_table=right["accuracy"], weakest_slot=weakest,
                 others=dict(best_copy_anywhere_min=min(r["best_copy_anywhere"] for r in others),
                             accuracy_min=min(r["accuracy"] for r in others)),
-                carrier_tokens=dict(Counter(r["carrier_token"] for r in rows)), rows=rows)
+                carrier_tokens=dict(Counter(r["carrier_token"] for r in rows)), slots_held=sum(held),
+                slots_answered=sum(answered), held_is_answered=sum(h == a for h, a in zip(held, answered)), rows=rows)
 
 
 def figure(result: dict, title: str) -> go.Figure:
