@@ -22,7 +22,7 @@
 #     (mamba-noshift-gpu2-lr3.2e-3/), on the CPU at batch 64 and lr 1.6e-3, scaled the same way (at 3.2e-3,
 #     bind-mamba-noshift-gpu2-cont: 60.4% -> 59.2% at step 1,000; stopped at 1,300);
 #   bind-mamba-mix-gpu2-anneal: the first of those two from its step 3,000, annealed (below; CONT8E4=1 resumes
-#     the run it came from).
+#     the run it came from), shipped as recall-mamba-shift-mix; bind-mamba-mix-anneal2: a second cycle from it.
 set -u
 RUNS=${RUNS:-runs}
 export OMP_NUM_THREADS=1
@@ -66,6 +66,16 @@ else
 fi
 run bind-mamba-noshift-gpu2-cont-lr1.6e-3 $MAMBA -M shift=null --lr 1.6e-3 --warmup 100 \
   --init figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-lr3.2e-3/step-00002400.safetensors &
+# the annealed one (shipped as recall-mamba-shift-mix, 88.6%) again: a second cycle from a lower peak, lr 4e-4
+# warmed up over 100 steps and annealed to zero over 6,000 (seed 2: new batches again)
+if [ -e "$RUNS/bind-mamba-mix-anneal2/run.json" ]; then
+  interp train --resume --out "$RUNS/bind-mamba-mix-anneal2" >> "$RUNS/bind-mamba-mix-anneal2.log" 2>&1 &
+else
+  interp train --task recall $MAMBA --lr 4e-4 --warmup 100 --steps 6000 --batch-size 64 --seed 2 --eval-every 1000 \
+    --eval-size 512 --checkpoint-every 1000 --curriculum "[[6000${MIX:8}" \
+    --init models/pretrained/recall-mamba-shift-mix/checkpoints/step-00001500.safetensors \
+    --out "$RUNS/bind-mamba-mix-anneal2" >> "$RUNS/bind-mamba-mix-anneal2.log" 2>&1 &
+fi
 POOL16='[3000, {"N":8,"slots":8,"fillers":4,"queries":8,"gap":0,"ask":"every","pool":16}]'
 if [ "${TF_POOL16:-0}" = 1 ]; then
   MIX="[$POOL16, ${MIX:1}" run bind-transformer-paper-pool16-mix --arch transformer -M shift=null \
