@@ -45,5 +45,8 @@ def summary(run_dir: Path) -> dict:
     final = record.get("final") or {}
     return dict(task=record["task"]["name"], arch=record["arch"], n_params=record.get("n_params"),
                 entropy_mae_bits=final.get("entropy_mae_bits"), accuracy=final.get("accuracy"),
-                steps=(record.get("train") or {}).get("steps"), minutes=record.get("wall_time_s", 0) / 60,
+                # a run shipped as it stood at a checkpoint (``--at-step``) trained that many of its planned steps
+                steps=record.get("stopped_at") or (record.get("train") or {}).get("steps"),
+                planned=(record.get("train") or {}).get("steps"), stopped=record.get("status") == "stopped",
+                minutes=record.get("wall_time_s", 0) / 60,
                 n_checkpoints=len(list((run_dir / "checkpoints").glob("step-*.safetensors"))))

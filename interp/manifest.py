@@ -135,8 +135,9 @@ def build(fp: str | None = None) -> dict:
         judged_by_accuracy = primitive is not None and primitive.metric == "accuracy" and info["accuracy"] is not None
         accuracy = f", eval accuracy {info['accuracy']:.1%}" if judged_by_accuracy else ""
         series = f", {info['n_checkpoints']} checkpoints" if info["n_checkpoints"] > 1 else ""
+        stopped = f" (stopped; {info['planned']:,} planned)" if info["stopped"] else ""
         lines.append(f"  {name:<30} {info['task'] + '/' + info['arch']:<22} {info['n_params']:>8,} params, "
-                     f"eval MAE {mae}{accuracy}; {info['steps']:,} steps in {info['minutes']:.0f} min{series}")
+                     f"eval MAE {mae}{accuracy}; {info['steps']:,} steps{stopped} in {info['minutes']:.0f} min{series}")
     if not shipped():
         lines.append("  (none)")
     return dict(fingerprint=fp or fingerprint(), list="".join(line + "\n" for line in lines),

@@ -116,6 +116,9 @@ def test_ship_at_a_checkpoint_takes_a_stopped_run_as_it_stood_there(tmp_path, ca
     card = (dest / "README.md").read_text()
     assert "Stopped at step 20 (" in card and "of the planned 40 steps" in card and "Held-out metrics at step 20, measured on the CPU when shipped (" in card
     assert load(dest).step == 20
+    from interp.catalog import summary
+    listed = summary(dest)  # what `interp list` prints of it: the steps it trained, and that it stopped
+    assert (listed["steps"], listed["planned"], listed["stopped"]) == (20, 40, True)
     with pytest.raises(Exception, match="no checkpoint at step 25; it has steps 0, 10, 20, 30, 40"):
         ship(run, "nowhere", dest_root=tmp_path / "pretrained", at_step=25)
 
