@@ -23,6 +23,7 @@
 #     bind-mamba-noshift-gpu2-cont: 60.4% -> 59.2% at step 1,000; stopped at 1,300);
 #   bind-mamba-mix-gpu2-anneal: the first of those two from its step 3,000, annealed (below; CONT8E4=1 resumes
 #     the run it came from), shipped as recall-mamba-shift-mix; bind-mamba-mix-anneal2: a second cycle from it.
+#   bind-mamba-noshift-anneal: the paper's Mamba from its constant-rate run's step 10,000, annealed (below).
 set -u
 RUNS=${RUNS:-runs}
 export OMP_NUM_THREADS=1
@@ -93,5 +94,15 @@ else
     --eval-every 250 --eval-size 512 --checkpoint-every 1000 --curriculum '[]' \
     -T N=8 -T slots=8 -T fillers=4 -T queries=8 -T gap=0 -T ask=every \
     --out "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3" >> "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3.log" 2>&1 &
+fi
+# the paper's Mamba still climbing at a constant 1.6e-3 (84.3% at step 9,000): from its step 10,000, the rate
+# annealed to zero over 3,000 steps (cosine, no warm-up, seed 1), as the shifted one's first anneal
+if [ -e "$RUNS/bind-mamba-noshift-anneal/run.json" ]; then
+  interp train --resume --out "$RUNS/bind-mamba-noshift-anneal" >> "$RUNS/bind-mamba-noshift-anneal.log" 2>&1 &
+else
+  interp train --task recall $MAMBA -M shift=null --lr 1.6e-3 --warmup 0 --steps 3000 --batch-size 64 --seed 1 \
+    --eval-every 1000 --eval-size 512 --checkpoint-every 1000 --curriculum "[[3000${MIX:8}" \
+    --init figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-cpu-lr1.6e-3/step-00010000.safetensors \
+    --out "$RUNS/bind-mamba-noshift-anneal" >> "$RUNS/bind-mamba-noshift-anneal.log" 2>&1 &
 fi
 wait
