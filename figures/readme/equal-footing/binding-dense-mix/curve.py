@@ -104,9 +104,8 @@ def loss_curve(run: str, every: int = 500) -> tuple[list[int], list[float]]:
 
 
 def figure(data: dict) -> go.Figure:
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, column_widths=[0.55, 0.45],
-                        subplot_titles=("accuracy: 64 pairs solid, 16 dashed, 4 dotted (grey: chance, 1/n)",
-                                        "training loss"))
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.07, column_widths=[0.4, 0.33, 0.27],
+                        subplot_titles=("accuracy (log): 64, 16, 4 pairs", "64 pairs, above 50%", "training loss"))
     dashes = {64: "solid", 16: "dash", 4: "dot"}
     for run, d in data.items():
         (name, colour), points = RUNS[run], d["measured"]
@@ -119,18 +118,28 @@ def figure(data: dict) -> go.Figure:
             fig.add_scatter(x=x, y=y, mode="lines+markers", name=name, row=1, col=1, showlegend=n == SIZES[0],
                             line=dict(color=colour, dash=dashes[n]), legendgroup=run,
                             error_y=style.error_bars(y, [p["interval"][n] for p in points]))
+        # the full tables again on a linear scale, where the long runs now differ by points, not decades
+        high = [p for p in points if p["accuracy"][64] >= 0.5]
+        if high:
+            y = [p["accuracy"][64] for p in high]
+            fig.add_scatter(x=[p["sequences"] for p in high], y=y, mode="lines+markers", name=name, row=1, col=2,
+                            showlegend=False, line=dict(color=colour), legendgroup=run,
+                            error_y=style.error_bars(y, [p["interval"][64] for p in high]))
         x, y = d["loss"]
-        fig.add_scatter(x=x, y=y, mode="lines", name=f"{name}, loss", row=1, col=2, line=dict(color=colour),
+        fig.add_scatter(x=x, y=y, mode="lines", name=f"{name}, loss", row=1, col=3, line=dict(color=colour),
                         legendgroup=run, showlegend=False)
     for n in SIZES:
         fig.add_hline(y=1 / n, line=dict(color="grey", dash="dash", width=1), row=1, col=1)
     fig.update_yaxes(title_text="accuracy (log)", type="log", row=1, col=1)
-    fig.update_yaxes(title_text="cross-entropy (nats)", row=1, col=2)
+    fig.add_hline(y=0.9, line=dict(color="grey", dash="dash", width=1), row=1, col=2)
+    fig.update_yaxes(range=[0.5, 1.0], tickformat=".0%", row=1, col=2)
+    fig.update_yaxes(title_text="cross-entropy (nats)", row=1, col=3)
     fig.update_xaxes(title_text="training sequences", tickformat="~s")
     fig.update_layout(title="Binding's long runs: dense answers, mixture of table sizes<br><sup>bars: 95% "
-                            "bootstrap intervals over 1,024 held-out sequences per point (3 queries each); "
+                            "bootstrap intervals over 1,024 held-out sequences per point (3 queries each); left: 64 pairs "
+                            "solid, 16 dashed, 4 dotted, grey at chance (1/n); middle: grey at the bar, 90%; "
                             "loss: mean of each 500 steps</sup>",
-                      width=PNG_WIDTH, height=600)
+                      width=PNG_WIDTH, height=640)
     fig = style.apply(fig)
     # below the plots, so that six runs' names do not squeeze them
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0))
