@@ -23,7 +23,8 @@
 #     bind-mamba-noshift-gpu2-cont: 60.4% -> 59.2% at step 1,000; stopped at 1,300);
 #   bind-mamba-mix-gpu2-anneal: the first of those two from its step 3,000, annealed (below; CONT8E4=1 resumes
 #     the run it came from), shipped as recall-mamba-shift-mix; bind-mamba-mix-anneal2: a second cycle from it.
-#   bind-mamba-noshift-anneal: the paper's Mamba from its constant-rate run's step 10,000, annealed (below).
+#   bind-mamba-noshift-anneal: the paper's Mamba from its constant-rate run's step 10,000, annealed (below);
+#   bind-mamba-mix-anneal3: the shifted one's third cycle, from the second's end, as the paper's was annealed.
 set -u
 RUNS=${RUNS:-runs}
 export OMP_NUM_THREADS=1
@@ -65,16 +66,18 @@ else
     --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2-cpu-lr8e-4/step-00003000.safetensors \
     --out "$RUNS/bind-mamba-mix-gpu2-anneal" >> "$RUNS/bind-mamba-mix-gpu2-anneal.log" 2>&1 &
 fi
-run bind-mamba-noshift-gpu2-cont-lr1.6e-3 $MAMBA -M shift=null --lr 1.6e-3 --warmup 100 \
-  --init figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-lr3.2e-3/step-00002400.safetensors &
-# the annealed one (shipped as recall-mamba-shift-mix, 88.6%) again: a second cycle from a lower peak, lr 4e-4
+if [ "${NOSHIFT_CONST:-0}" = 1 ]; then  # stopped at step 10,000 for its anneal; NOSHIFT_CONST=1 resumes it
+  run bind-mamba-noshift-gpu2-cont-lr1.6e-3 $MAMBA -M shift=null --lr 1.6e-3 --warmup 100 \
+    --init figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-lr3.2e-3/step-00002400.safetensors &
+fi
+# the annealed one (88.6%, its end kept in the records) again: a second cycle from a lower peak, lr 4e-4
 # warmed up over 100 steps and annealed to zero over 6,000 (seed 2: new batches again)
 if [ -e "$RUNS/bind-mamba-mix-anneal2/run.json" ]; then
   interp train --resume --out "$RUNS/bind-mamba-mix-anneal2" >> "$RUNS/bind-mamba-mix-anneal2.log" 2>&1 &
 else
   interp train --task recall $MAMBA --lr 4e-4 --warmup 100 --steps 6000 --batch-size 64 --seed 2 --eval-every 1000 \
     --eval-size 512 --checkpoint-every 1000 --curriculum "[[6000${MIX:8}" \
-    --init models/pretrained/recall-mamba-shift-mix/checkpoints/step-00001500.safetensors \
+    --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2-anneal/step-00001500.safetensors \
     --out "$RUNS/bind-mamba-mix-anneal2" >> "$RUNS/bind-mamba-mix-anneal2.log" 2>&1 &
 fi
 POOL16='[3000, {"N":8,"slots":8,"fillers":4,"queries":8,"gap":0,"ask":"every","pool":16}]'
@@ -104,5 +107,15 @@ else
     --eval-every 1000 --eval-size 512 --checkpoint-every 1000 --curriculum "[[3000${MIX:8}" \
     --init figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-cpu-lr1.6e-3/step-00010000.safetensors \
     --out "$RUNS/bind-mamba-noshift-anneal" >> "$RUNS/bind-mamba-noshift-anneal.log" 2>&1 &
+fi
+# the second cycle ended at 89.7%, the paper's Mamba annealed from 1.6e-3 at 92.9%: the shifted one from the
+# second cycle's end, the same schedule (1.6e-3 to zero over 3,000 steps, no warm-up; seed 3: new batches)
+if [ -e "$RUNS/bind-mamba-mix-anneal3/run.json" ]; then
+  interp train --resume --out "$RUNS/bind-mamba-mix-anneal3" >> "$RUNS/bind-mamba-mix-anneal3.log" 2>&1 &
+else
+  interp train --task recall $MAMBA --lr 1.6e-3 --warmup 0 --steps 3000 --batch-size 64 --seed 3 \
+    --eval-every 1000 --eval-size 512 --checkpoint-every 1000 --curriculum "[[3000${MIX:8}" \
+    --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2-anneal2/step-00006000.safetensors \
+    --out "$RUNS/bind-mamba-mix-anneal3" >> "$RUNS/bind-mamba-mix-anneal3.log" 2>&1 &
 fi
 wait
