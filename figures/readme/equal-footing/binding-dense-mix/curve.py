@@ -51,7 +51,9 @@ RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer"
         # a second cycle from the end of that anneal (the shipped checkpoint): lr 4e-4 to zero over 6,000 steps
         "mamba-from8-gpu2-anneal2": ("the shifted one, a second cycle", "#8c564b"),
         # the paper's from its step 10,000 at 1.6e-3, the rate annealed to zero over 3,000 steps (launch.sh)
-        "mamba-noshift-anneal": ("the paper's, its rate annealed", "#e377c2")}
+        "mamba-noshift-anneal": ("the paper's, its rate annealed", "#e377c2"),
+        # the shifted one's third cycle, on the paper's schedule (1.6e-3 to zero over 3,000 steps)
+        "mamba-from8-gpu2-anneal3": ("the shifted one, a third cycle", "#7f7f7f")}
 # where a run started from another's checkpoint: (that run, its step); sequences count on from there
 AFTER = {"mamba-from8-gpu": ("mamba-from8", 5000), "mamba-from8-gpu-lr3.2e-3": ("mamba-from8", 5000),
          "mamba-from8-gpu-cpu": ("mamba-from8-gpu", 1750), "mamba-from8-gpu2": ("mamba-from8-gpu-cpu", 4000),
@@ -62,7 +64,8 @@ AFTER = {"mamba-from8-gpu": ("mamba-from8", 5000), "mamba-from8-gpu-lr3.2e-3": (
          "mamba-noshift-gpu2-cpu-lr1.6e-3": ("mamba-noshift-gpu2-lr3.2e-3", 2400),
          "mamba-from8-gpu2-anneal": ("mamba-from8-gpu2-cpu-lr8e-4", 3000),
          "mamba-from8-gpu2-anneal2": ("mamba-from8-gpu2-anneal", 1500),
-         "mamba-noshift-anneal": ("mamba-noshift-gpu2-cpu-lr1.6e-3", 10000)}
+         "mamba-noshift-anneal": ("mamba-noshift-gpu2-cpu-lr1.6e-3", 10000),
+         "mamba-from8-gpu2-anneal3": ("mamba-from8-gpu2-anneal2", 6000)}
 SIZES = (64, 16, 4)  # pairs per table, as measured (the paper's format holds 64)
 
 
