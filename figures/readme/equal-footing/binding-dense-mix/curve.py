@@ -48,7 +48,7 @@ RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer"
         "mamba-noshift-gpu2-cpu-lr1.6e-3": ("the paper's at lr 1.6e-3", "#ff7f0e"),
         # the shifted one from its step 3,000 at 8e-4, the rate annealed to zero over 1,500 steps (launch.sh)
         "mamba-from8-gpu2-anneal": ("the shifted one, its rate annealed", "#d62728"),
-        # a second cycle from the end of that anneal (the shipped checkpoint): lr 4e-4 to zero over 6,000 steps
+        # a second cycle from the end of that anneal: lr 4e-4 to zero over 6,000 steps (shipped as recall-mamba-shift-mix)
         "mamba-from8-gpu2-anneal2": ("the shifted one, a second cycle", "#8c564b"),
         # the paper's from its step 10,000 at 1.6e-3, the rate annealed to zero over 3,000 steps (launch.sh)
         "mamba-noshift-anneal": ("the paper's, its rate annealed", "#e377c2"),

@@ -40,6 +40,19 @@ run() {  # name, then interp train options
       --eval-size 512 --checkpoint-every 1000 --curriculum "$MIX" --out "$RUNS/$name" "$@" >> "$RUNS/$name.log" 2>&1
   fi
 }
+anneal() {  # name, init checkpoint, steps, peak lr, warm-up steps, seed, then more interp train options: a
+  # Mamba on the mixture from a checkpoint, its rate annealed to zero (cosine) over the run; measured three times
+  local name=$1 init=$2 steps=$3 lr=$4 warmup=$5 seed=$6; shift 6
+  if [ -e "$RUNS/$name/run.json" ]; then
+    interp train --resume --out "$RUNS/$name" >> "$RUNS/$name.log" 2>&1
+  else
+    mkdir -p "$RUNS"
+    interp train --task recall $MAMBA --lr "$lr" --warmup "$warmup" --steps "$steps" --batch-size 64 --seed "$seed" \
+      --eval-every $((steps / 3 < 1000 ? steps / 3 : 1000)) --eval-size 512 \
+      --checkpoint-every $((steps / 3 < 1000 ? steps / 3 : 1000)) --curriculum "[[$steps${MIX:8}" \
+      --init "$init" --out "$RUNS/$name" "$@" >> "$RUNS/$name.log" 2>&1
+  fi
+}
 if [ "${MAMBA_FROM_SCRATCH:-0}" = 1 ]; then
   run bind-mamba-dense-mix $MAMBA --lr 1e-3 &
 fi
@@ -58,28 +71,14 @@ fi
 # the shifted Mamba flat at lr 8e-4 (85.4% at step 1,000, 84.8% at 2,000): from its step 3,000, the rate
 # annealed to zero over 1,500 steps (cosine, no warm-up; seed 1: batches its parent never drew): is its
 # plateau the rate's noise?
-if [ -e "$RUNS/bind-mamba-mix-gpu2-anneal/run.json" ]; then
-  interp train --resume --out "$RUNS/bind-mamba-mix-gpu2-anneal" >> "$RUNS/bind-mamba-mix-gpu2-anneal.log" 2>&1 &
-else
-  interp train --task recall $MAMBA --lr 8e-4 --warmup 0 --steps 1500 --batch-size 64 --seed 1 --eval-every 500 \
-    --eval-size 512 --checkpoint-every 500 --curriculum "[[1500${MIX:8}" \
-    --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2-cpu-lr8e-4/step-00003000.safetensors \
-    --out "$RUNS/bind-mamba-mix-gpu2-anneal" >> "$RUNS/bind-mamba-mix-gpu2-anneal.log" 2>&1 &
-fi
+anneal bind-mamba-mix-gpu2-anneal figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2-cpu-lr8e-4/step-00003000.safetensors 1500 8e-4 0 1 &
 if [ "${NOSHIFT_CONST:-0}" = 1 ]; then  # stopped at step 10,000 for its anneal; NOSHIFT_CONST=1 resumes it
   run bind-mamba-noshift-gpu2-cont-lr1.6e-3 $MAMBA -M shift=null --lr 1.6e-3 --warmup 100 \
     --init figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-lr3.2e-3/step-00002400.safetensors &
 fi
 # the annealed one (88.6%, its end kept in the records) again: a second cycle from a lower peak, lr 4e-4
 # warmed up over 100 steps and annealed to zero over 6,000 (seed 2: new batches again)
-if [ -e "$RUNS/bind-mamba-mix-anneal2/run.json" ]; then
-  interp train --resume --out "$RUNS/bind-mamba-mix-anneal2" >> "$RUNS/bind-mamba-mix-anneal2.log" 2>&1 &
-else
-  interp train --task recall $MAMBA --lr 4e-4 --warmup 100 --steps 6000 --batch-size 64 --seed 2 --eval-every 1000 \
-    --eval-size 512 --checkpoint-every 1000 --curriculum "[[6000${MIX:8}" \
-    --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2-anneal/step-00001500.safetensors \
-    --out "$RUNS/bind-mamba-mix-anneal2" >> "$RUNS/bind-mamba-mix-anneal2.log" 2>&1 &
-fi
+anneal bind-mamba-mix-anneal2 figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2-anneal/step-00001500.safetensors 6000 4e-4 100 2 &
 POOL16='[3000, {"N":8,"slots":8,"fillers":4,"queries":8,"gap":0,"ask":"every","pool":16}]'
 if [ "${TF_POOL16:-0}" = 1 ]; then
   MIX="[$POOL16, ${MIX:1}" run bind-transformer-paper-pool16-mix --arch transformer -M shift=null \
@@ -98,24 +97,11 @@ else
     -T N=8 -T slots=8 -T fillers=4 -T queries=8 -T gap=0 -T ask=every \
     --out "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3" >> "$RUNS/probe-cpu-mamba-noshift-lr3.2e-3.log" 2>&1 &
 fi
-# the paper's Mamba still climbing at a constant 1.6e-3 (84.3% at step 9,000): from its step 10,000, the rate
+# the paper's Mamba flat at a constant 1.6e-3 (84.3% and 84.2% at steps 9,000 and 10,000): from its step 10,000, the rate
 # annealed to zero over 3,000 steps (cosine, no warm-up, seed 1), as the shifted one's first anneal
-if [ -e "$RUNS/bind-mamba-noshift-anneal/run.json" ]; then
-  interp train --resume --out "$RUNS/bind-mamba-noshift-anneal" >> "$RUNS/bind-mamba-noshift-anneal.log" 2>&1 &
-else
-  interp train --task recall $MAMBA -M shift=null --lr 1.6e-3 --warmup 0 --steps 3000 --batch-size 64 --seed 1 \
-    --eval-every 1000 --eval-size 512 --checkpoint-every 1000 --curriculum "[[3000${MIX:8}" \
-    --init figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-cpu-lr1.6e-3/step-00010000.safetensors \
-    --out "$RUNS/bind-mamba-noshift-anneal" >> "$RUNS/bind-mamba-noshift-anneal.log" 2>&1 &
-fi
+anneal bind-mamba-noshift-anneal figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-cpu-lr1.6e-3/step-00010000.safetensors 3000 1.6e-3 0 1 \
+  -M shift=null &
 # the second cycle ended at 89.7%, the paper's Mamba annealed from 1.6e-3 at 92.9%: the shifted one from the
 # second cycle's end, the same schedule (1.6e-3 to zero over 3,000 steps, no warm-up; seed 3: new batches)
-if [ -e "$RUNS/bind-mamba-mix-anneal3/run.json" ]; then
-  interp train --resume --out "$RUNS/bind-mamba-mix-anneal3" >> "$RUNS/bind-mamba-mix-anneal3.log" 2>&1 &
-else
-  interp train --task recall $MAMBA --lr 1.6e-3 --warmup 0 --steps 3000 --batch-size 64 --seed 3 \
-    --eval-every 1000 --eval-size 512 --checkpoint-every 1000 --curriculum "[[3000${MIX:8}" \
-    --init figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2-anneal2/step-00006000.safetensors \
-    --out "$RUNS/bind-mamba-mix-anneal3" >> "$RUNS/bind-mamba-mix-anneal3.log" 2>&1 &
-fi
+anneal bind-mamba-mix-anneal3 figures/readme/equal-footing/binding-dense-mix/mamba-from8-gpu2-anneal2/step-00006000.safetensors 3000 1.6e-3 0 3 &
 wait
