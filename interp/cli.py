@@ -83,6 +83,8 @@ def main():
 @click.option("--seed", type=int, help="seed of the init and of every batch (default 0)")
 @click.option("--loss", type=click.Choice(["soft", "hard"]), help="soft: Bayes-posterior targets; hard: sampled answers")
 @click.option("--warmup", type=int, help="linear warm-up steps (overrides the preset)")
+@click.option("--decay", type=float, help="the last fraction of the steps after the warm-up over which the "
+              "rate anneals to zero; it holds at --lr before (default 1: the whole run)")
 @click.option("--checkpoint-every", type=int, help="also save a checkpoint every N steps (a dense series, e.g. for "
               "frame-precision); default: 0-1k every 100, then every 1k, then every 10k")
 @click.option("--curriculum", metavar="JSON", help="stages before the task itself, as JSON [[until_step, {task settings}], "
@@ -102,7 +104,7 @@ def main():
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="model setting, e.g. -M d_model=128")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 @click.option("--resume", is_flag=True, help="continue an interrupted run in --out exactly where it stopped")
-def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, checkpoint_every, curriculum,
+def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, decay, checkpoint_every, curriculum,
           eval_every, eval_size, compile_step, bf16, init, task_options, model_options, device, resume):
     """Train a model on a wind tunnel; writes run.json, metrics.jsonl and safetensors checkpoints."""
     import models
@@ -116,7 +118,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
     out = out or Path("runs") / f"{task_name}-{arch}-{preset}"
     if resume:
         given = [flag for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--lr", lr),
-                                          ("--seed", seed), ("--loss", loss), ("--warmup", warmup),
+                                          ("--seed", seed), ("--loss", loss), ("--warmup", warmup), ("--decay", decay),
                                           ("--checkpoint-every", checkpoint_every),
                                           ("--curriculum", curriculum is not None),
                                           ("--eval-every", eval_every), ("--eval-size", eval_size),
@@ -127,7 +129,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
             raise UserError(f"--resume continues with the settings in {out / 'run.json'}; drop {', '.join(given)}")
         trainer = Trainer(out, resume=True, device=device, compile=compile_step)  # compile may change: rounding only
     else:
-        given = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, warmup=warmup,
+        given = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, warmup=warmup, decay=decay,
                                        checkpoint_every=checkpoint_every, curriculum=parse_curriculum(curriculum),
                                        eval_every=eval_every, eval_size=eval_size, compile=compile_step, bf16=bf16, init=init).items() if v is not None}
         spec = resolve(task_name, arch, preset, task_options=parse_assignments(task_options, "task option"),

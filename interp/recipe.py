@@ -35,6 +35,9 @@ class TrainSettings:
     batch_size: int = 128
     lr: float = 3e-3
     warmup: int = 300
+    # The fraction of the steps after the warm-up over which the rate anneals to zero (cosine), at the end;
+    # before it the rate holds at ``lr``. 1: the anneal spans the whole run after the warm-up.
+    decay: float = 1.0
     weight_decay: float = 0.1
     betas: tuple = (0.9, 0.98)
     grad_clip: float = 1.0
@@ -103,6 +106,9 @@ class TrainSettings:
             raise UserError(f"loss must be 'soft' or 'hard', got {self.loss!r}")
         if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
             raise UserError(f"warmup must be a non-negative integer, got {self.warmup!r}")
+        if isinstance(self.decay, bool) or not isinstance(self.decay, (int, float)) or not 0 < self.decay <= 1:
+            raise UserError(f"decay must be a fraction in (0, 1] (the share of the run the rate anneals over), "
+                            f"got {self.decay!r}")
         self.betas = tuple(self.betas)
         stages = self.curriculum
         settings_ok = lambda s: isinstance(s, dict) or (isinstance(s, (list, tuple)) and s  # a mixture

@@ -54,11 +54,21 @@ def checkpoint_steps(total: int, every: int = 0) -> list[int]:
     return sorted(steps)
 
 
+def anneal_start(s: TrainSettings) -> int:
+    """The first step of the cosine anneal: the rate holds at its peak from the warm-up's end until here
+    (``decay`` 1: no hold, the anneal starts where the warm-up ends)."""
+    return s.steps - round(s.decay * (s.steps - s.warmup))
+
+
 def lr_at(step: int, s: TrainSettings) -> float:
+    """Linear warm-up to ``lr``, held there, then a cosine to zero over the last ``decay`` of the steps after
+    the warm-up (binding's long runs found Mamba learns recall at a high constant rate and reads it back
+    precisely once the rate anneals)."""
     if step < s.warmup:
         return s.lr * (step + 1) / s.warmup
-    progress = (step - s.warmup) / max(1, s.steps - s.warmup)
-    return s.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    start = anneal_start(s)
+    progress = (step - start) / max(1, s.steps - start)
+    return s.lr * 0.5 * (1 + math.cos(math.pi * min(1.0, max(0.0, progress))))
 
 
 def compiled(loss_of, without: str = "--no-compile"):

@@ -256,6 +256,8 @@ class Tune:
         if kind_of(record) is not None:
             run = trial_record(folder)
             recipe = dict(task=task_config, arch=self.arch, model=model_config, train=recorded_settings(asdict(settings)))
+            if isinstance(run.get("train"), dict):  # a setting added since the trial was written: at its default
+                run["train"] = recorded_settings(run["train"])
             if {k: run.get(k) for k in recipe} != json.loads(json.dumps(recipe)):
                 raise UserError(f"{folder} holds another recipe than this search's trial {trial_name(params)} (the "
                                 f"space or budget changed); use another --out")

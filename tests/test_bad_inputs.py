@@ -134,6 +134,8 @@ CATALOGUE = [
          'interp: error: lr must be a finite positive number, got nan'),
     Case("negative warm-up", f"{TRAIN} --warmup -5",
          'interp: error: warmup must be a non-negative integer, got -5'),
+    Case("an anneal longer than the run", f"{TRAIN} --decay 1.5",
+         'interp: error: decay must be a fraction in (0, 1] (the share of the run the rate anneals over), got 1.5'),
     Case("number of the wrong type", f"{TRAIN} --steps ten",
          "interp: error: Invalid value for '--steps': 'ten' is not a valid integer.", code=2),
     Case("unknown loss", f"{TRAIN} --loss medium",

@@ -131,6 +131,15 @@ def test_a_warm_up_as_long_as_the_run_is_pointed_out(tmp_path, capsys):
     assert reached.code == 0 and "warning" not in reached.err
 
 
+def test_the_rate_holds_then_anneals_over_the_decay_given(tmp_path, capsys):
+    held = run_cli(capsys, "train", "--out", tmp_path / "held", "--steps", "6", *TINY, "--decay", "0.5")
+    assert held.code == 0, held.err
+    assert json.loads((tmp_path / "held" / "run.json").read_text())["train"]["decay"] == 0.5
+    assert_one_line_error(run_cli(capsys, "train", "--out", tmp_path / "bad", "--steps", "6", *TINY, "--decay", "2"),
+                          "decay must be a fraction")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_a_curriculum_is_given_on_the_command_line_as_json(tmp_path, capsys):
     given = run_cli(capsys, "train", "--out", tmp_path / "staged", "--steps", "6", *TINY,
                     "--curriculum", '[[3, {"L": 3}]]')

@@ -31,6 +31,22 @@ def test_learning_rate_warms_up_then_decays_to_zero():
     assert lr_at(100, s) == 0.0
 
 
+def test_learning_rate_holds_at_its_peak_then_anneals_over_the_last_fraction():
+    s = TrainSettings(steps=110, lr=1.0, warmup=10, decay=0.2)  # 100 steps after the warm-up: hold 80, anneal 20
+    assert lr_at(9, s) == 1.0 and all(lr_at(step, s) == 1.0 for step in range(10, 91))
+    assert lr_at(100, s) == pytest.approx(0.5) and lr_at(110, s) == 0.0
+    assert all(lr_at(a, s) > lr_at(a + 1, s) for a in range(90, 110))  # strictly down once the anneal starts
+    # decay 1 is the plain schedule, step for step
+    plain, whole = TrainSettings(steps=110, lr=1.0, warmup=10), TrainSettings(steps=110, lr=1.0, warmup=10, decay=1)
+    assert [lr_at(step, plain) for step in range(111)] == [lr_at(step, whole) for step in range(111)]
+
+
+@pytest.mark.parametrize("decay", [0, -0.5, 1.5, True, "half"])
+def test_a_decay_outside_the_run_is_refused(decay):
+    with pytest.raises(UserError, match="decay must be a fraction"):
+        TrainSettings(decay=decay).validate()
+
+
 def test_a_cpu_run_flushes_denormals_while_it_trains_and_puts_them_back(tmp_path):
     # flushing speeds up a diverging CPU run 3x, but the setting is the whole process's: code after a
     # run (hypothesis refuses to draw floats without subnormals) must find IEEE floats again

@@ -90,6 +90,11 @@ def test_a_killed_worker_resumes_its_trial_from_the_run_folder(tmp_path):
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     wait_for(pid)
+    # as if written before the schedule's decay was a setting: the trial is still this search's, at its default
+    record = out / "trials" / "lr=1e-3" / "run.json"
+    written = json.loads(record.read_text())
+    del written["train"]["decay"]
+    record.write_text(json.dumps(written))
     assert wait_for(fork_cli(tmp_path / "second.log", *args)) == 0, (tmp_path / "second.log").read_text()
     run = json.loads((out / "trials" / "lr=1e-3" / "run.json").read_text())
     assert run["status"] == "finished" and run.get("resumes")  # continued, not started over
