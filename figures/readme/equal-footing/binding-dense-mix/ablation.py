@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analyses import style
+from analyses.base import training_tokens
 from interp.export import PNG_WIDTH, figure_image, figure_pdf
 from interp.files import atomic_write_bytes, atomic_write_json
 
@@ -92,6 +93,8 @@ def main() -> None:
     shipped_end = next(d for d in data if d["run"] == SHIPPED)["measured"][-1]
     for d in data:
         d["end"] = d["measured"][-1]
+        # the anneal's own training tokens to its last measurement (a step takes 64 sequences of any length)
+        d["tokens"] = training_tokens(json.loads((HERE / d["run"] / "run.json").read_text()), d["end"]["step"])
         d["against_shipped"] = None if d["run"] == SHIPPED else difference(d["end"], shipped_end)
     fig = figure(data)
     atomic_write_bytes(HERE / "ablation.pdf", figure_pdf(fig))

@@ -53,11 +53,18 @@ anneal() {  # name, init checkpoint, steps, peak lr, warm-up steps, seed, then m
       --init "$init" --out "$RUNS/$name" "$@" >> "$RUNS/$name.log" 2>&1
   fi
 }
+stop_at() {  # name, step: stop that run once its checkpoint at the step is written
+  local checkpoint
+  checkpoint=$(printf "%s/%s/checkpoints/step-%08d.safetensors" "$RUNS" "$1" "$2")
+  while [ ! -e "$checkpoint" ]; do sleep 10; done
+  sleep 30  # the checkpoint's evaluation and log line are written with it
+  pkill -f -- "--out $RUNS/$1 "
+}
 # What the paper's Mamba's anneal (92.9%) depends on: the same 3,000 steps from the same checkpoint, one setting
 # changed in each (ABLATE=1 runs these alone): another seed (new batches: the spread between runs); weight decay
 # on A_log and D with torch's RMSNorm eps (this package's defaults, where mamba-ssm exempts them and uses 1e-5);
 # the paper's format alone (3 answers per sequence, no mixture); dense full tables alone (every key queried, no
-# smaller tables); then the rate held instead of annealed, and annealed from a fifth of the peak
+# smaller tables; not run yet); then the rate held instead of annealed, and annealed from a fifth of the peak
 if [ "${ABLATE:-0}" = 1 ]; then
   NOSHIFT10K=figures/readme/equal-footing/binding-dense-mix/mamba-noshift-gpu2-cpu-lr1.6e-3/step-00010000.safetensors
   anneal bind-mamba-noshift-anneal-seed2 $NOSHIFT10K 3000 1.6e-3 0 2 -M shift=null &
@@ -68,9 +75,12 @@ if [ "${ABLATE:-0}" = 1 ]; then
   MIX='[[100000, [{"queries":64,"gap":0,"ask":"every"}]]]' \
     anneal bind-mamba-noshift-anneal-dense64 $NOSHIFT10K 3000 1.6e-3 0 1 -M shift=null &
   wait
-  # the control: the same start, seed and batches at the constant rate (a 100,000-step schedule, stopped by
-  # hand at step 3,000, where its rate is still 99.8% of the peak): is it the anneal, or 192,000 more sequences?
-  run bind-mamba-noshift-const-control $MAMBA -M shift=null --lr 1.6e-3 --warmup 0 --seed 1 --init $NOSHIFT10K &
+  # the control: the same start, seed and batches at the constant rate (a 100,000-step schedule, stopped at
+  # step 3,000, where its rate is still 99.8% of the peak): is it the anneal, or 192,000 more sequences?
+  if [ ! -e "$RUNS/bind-mamba-noshift-const-control/checkpoints/step-00003000.safetensors" ]; then
+    run bind-mamba-noshift-const-control $MAMBA -M shift=null --lr 1.6e-3 --warmup 0 --seed 1 --init $NOSHIFT10K &
+    stop_at bind-mamba-noshift-const-control 3000 &
+  fi
   # and the anneal from a fifth of the peak (3.2e-4, a rate of the equal search's grid)
   anneal bind-mamba-noshift-anneal-lr3.2e-4 $NOSHIFT10K 3000 3.2e-4 0 1 -M shift=null &
   wait
