@@ -21,7 +21,7 @@ import tasks
 from .catalog import PRETRAINED_DIR
 from .checkpoint import list_checkpoints
 from .errors import UserError
-from .recipe import preset_recipe, recorded_train
+from .recipe import preset_recipe, recorded_settings, recorded_train
 from .train import lr_at
 
 
@@ -95,7 +95,7 @@ def stopped_words(record: dict) -> str:
         return ""
     s = record["train"]
     return (f"Stopped at step {record['stopped_at']:,} ({record['stopped_at'] * s['batch_size']:,} sequences, "
-            f"lr {lr_at(record['stopped_at'], SimpleNamespace(**s)):.2e} then) of the planned ")
+            f"lr {lr_at(record['stopped_at'], SimpleNamespace(**recorded_settings(s))):.2e} then) of the planned ")
 
 
 def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], note: str = "") -> str:
