@@ -43,8 +43,11 @@ SIMPLEX_POINTS = 2000
 
 
 def beliefs_at_queries(batch) -> np.ndarray:
-    """The Bayes belief at each query position, row-major (sequence, position): [N, C] or [N, 2]."""
+    """The Bayes belief at each query position, row-major (sequence, position): [N, C] or [N, 2]; [N, S] over the
+    hidden states for a task that gives that belief beside its answers (``hypothesis["belief"]``, a process)."""
     mask = batch.query_mask.cpu()
+    if "belief" in batch.hypothesis:
+        return batch.hypothesis["belief"].cpu()[mask].double().numpy()
     if batch.posterior is not None:
         return batch.posterior.cpu()[mask].double().numpy()
     mean, var = batch.posterior_mean.cpu()[mask].double(), batch.posterior_var.cpu()[mask].double()
@@ -137,22 +140,40 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
         r2_s, _, prediction_s = held_out_scores(trained[layer], target, train, test, fit_targets=shuffled)
         per["shuffled_r2"].append(r2_s)
         predictions += [prediction, prediction_u, prediction_s]
+    # Every layer's residual side by side: a belief spread across the layers (Shai et al.'s RRXOR) is read from
+    # the concatenation although no one layer holds it.
+    concat = {}
+    for fit, stream, targets in (("", trained, None), ("untrained_", untrained, None), ("shuffled_", trained, shuffled)):
+        r2_c, rmse_c, prediction_c = held_out_scores(np.hstack(stream), target, train, test, fit_targets=targets)
+        concat[f"{fit}r2"] = r2_c
+        if fit != "shuffled_":
+            concat[f"{fit}rmse"] = rmse_c
+        predictions.append(prediction_c)
+        if fit == "":
+            concat_prediction = prediction_c
     bounds = score_intervals(target[test], predictions, point_owners(batch)[test])
     for i, fit in enumerate(("", "untrained_", "shuffled_")):
         per[f"{fit}r2_interval"] = [bounds[3 * l + i][0] for l in range(n_layers)]
         if fit != "shuffled_":
             per[f"{fit}rmse_interval"] = [bounds[3 * l + i][1] for l in range(n_layers)]
+        concat[f"{fit}r2_interval"] = bounds[3 * n_layers + i][0]
+        if fit != "shuffled_":
+            concat[f"{fit}rmse_interval"] = bounds[3 * n_layers + i][1]
     metrics = dict(r2=per["r2"][-1], rmse=per["rmse"][-1], untrained_r2=per["untrained_r2"][-1],
                    shuffled_r2=per["shuffled_r2"][-1], best_layer=int(np.nanargmax(per["r2"])) if not np.isnan(per["r2"]).all() else None,
                    per_layer=dict(layer=list(range(n_layers)), hook=[resid_name(l) for l in range(n_layers)], **per),
-                   target="posterior over the answer classes" if batch.posterior is not None else
-                   "(mean, log variance) of the Gaussian predictive",
+                   concat=concat, target=target_name(model.task, batch),
                    target_dim=int(target.shape[1]), n_train_points=len(train), n_test_points=len(test),
                    n_sequences=len(batch), n_test_sequences=len(np.unique(point_owners(batch)[test])), seed=seed)
     metrics["intervals"] = {key: per[f"{key}_interval"][-1] for key in ("r2", "rmse", "untrained_r2", "shuffled_r2")}
     figures = {"per-layer": per_layer_figure(metrics)}
     if batch.posterior is not None and target.shape[1] >= 3:
         figures["simplex"] = simplex_figure(target[test], prediction, seed)
+        layers = [predictions[3 * l] for l in range(n_layers)] + [concat_prediction]
+        labels = [f"L{l}" for l in range(n_layers)] + ["all layers"]
+        figures["simplex-by-layer"] = layered_simplex_figure(target[test], layers, labels,
+                                                             per["r2"] + [concat["r2"]], metrics["target"], seed,
+                                                             vertex_names(model.task, batch, target.shape[1]))
     return Result("belief-state", DEFINITION, metrics, figures, descriptions={
         "r2": "final layer: held-out R^2 of the linear read-out of the Bayes belief (1 = exact, 0 = the mean belief)",
         "rmse": "final layer: held-out root-mean-square error of that read-out",
@@ -161,9 +182,26 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
         "intervals": "95% percentile bootstrap interval of r2, rmse, untrained_r2 and shuffled_r2, resampling whole "
                      "held-out sequences (n_test_sequences of them, n_test_points queries; 2,000 resamples) with each "
                      "read-out kept as fitted: the noise of the scoring half; per layer in per_layer's *_interval",
+        "concat": "the same read-out from every layer's residual concatenated (r2, rmse and the controls, with "
+                  "their intervals): a belief spread across layers is read here although no one layer holds it",
         "best_layer": "the layer of largest r2: a choice, not a sample statistic (read it against the per-layer "
                       "intervals)",
     })
+
+
+def target_name(task, batch) -> str:
+    """What the read-out's target is, in words (``metrics["target"]``)."""
+    if "belief" in batch.hypothesis:
+        return f"belief over the {getattr(task, 'belief_over', 'latent states')}"
+    return "posterior over the answer classes" if batch.posterior is not None else \
+        "(mean, log variance) of the Gaussian predictive"
+
+
+def vertex_names(task, batch, C: int) -> list[str]:
+    """Names of the simplex's vertices: the hidden states a belief is over, else c0, c1, ..."""
+    if "belief" in batch.hypothesis and hasattr(task, "state_names"):
+        return task.state_names()
+    return [f"c{c}" for c in range(C)]
 
 
 def per_layer_figure(metrics: dict) -> go.Figure:
@@ -178,11 +216,18 @@ def per_layer_figure(metrics: dict) -> go.Figure:
                         customdata=[[hook, *(b or ["?", "?"])] for hook, b in zip(per["hook"], bounds)],
                         hovertemplate=f"{name}<br>%{{customdata[0]}}<br>R² %{{y:.4f}} (95% %{{customdata[1]:.4f}} to "
                                       f"%{{customdata[2]:.4f}})<extra></extra>")
+        if "concat" in metrics:  # a record from before the concatenated read-out has none
+            value, bound = metrics["concat"][key], metrics["concat"][f"{key}_interval"]
+            fig.add_scatter(x=["all layers"], y=[value], mode="markers", showlegend=False,
+                            marker=dict(color=color, symbol="diamond", size=9), error_y=error_bars([value], [bound]),
+                            hovertemplate=f"{name}<br>every layer concatenated<br>R² %{{y:.4f}} (95% {bound[0]:.4f} "
+                                          f"to {bound[1]:.4f})<extra></extra>")
     n_test = metrics.get("n_test_sequences")
     bars = (f"<br><sup>bars: 95% bootstrap intervals over the {n_test:,} held-out sequences "
             f"({metrics['n_test_points']:,} queries)</sup>" if n_test else "")
     fig.update_layout(title=f"Linear read-out of the Bayes belief ({metrics['target']}) by layer, held out{bars}",
-                      xaxis_title="residual stream after block", yaxis_title="held-out R²",
+                      xaxis_title="residual stream after block (diamonds: every block's concatenated)",
+                      yaxis_title="held-out R²",
                       width=760, height=440)
     return fig
 
@@ -194,6 +239,71 @@ def class_colours(C: int) -> list[str]:
     from plotly.colors import sample_colorscale
 
     return sample_colorscale("Turbo", [c / (C - 1) for c in range(C)])
+
+
+def vertex_colours(C: int) -> np.ndarray:
+    """[C, 3] RGB of each vertex: red, green and blue for 3 classes (as Shai et al. draw Mess3), else the classes'."""
+    if C == 3:
+        return np.array([[214, 39, 40], [44, 160, 44], [31, 119, 180]], float)
+    from plotly.colors import hex_to_rgb, unlabel_rgb
+
+    return np.array([hex_to_rgb(c) if c.startswith("#") else unlabel_rgb(c) for c in class_colours(C)], float)
+
+
+def rgb(values) -> str:
+    return "rgb({:.0f},{:.0f},{:.0f})".format(*values)
+
+
+def belief_colours(beliefs: np.ndarray) -> list[str]:
+    """Each belief's colour, the belief-weighted mix of its vertices' colours: nearby beliefs get nearby colours,
+    so a fractal's nesting shows in any panel."""
+    weights = np.clip(beliefs, 0, None)
+    mixed = weights @ vertex_colours(beliefs.shape[1]) / weights.sum(1, keepdims=True).clip(1e-12)
+    return [rgb(values) for values in mixed]
+
+
+def layered_simplex_figure(bayes: np.ndarray, read_outs: list[np.ndarray], labels: list[str], r2: list[float],
+                           target: str, seed: int, names: list[str] | None = None) -> go.Figure:
+    """The Bayes beliefs of the held-out points on the simplex, then each layer's read-out of the same points (and
+    the concatenation's), every point coloured by its Bayes belief: where a read-out keeps the colours' nesting it
+    holds the belief's geometry, not only its average."""
+    C = bayes.shape[1]
+    angles = np.pi / 2 + 2 * np.pi * np.arange(C) / C
+    vertices = np.stack([np.cos(angles), np.sin(angles)], -1)
+    shown = np.random.default_rng(seed + 2).choice(len(bayes), size=min(SIMPLEX_POINTS, len(bayes)), replace=False)
+    colours = belief_colours(bayes[shown])
+    panels = [("Bayes belief", bayes)] + [(f"{label}: R² {value:.3f}", read)
+                                          for label, read, value in zip(labels, read_outs, r2)]
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[title for title, _ in panels],
+                        horizontal_spacing=0.03, vertical_spacing=0.08)
+    ring = np.vstack([vertices, vertices[:1]])
+    for i, (title, beliefs) in enumerate(panels):
+        row, col = i // cols + 1, i % cols + 1
+        fig.add_scatter(x=ring[:, 0], y=ring[:, 1], mode="lines", showlegend=False, row=row, col=col,
+                        line=dict(color="black", width=1), hoverinfo="skip")
+        xy = beliefs[shown] @ vertices
+        fig.add_scatter(x=xy[:, 0], y=xy[:, 1], mode="markers", showlegend=False, row=row, col=col,
+                        marker=dict(size=3, opacity=0.7, color=colours), hoverinfo="skip",
+                        meta=dict(colour_key="mixed from the legend's"))
+    names = names or [f"c{c}" for c in range(C)]
+    for c, colour in enumerate(vertex_colours(C)):  # the key: each vertex's colour, drawn at that vertex
+        fig.add_scatter(x=vertices[c:c + 1, 0], y=vertices[c:c + 1, 1], mode="markers", name=f"certain of {names[c]}",
+                        marker=dict(size=9, color=rgb(colour), line=dict(color="black", width=1)), row=1, col=1,
+                        hovertemplate=f"vertex: certain of {names[c]}<extra></extra>")
+    reach = 1.1
+    for i in range(len(panels)):
+        axis = "" if i == 0 else str(i + 1)
+        fig.update_xaxes(visible=False, range=[-reach, reach], scaleanchor=f"y{axis}", row=i // cols + 1,
+                         col=i % cols + 1)
+    fig.update_yaxes(visible=False, range=[-reach, reach])
+    fig.update_layout(title=f"The {target} and its linear read-out from each layer<br><sup>{len(shown)} held-out "
+                            f"points on the {C}-vertex simplex, each coloured by its Bayes belief in every panel (the "
+                            f"vertices' colours mixed); R² held out</sup>",
+                      legend=dict(title_text="vertex", itemsizing="constant"),
+                      width=300 * cols + 200, height=300 * rows + 110, margin=dict(t=110, l=20, r=20, b=20))
+    return fig
 
 
 def simplex_figure(bayes: np.ndarray, decoded: np.ndarray, seed: int) -> go.Figure:

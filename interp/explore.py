@@ -16,7 +16,8 @@ lays the views out, each view in its own file:
   ``qk_alignment.hypothesis_group``), and every head of the layer side by side, on a linear or log colour
   scale (``explore_attention``); shown only where the model has attention (or a selective scan);
 - geometry: residual-stream and attention-output PCA per layer coloured by Bayes entropy, token position
-  or the true latent class (``value_manifold``'s own figures) (``explore_geometry``);
+  or the true latent class (``value_manifold``'s own figures), and for a task with a belief over hidden states
+  (the processes) that belief beside each layer's read-out (``belief_state``'s simplex) (``explore_geometry``);
 - ablation: heads zeroed at ``hook_z`` (``activations.ablation_hook``), blocks skipped
   (``activations.part_hooks``), applied to every view at once; head-ablation's map, whose cells ablate
   their head when clicked (``explore_ablation``);

@@ -9,7 +9,7 @@ import math
 import plotly.graph_objects as go
 from dash import Input, Output, dcc
 
-from analyses import style, value_manifold
+from analyses import belief_state, style, value_manifold
 
 from .explore_common import REFUSED, RADIO, graph, message_figure, panel
 
@@ -26,6 +26,8 @@ class GeometryViews:
         ablation; a figure is styled the first time it is shown (value-manifold draws several). An entropy that is
         the same at every point (recall's, 0: the answer is always known) colours nothing: the points are coloured
         by position instead, and the title says why."""
+        if stream == "belief":
+            return self.belief_view(index, choices)
         key = ("geometry", index, tuple(sorted(choices or [])))
         if key not in self._cache:
             with self.ablated(index, choices) as model, self.waits.on(
@@ -53,6 +55,19 @@ class GeometryViews:
             styled.add(name)
         return figures[name]  # cached as shown: views never change a figure they return
 
+    def belief_view(self, index: int, choices: list[str]) -> go.Figure:
+        """belief-state's simplex by layer: the exact belief over the hidden states beside each layer's held-out
+        linear read-out of it (a task that gives a belief beside its answers: the processes), cached like the PCA."""
+        key = ("belief", index, tuple(sorted(choices or [])))
+        if key not in self._cache:
+            with self.ablated(index, choices) as model, self.waits.on(
+                    f"belief: the read-out of every layer on {self.n_geometry} sequences"):
+                figure = belief_state.compute(model, n=self.n_geometry, seed=self.seed).figures["simplex-by-layer"]
+            style.apply(figure, subject=self.task.name)
+            figure.update_layout(width=None, margin=dict(t=110))  # the page's width, not a PDF's
+            self._cache[key] = figure
+        return self._cache[key]
+
 
 
 
@@ -61,7 +76,10 @@ def geometry_panel(explorer, info: dict):
     return panel("geometry", dcc.RadioItems(id="stream", inline=True, value="residual", inputStyle=RADIO,
                                             options=[{"label": "residual stream", "value": "residual"}] + (
                                                 [{"label": "attention output (value vectors)", "value": "attention_out"}]
-                                                if info["attention_out"] else [])),
+                                                if info["attention_out"] else []) + (
+                                                [{"label": f"belief over the {explorer.task.belief_over} by layer",
+                                                  "value": "belief"}] if getattr(explorer.task, "belief_over", None)
+                                                else [])),
                  dcc.RadioItems(id="colour", inline=True, value="entropy", inputStyle=RADIO,
                                 options=[{"label": "coloured by Bayes entropy", "value": "entropy"},
                                          {"label": "by token position", "value": "position"}] + (

@@ -184,6 +184,8 @@ def unexplained_colours(fig) -> list[str]:
             continue
         colour = trace.marker.color
         if _is_array(colour):
+            if (trace.meta or {}).get("colour_key") == "mixed from the legend's" and any(map(shown, fig.data)):
+                continue  # each point's colour a mix of the legend entries' (a belief coloured by its vertices)
             if len(set(map(str, colour))) < 2:
                 single.append((trace, str(colour[0]) if len(colour) else None))
                 continue

@@ -11,6 +11,8 @@ SMALL = {
     "hmm": dict(S=3, O=3, K=6),
     "regression": dict(d=3, n=6),
     "recall": dict(N=4, n_keys=8, n_values=8, queries=3, p_unbound=0.3),
+    "mess3": dict(L=6),
+    "rrxor": dict(L=6),
 }
 
 
