@@ -29,7 +29,8 @@ both on one seeded random subsample of at most 2000 points (the same points for 
 labelling; null when a labelling has fewer than 2 distinct labels there); the purity of the k-means
 clusters against the true state, (1/N) sum over clusters of the count of the cluster's most common
 true state (1 when every cluster holds one state; about the largest state share for unrelated
-clusters), and likewise against the Bayes posterior's arg-max. bayes_map_accuracy, the fraction of
+clusters), and likewise against the Bayes posterior's arg-max (for a task that gives a belief over
+hidden states beside its answers, a process such as Mess3, that belief's arg-max). bayes_map_accuracy, the fraction of
 points whose Bayes arg-max is the true state, is the context for the true-state numbers: a model
 that represents exactly the Bayes belief cannot separate states the posterior itself confuses.
 The headline numbers are those of the final layer. Intervals: 95% percentile bootstrap (2,000 resamples,
@@ -134,7 +135,9 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
     if not torch.equal(mask.sum(1), torch.full((len(batch),), states.shape[1])):
         raise AnalysisError("belief-clusters: the query positions do not line up with the hidden states")
     truth = states.flatten().numpy()  # row-major, matching resid[mask]
-    posterior = batch.posterior.cpu()[mask].double()
+    # the Bayes belief over the latent states: the posterior itself where the answers are those states (the HMM), the
+    # belief a task gives beside its answers where they are not (a process: answers are tokens, beliefs are states)
+    posterior = (batch.hypothesis["belief"] if "belief" in batch.hypothesis else batch.posterior).cpu()[mask].double()
     bayes_map = posterior.argmax(-1).numpy()
     bayes_max = posterior.max(-1).values.numpy()
     seq_index, position = (t.numpy() for t in mask.nonzero(as_tuple=True))
@@ -177,7 +180,7 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
         n_states=S, n_layers=n_layers, n_points=n_points, silhouette_points=len(sub),
         n_sequences=len(batch), seed=seed, intervals=intervals,
     )
-    obs_index = position - task.obs_offset + 1
+    obs_index = position - task.stream_start + 1  # the observation's number in its sequence, from 1
     return Result("belief-clusters", DEFINITION, metrics, descriptions=DESCRIPTIONS, figures={
         "pca-scatter": scatter_figure(projected, truth, seq_index, obs_index, position, bayes_max, bayes_map,
                                       pca.explained_variance_ratio_, S, metrics, seed),

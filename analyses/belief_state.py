@@ -5,6 +5,7 @@ The definition of every number is ``DEFINITION`` below (also written into each r
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
@@ -19,8 +20,10 @@ DEFINITION = " ".join("""
  On one held-out batch of n sequences, the residual stream after every block l
 (blocks.l.hook_resid_post) is read at the query positions. The target at each point is the exact
 Bayes belief there: the full posterior vector over the C answer classes for a discrete task (e.g.
-the HMM's filtering distribution over hidden states), or (mean, log variance) of the Gaussian
-predictive for a continuous one. The sequences are split at random (seeded) into halves; on the
+the HMM's filtering distribution over hidden states), the belief over the hidden states for a task
+that gives one beside its answers (a process such as Mess3 or RRXOR, whose next-token answer is a
+linear image of that belief, lossy for RRXOR), or (mean, log variance) of the Gaussian predictive for
+a continuous one. The sequences are split at random (seeded) into halves; on the
 first half a ridge regression (features standardised, an intercept, penalty lambda = 1e-3 times the
 number of training points) maps each layer's residual to the target; on the second half it is
 scored. r2: 1 - sum of squared errors / sum of squares about the held-out mean, pooled over all
@@ -28,10 +31,14 @@ target coordinates (1: the belief is a linear read-out; 0: no better than the me
 rmse: the root-mean-square error over all held-out coordinates. Controls per layer: the untrained
 twin (same architecture, config and seed at initialisation) under the same procedure, and a
 shuffled-belief control that fits the trained residuals to the training targets randomly permuted
-across points (an r2 near or below 0 says the fit is not capacity alone). The headline numbers are
-those of the final layer. The simplex figure (discrete tasks) places class c at the c-th vertex of
+across points (an r2 near or below 0 says the fit is not capacity alone). The same fit from every
+layer's residual concatenated (``concat``) reads a belief spread across layers that no one layer
+holds. The headline numbers are those of the final layer. The simplex figure (discrete tasks) places class c at the c-th vertex of
 a regular polygon and each belief p at sum_c p_c vertex_c, for the Bayes beliefs and the final
-layer's read-out of the same held-out points. Uncertainty: each r2 and rmse (per layer, trained, untrained and
+layer's read-out of the same held-out points; the simplex-by-layer figure draws the Bayes beliefs
+beside every layer's read-out and the concatenation's, each point coloured by its Bayes belief (the
+vertices' colours mixed), so a read-out that keeps the belief's nested structure keeps its colours
+in place. Uncertainty: each r2 and rmse (per layer, trained, untrained and
 shuffled) has a 95% percentile bootstrap interval over the held-out sequences (2,000 resamples of whole
 sequences, each read-out kept as fitted: the interval is the noise of the scoring half, not of the fit), the
 sum of squares taken about each resample's own mean belief. best_layer is the arg-max of the per-layer r2, a
@@ -115,8 +122,21 @@ def score_intervals(y: np.ndarray, predictions: list[np.ndarray], owner: np.ndar
     return list(zip(bounds[:k], bounds[k:]))
 
 
-def compute(model, n: int = 500, seed: int = 1234) -> Result:
-    """Held-out linear read-out of the Bayes belief from each layer's residual stream, with controls."""
+@dataclass
+class ReadOut:
+    """What ``read_out`` measured: the metrics, and the held-out points' beliefs with each fit's read-out of them."""
+
+    metrics: dict
+    beliefs: np.ndarray  # [held-out points, target dim] the Bayes beliefs (the test half)
+    layers: list[np.ndarray]  # per layer: the trained model's read-out of those points
+    concat: np.ndarray  # the read-out from every layer concatenated
+    vertices: list[str]  # names of the belief's coordinates (hidden states, or classes c0, c1, ...)
+    simplex: bool  # whether the beliefs are distributions over 3 or more classes (drawn on a simplex)
+
+
+def read_out(model, n: int = 500, seed: int = 1234) -> ReadOut:
+    """Held-out linear read-out of the Bayes belief from each layer's residual stream (and from all of them
+    concatenated), with controls; the same n and seed give every model of a task the same held-out points."""
     n_layers = model.cfg.n_layers
     missing = [resid_name(l) for l in range(n_layers) if resid_name(l) not in getattr(model, "hook_dict", {})]
     if missing:
@@ -166,14 +186,21 @@ def compute(model, n: int = 500, seed: int = 1234) -> Result:
                    target_dim=int(target.shape[1]), n_train_points=len(train), n_test_points=len(test),
                    n_sequences=len(batch), n_test_sequences=len(np.unique(point_owners(batch)[test])), seed=seed)
     metrics["intervals"] = {key: per[f"{key}_interval"][-1] for key in ("r2", "rmse", "untrained_r2", "shuffled_r2")}
+    return ReadOut(metrics, target[test], [predictions[3 * l] for l in range(n_layers)], concat_prediction,
+                   vertex_names(model.task, batch, target.shape[1]), batch.posterior is not None and target.shape[1] >= 3)
+
+
+def compute(model, n: int = 500, seed: int = 1234) -> Result:
+    """Held-out linear read-out of the Bayes belief from each layer's residual stream, with controls."""
+    fit = read_out(model, n, seed)
+    metrics = fit.metrics
     figures = {"per-layer": per_layer_figure(metrics)}
-    if batch.posterior is not None and target.shape[1] >= 3:
-        figures["simplex"] = simplex_figure(target[test], prediction, seed)
-        layers = [predictions[3 * l] for l in range(n_layers)] + [concat_prediction]
-        labels = [f"L{l}" for l in range(n_layers)] + ["all layers"]
-        figures["simplex-by-layer"] = layered_simplex_figure(target[test], layers, labels,
-                                                             per["r2"] + [concat["r2"]], metrics["target"], seed,
-                                                             vertex_names(model.task, batch, target.shape[1]))
+    if fit.simplex:
+        figures["simplex"] = simplex_figure(fit.beliefs, fit.layers[-1], seed)
+        labels = [f"L{l}" for l in metrics["per_layer"]["layer"]] + ["all layers"]
+        figures["simplex-by-layer"] = layered_simplex_figure(fit.beliefs, fit.layers + [fit.concat], labels,
+                                                             metrics["per_layer"]["r2"] + [metrics["concat"]["r2"]],
+                                                             metrics["target"], seed, fit.vertices)
     return Result("belief-state", DEFINITION, metrics, figures, descriptions={
         "r2": "final layer: held-out R^2 of the linear read-out of the Bayes belief (1 = exact, 0 = the mean belief)",
         "rmse": "final layer: held-out root-mean-square error of that read-out",
@@ -211,14 +238,14 @@ def per_layer_figure(metrics: dict) -> go.Figure:
     for key, name, color, dash in (("r2", "trained", "#d62728", None), ("untrained_r2", "untrained twin", "#7f7f7f", "dot"),
                                    ("shuffled_r2", "shuffled beliefs", "#1f77b4", "dash")):
         bounds = per.get(f"{key}_interval") or [None] * len(x)  # none in a record from before the intervals
-        fig.add_scatter(x=x, y=per[key], name=name, mode="lines+markers", line=dict(color=color, dash=dash),
+        fig.add_scatter(x=x, y=per[key], name=name, legendgroup=key, mode="lines+markers", line=dict(color=color, dash=dash),
                         error_y=error_bars(per[key], bounds),
                         customdata=[[hook, *(b or ["?", "?"])] for hook, b in zip(per["hook"], bounds)],
                         hovertemplate=f"{name}<br>%{{customdata[0]}}<br>R² %{{y:.4f}} (95% %{{customdata[1]:.4f}} to "
                                       f"%{{customdata[2]:.4f}})<extra></extra>")
         if "concat" in metrics:  # a record from before the concatenated read-out has none
             value, bound = metrics["concat"][key], metrics["concat"][f"{key}_interval"]
-            fig.add_scatter(x=["all layers"], y=[value], mode="markers", showlegend=False,
+            fig.add_scatter(x=["all layers"], y=[value], mode="markers", showlegend=False, legendgroup=key,
                             marker=dict(color=color, symbol="diamond", size=9), error_y=error_bars([value], [bound]),
                             hovertemplate=f"{name}<br>every layer concatenated<br>R² %{{y:.4f}} (95% {bound[0]:.4f} "
                                           f"to {bound[1]:.4f})<extra></extra>")
