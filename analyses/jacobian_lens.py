@@ -114,7 +114,7 @@ def jacobian_sums(model, tokens: torch.Tensor, skip_first: int = 0, layers: list
     n_layers, d = model.cfg.n_layers, model.cfg.d_model
     layers = list(range(n_layers - 1)) if layers is None else sorted(layers)
     T = tokens.shape[1]
-    valid = torch.arange(skip_first, T - 1, device=tokens.device)
+    valid = torch.arange(min(skip_first, T - 1), T - 1, device=tokens.device)  # empty (never a bad range) when short
     if not len(valid) or not layers:
         return {l: torch.zeros(d, d, dtype=torch.float64) for l in layers}, 0
     names = [act_name("resid_post", l) for l in [*layers, n_layers - 1]]
@@ -150,6 +150,18 @@ def jacobian_sums(model, tokens: torch.Tensor, skip_first: int = 0, layers: list
                     picked = grad[rows, own] if same_position else grad[:, valid].mean(1)
                     sums[l][i] = picked.double().sum(0).cpu()
     return sums, len(tokens)
+
+
+def check_fit(model, longest: int, skip_first: int, sequences: str) -> None:
+    """What the fit needs, checked before it starts, the one check for a run or checkpoint (--ckpt) and a
+    language model (--model) alike: a layer below the last, and a position left after ``skip_first`` in the
+    longest fitting sequence (``longest`` tokens; ``sequences`` names them in the message)."""
+    if model.cfg.n_layers < 2:
+        raise AnalysisError(f"the Jacobian lens carries each layer below the last to the last, and this model has "
+                            f"{model.cfg.n_layers} layer: there is no layer to fit (it needs 2 or more layers)")
+    if longest <= skip_first + 1:
+        raise AnalysisError(f"--skip-first {skip_first} leaves no position of {sequences} to fit on (at most "
+                            f"--skip-first {max(longest - 2, 0)} leaves one)")
 
 
 def fit(model, batches, skip_first: int = 0, same_position: bool = False) -> dict[int, torch.Tensor]:
@@ -220,9 +232,7 @@ def compute(model, n: int = 500, n_fit: int = 200, skip_first: int = 0, same_pos
     """Both lenses on ``n`` held-out sequences, J fitted on ``n_fit`` others."""
     model.eval()
     fitting = eval_batch(model, n_fit, (seed + 1) % SEED_LIMIT)
-    if fitting.tokens.shape[1] <= skip_first + 1:
-        raise AnalysisError(f"--skip-first {skip_first} leaves no position of this task's {fitting.tokens.shape[1]}-"
-                            f"token sequences to fit on")
+    check_fit(model, fitting.tokens.shape[1], skip_first, f"this task's {fitting.tokens.shape[1]}-token sequences")
     jacobians = fit(model, (fitting.tokens[i:i + CHUNK] for i in range(0, n_fit, CHUNK)), skip_first, same_position)
     batch = eval_batch(model, n, seed)
     L = model.cfg.n_layers
@@ -251,6 +261,8 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
     """Both lenses at each prompt's answer position, J fitted on prompts drawn with seed + 1."""
     model = lm.model.eval()
     fitting = activations.prompt_set(lm, prompts, words, per_shot, alpha, (seed + 1) % SEED_LIMIT)
+    longest = max(len(p.tokens) for p in fitting.prompts)
+    check_fit(model, longest, skip_first, f"the fitting prompts (the longest has {longest} tokens)")
     jacobians = fit(model, (tokens for _, tokens in activations.equal_length_batches(lm, fitting, chunk=16)),
                     skip_first)
     measured = activations.prompt_set(lm, prompts, words, per_shot, alpha, seed)

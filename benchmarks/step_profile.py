@@ -32,7 +32,7 @@ import models
 from analyses.base import held_out_batch
 from analyses.calibration import measure
 from interp import recipe
-from interp.train import denormals_flushed, deterministic, loss_fn, retain_freed_memory
+from interp.train import bf16_problem, denormals_flushed, deterministic, loss_fn, retain_freed_memory
 
 
 def sync(device: str) -> None:
@@ -133,11 +133,17 @@ def profile(task_name: str, arch: str, device: str, steps: int, batch_size: int 
     """One architecture's row (milliseconds and ratios)."""
     spec, model = recipe_and_model(task_name, arch, device, batch_size)
     s = spec.train
-    bf16 = recipe.bf16_on(s.bf16, device)  # the recipe's precision on this device
+    # bf16 only where this machine runs the model in it (as interp train decides): a CPU without bf16 kernels
+    # for an operator (oneDNN's LSTM without avx512_bf16) trains in float32, and has no bf16/fp32 ratio
+    probe = spec.task.sample(1, generator=torch.Generator().manual_seed(0)).tokens.to(device)
+    bf16_runs = bf16_problem(model, probe, device) is None
+    bf16 = recipe.bf16_on(s.bf16, device) and bf16_runs  # the recipe's precision on this device
     clock = Clock(device)
     on = lambda: deterministic(device)
     variants = {"": (on, bf16), "nondet/": (nullcontext, bf16),
-                "nofill/": (lambda: _both(on(), no_fill()), bf16), "bf16/": (on, True), "fp32/": (on, False)}
+                "nofill/": (lambda: _both(on(), no_fill()), bf16), "fp32/": (on, False)}
+    if bf16_runs:
+        variants["bf16/"] = (on, True)
     for label, (kernels, autocast) in variants.items():
         train_steps(model, spec, device, steps, clock, kernels, autocast, label)
     step = lambda label: sum(clock.median(label + phase) for phase in ("fwd", "bwd", "opt"))
@@ -156,7 +162,8 @@ def profile(task_name: str, arch: str, device: str, steps: int, batch_size: int 
                 opt=ms(clock.median("opt")), step=ms(step("")), eval=ms(evaluation),
                 eval_per_step=ms(evaluation / s.eval_every), hooks=ms(hooked - plain),
                 points=len(hook_points(model)), nondet=round(step("nondet/") / step(""), 2),
-                nofill=round(step("nofill/") / step(""), 2), bf16=round(step("bf16/") / step("fp32/"), 2),
+                nofill=round(step("nofill/") / step(""), 2),
+                bf16=round(step("bf16/") / step("fp32/"), 2) if bf16_runs else "n/a",
                 steps_per_s=round(1 / (step("") + clock.median("sample") + evaluation / s.eval_every), 2))
 
 
@@ -166,8 +173,10 @@ def backward_ops(task_name: str, arch: str, device: str, batch_size: int | None,
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     spec, model = recipe_and_model(task_name, arch, device, batch_size)
+    probe = spec.task.sample(1, generator=torch.Generator().manual_seed(0)).tokens.to(device)
     autocast = (torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
-                if recipe.bf16_on(spec.train.bf16, device) else nullcontext())
+                if recipe.bf16_on(spec.train.bf16, device) and bf16_problem(model, probe, device) is None
+                else nullcontext())
     batch = spec.task.sample(spec.train.batch_size, generator=torch.Generator().manual_seed(0)).to(device)
     cuda = device.startswith("cuda")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])

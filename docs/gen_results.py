@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from functools import lru_cache
@@ -100,9 +101,33 @@ def load(path: str):
     file = ROOT / path
     if not file.is_file():
         raise ResultError(f"no result file {path}")
-    if file.suffix == ".jsonl":  # a run's metrics.jsonl: a list of its lines, picked by [step=N]
-        return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
-    return json.loads(file.read_text())
+    try:
+        text = file.read_text()
+        if file.suffix == ".jsonl":  # a run's metrics.jsonl: a list of its lines, picked by [step=N]
+            return [_parse(line, f"{path} line {i}") for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+        return _parse(text, path)
+    except (OSError, UnicodeDecodeError) as err:
+        raise ResultError(f"cannot read {path} ({getattr(err, 'strerror', None) or err})") from None
+
+
+def _parse(text: str, where: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:  # truncated, empty or garbage: say which file, not only where in it
+        raise ResultError(f"{where} is not valid JSON ({err.msg} at line {err.lineno} column {err.colno}); "
+                          f"write the result again") from None
+    except RecursionError:
+        raise ResultError(f"{where} is not valid JSON (nested too deeply); write the result again") from None
+
+
+def _finite(value, where: str):
+    """``value`` when it is a finite number; else a ResultError naming the file and key (``where``). A NaN or an
+    infinity would be published as "nan bits", and max()/min() silently skip a NaN in a range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ResultError(f"{where} is {json.dumps(value)[:60]}, not a number")
+    if not math.isfinite(value):
+        raise ResultError(f"{where} is {value}, not a finite number")
+    return value
 
 
 def _segments(key: str) -> list[str]:
@@ -177,7 +202,11 @@ def _step(node, seg: str, seen: list, key: str, where: str):
                 raise ResultError(f"{where}: {seg} matches {[len(f) for f in found]} elements of {key!r}, not one")
             return found[0][0] if len(found) == 1 else Fan(f[0] for f in found)
     if seg in REDUCERS and isinstance(node, list):  # the largest, smallest or mean element of a list
-        return REDUCERS[seg]([v for v in node if v is not None])  # a patching map's row ends in None (undefined)
+        # a patching map's row ends in None (undefined); anything else must be a finite number
+        values = [_finite(v, f"{where}: an element of {key!r}") for v in node if v is not None]
+        if not values:
+            raise ResultError(f"{where}: {key!r} has no numbers to take {seg} of")
+        return REDUCERS[seg](values)
     if not isinstance(node, dict) or seg not in node:
         raise ResultError(f"{where}: no key {seg!r} (in {key!r})")
     return node[seg]
@@ -209,6 +238,10 @@ def fill(match: re.Match, names: dict[str, str], page: str) -> str:
     value = lookup(load(path), key, where + f" in {path}")
     if isinstance(value, Fan):
         raise ResultError(f"{where} picks several values: end the key with .min() or .max()")
+    if op or match["fmt"]:  # a number is meant: a format or a scale applies only to one
+        value = _finite(value, f"{where} in {path}: {key}")
+    elif not isinstance(value, str):  # shown as it is: a word, or a finite number, never null, NaN or a list
+        _finite(value, f"{where} in {path}: {key}")
     if op:
         value = value * k if op == "*" else value / k
     return fmt(value, match["fmt"])
@@ -260,7 +293,27 @@ def literal_numbers(name: str) -> list[tuple[int, str]]:
     return out
 
 
+# What a page may never show in a filled number: nan or inf (a non-finite value published), or a float's full repr
+# (a value left unformatted, 0.18333333333333)
+DAMAGE = re.compile(r"(?<![\w.-])-?(?:nan|inf)\b|\d\.\d{9,}")
+
+
+def damage(text: str) -> str | None:
+    """The first nan, inf or unformatted number a page shows; None when it shows none."""
+    found = DAMAGE.search(text)
+    return found.group(0) if found else None
+
+
 def main(argv=None) -> int:
+    """Write (or with --check compare) every page; a ResultError is one line and exit status 1, no traceback."""
+    try:
+        return _main(argv)
+    except ResultError as err:
+        print(f"gen_results: error: {err}", file=sys.stderr)
+        return 1
+
+
+def _main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
     parser.add_argument("--literal", action="store_true")
@@ -275,6 +328,9 @@ def main(argv=None) -> int:
     stale = []
     for path, rendered in outputs:
         text = rendered()
+        if args.check and (shown := damage(path.read_text())):
+            raise ResultError(f"{path.relative_to(ROOT)} shows {shown!r}, a number that is not finite or not "
+                              f"formatted; fix the result file or the template, then run `python docs/gen_results.py`")
         if path.read_text() == text:
             continue
         if args.check:

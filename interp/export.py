@@ -169,7 +169,8 @@ def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: 
                  bundle_dir: str | Path | None = None) -> list[Path]:
     """Render ``result`` in the chosen formats and write ``<out_dir>/<name>.<fmt>``; return the paths. An HTML
     page loads plotly.js from ``bundle_dir`` (default: ``out_dir``; the output root, where several folders
-    share it), written there when missing or different."""
+    share it), written there when missing or different. ``bundle_dir`` is the folder the user named: no level
+    below it, ``out_dir`` included, may be a link."""
     out_dir = Path(out_dir)
     bundle_dir = out_dir if bundle_dir is None else Path(bundle_dir)
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):  # os.path: no error on a name too long
@@ -196,7 +197,8 @@ def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: 
     # The JSON, the record of the result, is written last: a JSON on disk means every file of the
     # result was written (a full disk half way leaves figures without their record, never a record
     # without its figures, which a rerun that reuses results would take as complete).
-    check_writes(out_dir, files=list(files))  # the whole set, before its first byte: no file replaced, then a refusal
+    # the whole set, before its first byte (no file replaced, then a refusal), from the folder the user named down
+    check_writes(bundle_dir, files=[(out_dir / name).relative_to(bundle_dir) for name in files])
     if shared:
         check_writes(bundle_dir, files=list(shared))
     paths = []

@@ -82,9 +82,12 @@ def append_regular(path: str | Path, data: bytes) -> None:
         handle.write(data)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path | None = None) -> Path:
+    """Write ``data`` to ``path`` whole or not at all. With ``root`` (the folder the user named), no level
+    from ``root`` down to ``path`` may be a link: a link planted at ``root/RUN`` or ``RUN/checkpoints``
+    would carry the write out of the folder the user named."""
     path = Path(path)
-    refuse_special(path)  # replacing a link would be harmless, but it was put there by someone: say so
+    refuse_in_the_way(path, root)  # replacing a link would be harmless, but it was put there by someone: say so
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -132,12 +135,12 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode())
+def atomic_write_text(path: str | Path, text: str, root: str | Path | None = None) -> Path:
+    return atomic_write_bytes(path, text.encode(), root)
 
 
-def atomic_write_json(path: str | Path, obj) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+def atomic_write_json(path: str | Path, obj, root: str | Path | None = None) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", root)
 
 
 def sniff_weights(path: Path) -> None:
@@ -392,8 +395,11 @@ class RunFolder:
     first byte (no link or special file among them), to clear a killed write's temp files, and to undo a
     fresh run that failed before its first resume state (only the files a run writes, never others)."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, named: str | Path | None = None):
         self.root = Path(root)
+        # The folder the user named (a search's or a sweep's folder, holding this run below it; by default the
+        # run folder itself): every level below it is checked, the run's own subfolders included.
+        self.named = self.root if named is None else Path(named)
         self.record, self.metrics = self.root / "run.json", self.root / "metrics.jsonl"
         self.resume, self.checkpoints = self.root / "resume.safetensors", self.root / "checkpoints"
         self.lock = RunLock(self.root)
@@ -406,9 +412,11 @@ class RunFolder:
         return [self.record, self.metrics, self.resume] + sorted(self.checkpoints.glob("step-*.safetensors"))
 
     def check(self) -> None:
-        """None of the run's files may be a link or a pipe: checked before anything is read or written."""
+        """No level from the named folder down to any of the run's files (``checkpoints/`` included) may be a
+        link, and none of the files a pipe: checked before anything is read or written."""
+        refuse_in_the_way(self.checkpoints, self.named, folder=True)
         for path in self.own_files():
-            refuse_special(path)
+            refuse_in_the_way(path, self.named)
 
     def clear_temps(self) -> None:
         """A SIGKILL mid-write leaves its temp file: removed before a run continues."""

@@ -43,9 +43,12 @@ def fingerprint() -> str:
     return state.hexdigest()[:24]
 
 
+def cache_base() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache"))
+
+
 def user_cache(fp: str) -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache")
-    return Path(base) / "interp" / f"manifest-{fp}.json"
+    return cache_base() / "interp" / f"manifest-{fp}.json"
 
 
 def _read(path: Path, fp: str) -> dict | None:
@@ -87,7 +90,7 @@ def current(build_if_missing: bool = True) -> dict | None:
         try:
             from .files import atomic_write_json
 
-            atomic_write_json(cache, data)
+            atomic_write_json(cache, data, cache_base())  # no link below the cache's base, e.g. at interp/
         except (OSError, UserError):  # a read-only home is no reason to fail a listing
             pass
     return data

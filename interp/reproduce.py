@@ -140,10 +140,11 @@ class Reproduction:
             self.check_recipe(task, arch, record)
             if record.get("status") == "finished":
                 return
-            trainer = Trainer(out, resume=True, device=self.device)
+            trainer = Trainer(out, resume=True, device=self.device, root=self.runs)
         else:
             r = self.recipe(task, arch)
-            trainer = Trainer(out, r["task"], arch, r["model"], TrainSettings(**r["train"]), device=self.device)
+            trainer = Trainer(out, r["task"], arch, r["model"], TrainSettings(**r["train"]), device=self.device,
+                              root=self.runs)
         trainer.run()
 
     def analyse(self, task: str, arch: str, name: str) -> dict:

@@ -58,10 +58,11 @@ def output_folder(out: Path, run_name: str, source: str) -> Path:
     return other
 
 
-def claim(folder: Path, source: str) -> None:
-    """Mark ``folder`` as holding the results of ``source`` (after they are written)."""
+def claim(folder: Path, source: str, root: Path | None = None) -> None:
+    """Mark ``folder`` as holding the results of ``source`` (after they are written; no level below ``root``,
+    the folder the user named, may be a link)."""
     try:
-        atomic_write_text(folder / SOURCE_MARK, source)
+        atomic_write_text(folder / SOURCE_MARK, source, root)
     except OSError:  # the results are written; a folder that takes no mark is only unprotected
         pass
     except UserError as err:  # e.g. a link planted at the mark: never written through, and said
@@ -94,9 +95,10 @@ def write(result, folder: Path, formats, context: dict, source: str | None = Non
     as ``source``'s when given. The paths written. HTML pages load plotly.js from ``root``, the output
     root (default: the folder above ``folder``, as ``output_folder`` names them): one copy for all the
     models' folders there."""
-    paths = write_result(result, folder, formats, context, bundle_dir=folder.parent if root is None else root)
+    root = folder.parent if root is None else root
+    paths = write_result(result, folder, formats, context, bundle_dir=root)
     if source is not None:
-        claim(folder, source)
+        claim(folder, source, root)
     return paths
 
 

@@ -204,13 +204,13 @@ class Sweep:
         task = self.task_at(point)
         record = run_dir / "run.json"
         if record.exists() and json.loads(record.read_text()).get("status") != "finished":
-            Trainer(run_dir, resume=True, device=self.device, progress=False).run()
+            Trainer(run_dir, resume=True, device=self.device, progress=False, root=self.out).run()
         elif not record.exists():
             Trainer(run_dir, task.config(), point.arch, self.model_config(point, task), self.budget,
-                    device=self.device, progress=False).run()
+                    device=self.device, progress=False, root=self.out).run()
         run = json.loads(record.read_text())
         result = self.numbers(point, load(resolve(run_dir), device=self.device), task, run, str(run_dir))
-        atomic_write_json(saved, result)
+        atomic_write_json(saved, result, self.out)
         return result
 
     def evaluate(self, point: Point) -> dict:
@@ -230,7 +230,7 @@ class Sweep:
             self._loaded = {point.run: model}
         task = self.task_at(point)
         result = self.numbers(point, model, task, run, run["folder"]) | dict(checkpoint_sha256=digest)
-        atomic_write_json(saved, result)
+        atomic_write_json(saved, result, self.out)
         return result
 
     def numbers(self, point: Point, model, task, run: dict, where: str) -> dict:
@@ -286,7 +286,7 @@ class Sweep:
         if len(self.widths) > 1:
             figures["grid"] = grid_figure([summary])
         result = Result("sweep", DEFINITION, summary, figures)
-        store.write(result, self.out, ("pdf", "html", "png", "json"), store.provenance())
+        store.write(result, self.out, ("pdf", "html", "png", "json"), store.provenance(), root=self.out)
         return summary
 
 

@@ -236,6 +236,53 @@ def held_out_metrics(model, batch) -> dict:
             if k in ("entropy_mae_bits", "kl_bits", "accuracy", "infeasible_mass", "relative_mean_error")}
 
 
+def stage_tasks(task, curriculum, n_ctx: int | None) -> list[list]:
+    """Every curriculum stage's task (a mixture's options in turn), each checked: the one check of a curriculum,
+    shared by ``interp train`` and by ``interp tune``'s check of every trial before the first one trains (a stage
+    found wrong only when its trial starts would strand the trials before it). ``n_ctx``: the model's context,
+    where it has one."""
+    return [[stage_task(task, option, n_ctx) for option in stage_options(settings)] for _, settings in curriculum]
+
+
+def stage_task(task, settings: dict, n_ctx: int | None):
+    """The task with a curriculum stage's settings changed; it must share the task's vocabulary and answers."""
+    try:
+        stage = tasks.from_config(task.config() | settings)
+    except tasks.ConfigError as err:
+        raise UserError(f"curriculum stage {settings}: {err}") from None
+    shape = lambda t: (t.name, getattr(t, "vocab_size", None), getattr(t, "n_classes", None))
+    if shape(stage) != shape(task):
+        raise UserError(f"curriculum stage {settings} changes the vocabulary or the answers of the task; a stage "
+                        f"may change only what the model can be run on unchanged (sizes, lengths)")
+    if n_ctx is not None and stage.seq_len > n_ctx:
+        raise UserError(f"curriculum stage {settings} has sequences of {stage.seq_len} tokens, longer than the "
+                        f"model's context ({n_ctx}); train with -M n_ctx={stage.seq_len}")
+    return stage
+
+
+def bf16_problem(model, tokens: torch.Tensor, device: str) -> str | None:
+    """Why this machine cannot train ``model`` under bf16 autocast, or None when it can: one forward and backward
+    pass on ``tokens`` (a sequence or two), its gradients and random state left as they were. A CPU without bf16
+    kernels for an operator (oneDNN's LSTM on a CPU without avx512_bf16) fails only inside a step, so this is
+    asked before training, by the trainer and the benchmarks alike."""
+    kind = torch.device(device).type
+    try:
+        with torch.random.fork_rng(devices=[]), torch.autocast(kind, dtype=torch.bfloat16):
+            model(tokens).float().sum().backward()
+    except RuntimeError as err:
+        return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    finally:
+        model.zero_grad(set_to_none=True)
+    return None
+
+
+def model_context(arch: str, task, model_config: dict) -> int | None:
+    """The context (n_ctx) the model of this config would have, where its architecture has one; built on the
+    meta device (no memory, no init), so that a check before training sees what training would build."""
+    with torch.device("meta"):
+        return getattr(models.build(arch, task, config=model_config).cfg, "n_ctx", None)
+
+
 class Trainer:
     """One training run in ``out``: build or restore, then step, evaluate and checkpoint.
 
@@ -246,9 +293,11 @@ class Trainer:
     def __init__(self, out: str | Path, task_config: dict | None = None, arch: str | None = None,
                  model_config: dict | None = None, settings: TrainSettings | None = None,
                  device: str | None = None, resume: bool = False, progress: bool = True, on_eval=None,
-                 compile: bool | None = None):
+                 compile: bool | None = None, root: str | Path | None = None):
         self.out = Path(out)
-        self.folder = RunFolder(self.out)  # every file the run writes, its lock among them
+        # every file the run writes, its lock among them; ``root``: the folder the user named, when the run is
+        # one of many below it (a search's trial, a sweep's point)
+        self.folder = RunFolder(self.out, root)
         self.progress = progress
         # on_eval(step, metrics) after every held-out evaluation (and the step's saves): a tuner
         # reports it to its pruner, and stops the run by raising (the run stays resumable)
@@ -267,6 +316,7 @@ class Trainer:
                 self._build(task_config, arch, model_config, settings, resume)
                 if resume and compile is not None:
                     self._switch_compile(compile)
+                self._check_precision()
             with self.dist.together():
                 if resume:
                     self._restore()
@@ -323,7 +373,7 @@ class Trainer:
             init = self._start_from(self.settings.init, arch)
         self.model.to(self.device)
         s = self.settings
-        self.stages = [[self._stage_task(option) for option in stage_options(settings)] for _, settings in s.curriculum]
+        self.stages = stage_tasks(self.task, s.curriculum, getattr(self.model.cfg, "n_ctx", None))
         exempt = getattr(self.model, "no_weight_decay", set)()  # e.g. Mamba's A_log, as mamba-ssm trains it
         decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2 and n not in exempt]
         no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2 or n in exempt]
@@ -353,6 +403,16 @@ class Trainer:
         self.record.setdefault("resumes", [])  # each resume's machine, for whoever reads the record later
         self.record["resumes"].append(now)
 
+    def _check_precision(self) -> None:
+        """bf16 autocast as recorded when the run started (a record from before "auto": as it then ran), unless this
+        machine cannot run the model in it: then float32, with a note, before the first step (not a traceback
+        inside it). A resume on such a machine continues in float32 too, which changes rounding only."""
+        bf16 = self.record.setdefault("bf16", bf16_on(recorded_train(self.record)["bf16"], self.device))
+        if bf16 and (problem := bf16_problem(self.model, self.eval_batch.tokens[:1], self.device)):
+            self.record["bf16"] = False
+            self.notes.append(f"this machine cannot train a {self.record.get('arch')} under bf16 autocast ({problem}); "
+                              f"it trains in float32 instead (run.json records bf16 false)")
+
     def _switch_compile(self, compile: bool) -> None:
         """``--resume --no-compile`` (or ``--compile``): torch.compile changes how the step's kernels round,
         not what it computes, so a run may continue with it switched. run.json keeps the setting the run
@@ -366,22 +426,6 @@ class Trainer:
         self.notes.append(f"this run {'continues with' if compile else 'was started with'} torch.compile"
                           f"{'' if compile else ' and continues without it'}: it resumes correctly, but its weights "
                           f"will not be bit-identical to an uninterrupted run's")
-
-    def _stage_task(self, settings: dict):
-        """The task with a curriculum stage's settings changed; it must share the task's vocabulary and answers."""
-        try:
-            stage = tasks.from_config(self.task.config() | settings)
-        except tasks.ConfigError as err:
-            raise UserError(f"curriculum stage {settings}: {err}") from None
-        shape = lambda task: (task.name, getattr(task, "vocab_size", None), getattr(task, "n_classes", None))
-        if shape(stage) != shape(self.task):
-            raise UserError(f"curriculum stage {settings} changes the vocabulary or the answers of the task; a stage "
-                            f"may change only what the model can be run on unchanged (sizes, lengths)")
-        n_ctx = getattr(self.model.cfg, "n_ctx", None)
-        if n_ctx is not None and stage.seq_len > n_ctx:
-            raise UserError(f"curriculum stage {settings} has sequences of {stage.seq_len} tokens, longer than the "
-                            f"model's context ({n_ctx}); train with -M n_ctx={stage.seq_len}")
-        return stage
 
     def task_at(self, step: int):
         """What step ``step`` trains on: the first curriculum stage not yet over (a mixture's options in
@@ -507,7 +551,7 @@ class Trainer:
                                if not self.fresh else "--no-compile")
         saves = set(checkpoint_steps(s.steps, s.checkpoint_every))
         # bf16 autocast as recorded when the run started (a record from before "auto": as it then ran)
-        bf16 = self.record.setdefault("bf16", bf16_on(recorded_train(self.record)["bf16"], self.device))
+        bf16 = self.record["bf16"]  # see _check_precision
         autocast = torch.autocast(torch.device(self.device).type, dtype=torch.bfloat16) if bf16 else nullcontext()
         if self.step == 0 and main:
             checkpoint.save(self.folder.checkpoint(0), self.model, 0, s.seed)

@@ -70,13 +70,14 @@ from .files import (Lock, atomic_write_bytes, atomic_write_json, check_writes, c
                     open_regular, probe_writable, read_json, read_regular, refuse_in_the_way)
 from . import checkpoint
 from .recipe import TrainSettings, fitted_curriculum, recorded_settings, resolve
-from .train import Trainer
+from .train import Trainer, model_context, stage_tasks
 
 NOT_IN_SPACE = ("steps", "batch_size", "eval_every", "eval_size", "seed", "curriculum", "resume_every",
                 "checkpoint_every")  # the budget and the evaluation are the same for every trial
 PRUNERS = ("median", "halving", "none")
 MAX_GRID = 10_000  # trials a search may declare unless --max-grid raises it (each is a training run)
 STUDY_FILE, STUDY_LOCK = "study.db", ".study-lock"
+CURRICULA = ("curriculum_on", "curricula")  # the search's record of its curricula (a rerun may correct unused ones)
 LOCK_WAIT_S = 60  # how long a worker waits for the study (its lock, or a database another process writes)
 CONNECT_TIMEOUT_S = 10  # how long a database server may take to answer before the search is refused
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -240,7 +241,9 @@ class Tune:
             settings = spec.train.validate()
             if settings.init is not None:  # a checkpoint to start from must be there before any trial trains
                 checkpoint.resolve(settings.init)
-        except (UserError, TypeError) as err:
+            if settings.curriculum:  # checked as interp train checks it, with the model the trial would build
+                stage_tasks(self.task, settings.curriculum, model_context(self.arch, self.task, spec.model))
+        except (UserError, TypeError, tasks.ConfigError) as err:
             raise UserError(f"trial {trial_name(params)}: {err}") from None
         return self.task.config(), spec.model, settings
 
@@ -265,10 +268,11 @@ class Tune:
                 if f"eval_{self.metric}" in logged:
                     report(logged["step"], {self.metric: logged[f"eval_{self.metric}"]}, replay=True)
             if run.get("status") != "finished":
-                Trainer(folder, resume=True, device=self.device, progress=self.progress, on_eval=report).run()
+                Trainer(folder, resume=True, device=self.device, progress=self.progress, on_eval=report,
+                        root=self.out).run()
         else:
             Trainer(folder, task_config, self.arch, model_config, settings, device=self.device,
-                    progress=self.progress, on_eval=report).run()
+                    progress=self.progress, on_eval=report, root=self.out).run()
         run = trial_record(folder)
         score = run.get("final", {}).get(self.metric) if isinstance(run.get("final"), dict) else None
         if not isinstance(score, (int, float)):
@@ -290,14 +294,32 @@ class Tune:
         declared = self.declaration()
         recorded = study.user_attrs.get("search")
         declared = json.loads(json.dumps(declared))
-        if recorded is None or extends(recorded, declared):
+        if recorded is None or extends(recorded, declared) or self.corrects(study, recorded, declared):
             study.set_user_attr("search", declared)
         elif recorded != declared:
             changed = sorted(k for k in declared if declared[k] != recorded.get(k))
-            raise UserError(f"study {self.study_name!r} in {self.storage_url} was made for another search "
-                            f"(its {', '.join(changed)} differ; a space may only add values to the keys it has); "
-                            f"give another --out or --study")
+            shown = "; ".join(f"{k} was {json.dumps(recorded.get(k))[:80]}, now {json.dumps(declared[k])[:80]}"
+                              for k in changed[:2])
+            raise UserError(f"study {self.study_name!r} in {self.storage_url} was made for another search ({shown}; "
+                            f"a space may only add values to the keys it has); to keep its finished trials, rerun "
+                            f"with its settings, or give another --out or --study for a new search")
         return study
+
+    def corrects(self, study, recorded: dict, declared: dict) -> bool:
+        """Whether ``declared`` only corrects curricula that no kept trial trained on (every trial that used one
+        failed, or none ran yet): the search then continues with the corrected stages, its finished trials
+        kept. A curriculum a finished trial trained on is part of its score, and may not change under it."""
+        from optuna.trial import TrialState
+
+        curricula = lambda search: search.get("curricula") or {"on": search.get("curriculum_on")}
+        if {k: v for k, v in recorded.items() if k not in CURRICULA} != \
+                {k: v for k, v in declared.items() if k not in CURRICULA}:
+            return False
+        old, new = curricula(recorded), curricula(declared)
+        changed = {name for name in old.keys() | new.keys() if old.get(name) != new.get(name)}
+        kept = {planned(t).get("curriculum") for t in study.get_trials(deepcopy=False)
+                if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)}
+        return not changed & kept
 
     def declaration(self) -> dict:
         return dict(task=self.task.config(), arch=self.arch, preset=self.preset, space=self.space,
@@ -314,6 +336,21 @@ class Tune:
         for params in self.grid:
             if trial_name(params) not in seen:
                 study.enqueue_trial(params, user_attrs={"queued": True})
+
+    def check_moved(self) -> None:
+        """``--moved`` continues a search copied here: refuse a folder that holds none (a typo, an empty folder, a
+        training run's folder), which would otherwise start a new search there."""
+        marks = ("tune.json", "trials", *self.storage.files)  # what a search folder holds once it has begun
+        expected = f"--moved continues a search copied here, and a search's folder holds {', '.join(marks)}"
+        kind = kind_of(self.out)
+        if kind != "a folder":
+            raise UserError(f"{expected}; {self.out} {'does not exist' if kind is None else f'is {kind}'}: check the "
+                            f"path, or leave out --moved to start a new search")
+        if kind_of(self.out / "run.json") is not None:
+            raise UserError(f"{expected}; {self.out} holds run.json, a training run's: give the search's folder")
+        if not any(kind_of(self.out / name) is not None for name in marks):
+            raise UserError(f"{expected}; {self.out} holds none of them: check the path, or leave out --moved to start "
+                            f"a new search")
 
     def claim_orphan(self, study, moved: bool = False) -> int | None:
         """One trial this host was running in a process that no longer exists (a killed worker), claimed
@@ -338,6 +375,8 @@ class Tune:
         return None
 
     def execute(self, max_trials: int | None = None, moved: bool = False) -> dict:
+        if moved:
+            self.check_moved()
         # The whole write set, checked before its first byte: no link or special file at any level of it
         check_writes(self.out, files=[STUDY_LOCK, "tune.json", "trials.json", "trials.csv", *self.storage.files],
                      folders=["trials", *(f"trials/{self.folder(p).name}" for p in self.grid)])
@@ -399,9 +438,16 @@ class Tune:
             except optuna.TrialPruned as why:
                 trial.set_user_attr("pruned_at", str(why))
                 study.tell(trial, state=TrialState.PRUNED)
+            except Exception as err:
+                # refused (a setting, a file, the machine): the trial is marked failed, not left running, so a
+                # corrected rerun queues it again and the finished trials stay
+                trial.set_user_attr("note", f"failed: {first_line(err)}")
+                study.tell(trial, state=TrialState.FAIL)
+                self.write(study)
+                raise
             except BaseException:
-                # interrupted or refused: the trial stays running in the study, and the next worker started on
-                # this host continues it (as after a kill)
+                # interrupted (Ctrl-C, a kill): the trial stays running in the study, and the next worker started
+                # on this host continues it from its run folder (as after a kill)
                 self.write(study)
                 raise
             else:

@@ -120,7 +120,10 @@ def converted(path: Path, progress: bool = True, report: Report | None = None) -
 def writable_cache(root: Path) -> None:
     """A ConfigError unless ``root`` is (or can be made) a folder that takes files: a probe file is written there."""
     blocker = next((p for p in (root, *root.parents) if os.path.lexists(p) and not os.path.isdir(p)), None)
-    reason = f"{blocker} is not a folder" if blocker else None
+    # below the cache's base (XDG_CACHE_HOME, the folder the user named) no level may be a link: the
+    # conversion would be written wherever it points
+    link = next((p for p in (root, root.parent) if os.path.islink(p)), None)
+    reason = f"{blocker} is not a folder" if blocker else f"{link} is a symbolic link" if link else None
     if reason is None:
         try:
             root.mkdir(parents=True, exist_ok=True)
