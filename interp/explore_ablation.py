@@ -54,14 +54,22 @@ class AblationViews:
         return self.ablated(index, chosen_ablations(heads, blocks, mode))
 
     @contextmanager
-    def ablated(self, index: int, choices: list[str]):
+    def ablated(self, index: int, choices: list[str], model=None):
+        """The model at slider position ``index`` with ``choices`` ablated, while the context lasts. Given ``model``
+        (a copy of that one, a background job's own), it is ablated instead, and the explorer's lock is held only
+        while its hooks are made: the job runs on it while the other views are served."""
         with self.lock:
-            model = self.model(index)
+            own = model is None
+            model = self.model(index) if own else model
             hooks = ablation_hooks(choices, model, means=lambda: self.mean_outputs(index))
             if any(name not in model.hook_dict for name, _ in hooks):
                 raise UserError(f"ablations {sorted(choices)} name a part this model does not have")
-            with model.hooks(fwd_hooks=hooks):
-                yield model
+            if own:
+                with model.hooks(fwd_hooks=hooks):
+                    yield model
+                return
+        with model.hooks(fwd_hooks=hooks):
+            yield model
 
     def mean_outputs(self, index: int) -> list:
         """Per layer and head, the intact model's mean z over the held-out batch (for mean ablation)."""

@@ -16,7 +16,8 @@ answers at once and its views run on the model between two sites, a wind tunnel'
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
+import copy
+from contextlib import contextmanager
 
 import plotly.graph_objects as go
 import torch
@@ -28,6 +29,7 @@ from analyses.activation_patching import measure
 from tasks import ConfigError
 
 from .errors import UserError
+from .explore_ablation import chosen_ablations
 from .explore_common import REFUSED, message_figure
 from .explore_jobs import Job, Jobs
 
@@ -48,13 +50,19 @@ class WindTunnelPairs:
         self.states = (State("step", "value"), State("sequence", "data"))
         # the ablation controls: a map already drawn is drawn again for the model as ablated, like every view
         self.follows = (Input("ablate-heads", "value"), Input("ablate-blocks", "value"), Input("ablate-mode", "value"))
-        # a small model's map takes seconds: the press waits for it (its progress and cancel shown meanwhile), and the
-        # job holds the model throughout, its ablation hooks on it
+        # a small model's map takes seconds: the press waits for it (its progress and cancel shown meanwhile); the job
+        # patches a copy of the model, its ablation hooks on the copy, so the other views are served meanwhile
         self.background = False
 
+    @contextmanager
     def applied(self, index, sequence, heads=None, blocks=None, mode=None):
-        """The model as the ablation controls leave it, while a pair is patched (a context)."""
-        return self.explorer.ablated_by_controls(index, heads or [], blocks or [], mode or "zero")
+        """The job's own copy of the model at ``index``, as the ablation controls leave it, while a pair is patched
+        (a context): copied under the explorer's lock, which the job then does not hold (a wind tunnel's model is
+        small; the views' model never carries the job's hooks)."""
+        with self.lock:
+            model = copy.deepcopy(self.explorer.model(index))
+        with self.explorer.ablated(index, chosen_ablations(heads or [], blocks or [], mode or "zero"), model):
+            yield model
 
     def answer_names(self, classes: list[int]) -> list[str]:
         """The task's names of answer classes (v2, s0, ...): the tokens they are read from, where it has them."""
@@ -63,14 +71,19 @@ class WindTunnelPairs:
             return [f"class {c}" for c in classes]
         return task.token_names(torch.tensor(classes) + offset)
 
-    def pair(self, kind: str, which: int | None, index: int, sequence: dict) -> P.Pair:
+    def pair(self, kind: str, which: int | None, index: int, sequence: dict, model=None) -> P.Pair:
         ex = self.explorer
-        batch = ex.batch(sequence["tokens"], sequence.get("seed"))
+        n, whole = len(sequence["tokens"]), ex.task.seq_len
+        if n != whole:  # a task's corruptions change a position of a whole sequence (a typed prefix may lack it)
+            raise UserError(f"activation patching corrupts a whole sequence of {whole} tokens, and the one shown has "
+                            f"{n}: sample one, or type all {whole}")
+        with self.lock:  # the explorer's sequences are shared with the views
+            batch = ex.batch(sequence["tokens"], sequence.get("seed"))
         try:
             c = ex.task.corrupt(batch, torch.Generator().manual_seed(CORRUPTION_SEED), kind or "", which)
         except ConfigError as err:
             raise UserError(str(err)) from None
-        return P.pair_of(ex.model(index), c)
+        return P.pair_of(ex.model(index) if model is None else model, c)
 
     def names(self, tokens: torch.Tensor) -> list[str]:
         return self.explorer.task.position_names(tokens.cpu())
@@ -97,13 +110,16 @@ class LanguagePairs:
         # it between sites: the patch hooks live for one site's runs)
         self.background = True
 
+    @contextmanager
     def applied(self, *state):
-        return nullcontext()
+        """The model, held for the job (between two sites the job lets waiting views in: see ``background``)."""
+        with self.lock:
+            yield None
 
     def answer_names(self, classes: list[int]) -> list[str]:
         return [f"class {c}" for c in classes]
 
-    def pair(self, kind: str, which: int | None, seed) -> P.Pair:
+    def pair(self, kind: str, which: int | None, seed, model=None) -> P.Pair:
         from tasks.base import SEED_RANGE, is_seed
 
         seed = 0 if seed is None else seed
@@ -147,8 +163,8 @@ class PatchingView:
         src = self.source
 
         def work(job):
-            with src.lock, src.applied(*state, *follows):  # the model as the other views see it
-                pair = src.pair(kind, which, *state)
+            with src.applied(*state, *follows) as model:  # the model as the other views see it
+                pair = src.pair(kind, which, *state, model=model)
                 job.what = f"activation patching on {len(pair.clean)} input pair(s)"
                 scorer = P.Scorer(pair)
                 chosen, where = P.sites(pair.model), pair.positions("auto")

@@ -23,7 +23,7 @@ import tasks
 from . import results
 from .checkpoint import load, pick_device, resolve
 from .errors import UserError
-from .files import atomic_write_json, atomic_write_text, read_json
+from .files import atomic_write_json, atomic_write_text, check_writes, read_json
 from .recipe import TrainSettings, preset_recipe, recorded_model, recorded_train
 from .train import Trainer, record_problem
 
@@ -168,6 +168,13 @@ class Reproduction:
     FORMATS = ("pdf", "png", "json")
 
     def execute(self, progress: bool = True) -> dict:
+        # the folders it writes, checked before hours of training: no link at any level below --runs (the runs it
+        # trains; finished ones, the shipped models among them, are only read) or --out
+        cells = sorted({tuple(step[1:3]) for step in self.steps})
+        training = [self.run_dir(*c).name for c in cells if (self.record(*c) or {}).get("status") != "finished"]
+        if training:
+            check_writes(self.runs, folders=training)
+        check_writes(self.out, folders=[self.run_dir(*c).name for c in cells])
         for step in self.steps:  # before hours of training: every run there to reuse must fit the preset
             if step[0] == "train" and (record := self.record(step[1], step[2])):
                 self.check_recipe(step[1], step[2], record)

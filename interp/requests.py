@@ -188,6 +188,22 @@ def guard(app, rules: dict[tuple[str, str], Rule]) -> None:
     def too_large(_err):
         return flask.Response(f"request body over {MAX_BODY:,} bytes\n", status=413, mimetype="text/plain")
 
+    @server.errorhandler(Exception)
+    def unanswered(err):
+        """Every route and asset, guarded: whatever a route raises is one line of text and never a 500. A path
+        Dash has no file for (``..%2f`` climbing out of a package, an unregistered package) raises inside Dash;
+        that is a 404 like any missing file."""
+        from werkzeug.exceptions import HTTPException
+
+        if isinstance(err, HTTPException):
+            return flask.Response(f"{err.name.lower()}: {_short(flask.request.path)}\n", status=err.code,
+                                  mimetype="text/plain")
+        if flask.request.method in ("GET", "HEAD"):
+            return flask.Response(f"no such file: {_short(flask.request.path)}\n", status=404, mimetype="text/plain")
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return flask.Response(f"the explorer could not answer this request: {_short(reason)}\n", status=400,
+                              mimetype="text/plain")
+
     @server.before_request
     def validate():
         if flask.request.path != update or flask.request.method != "POST":

@@ -31,7 +31,7 @@ import tasks
 
 from .checkpoint import pick_device
 from .errors import UserError
-from .files import atomic_write_json
+from .files import atomic_write_json, check_writes
 from .recipe import recorded_settings, resolve
 from .train import Trainer
 
@@ -247,6 +247,9 @@ class Sweep:
                     trained_task=run["task"], task=task.config())
 
     def execute(self, progress: bool = True) -> dict:
+        # the folders every point writes, checked before the first one trains: no link at any level of them
+        folders = [self.run_dir(p).relative_to(self.out) for p in self.points() if not p.run]
+        check_writes(self.out, folders=folders + (["evaluated"] if self.runs else []))
         results = []
         bar = tqdm(self.points(), desc=f"sweep {self.task_name} {self.setting}", unit="point", disable=not progress)
         for point in bar:
