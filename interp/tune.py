@@ -261,9 +261,17 @@ class Tune:
             recipe = dict(task=task_config, arch=self.arch, model=model_config, train=recorded_settings(asdict(settings)))
             if isinstance(run.get("train"), dict):  # a setting added since the trial was written: at its default
                 run["train"] = recorded_settings(run["train"])
-            if {k: run.get(k) for k in recipe} != json.loads(json.dumps(recipe)):
-                raise UserError(f"{folder} holds another recipe than this search's trial {trial_name(params)} (the "
-                                f"space or budget changed); use another --out")
+            recipe = json.loads(json.dumps(recipe))
+            if {k: run.get(k) for k in recipe} != recipe:
+                part, key = next((p, k) for p in recipe for k in (recipe[p] if isinstance(recipe[p], dict) else [None])
+                                 if (run.get(p) if k is None else (run.get(p) or {}).get(k))
+                                 != (recipe[p] if k is None else recipe[p][k]))
+                setting = part if key is None else f"{part}.{key}"
+                held = run.get(part) if key is None else (run.get(part) or {}).get(key)
+                wanted = recipe[part] if key is None else recipe[part][key]
+                raise UserError(f"{folder} holds a run of another recipe than this search's trial {trial_name(params)} "
+                                f"({setting} {json.dumps(held)[:60]} there, {json.dumps(wanted)[:60]} now); move it away "
+                                f"to train the trial with this recipe (the other trials are kept), or use another --out")
             for logged in logged_lines(folder / "metrics.jsonl"):  # the curve so far, for the pruner
                 if f"eval_{self.metric}" in logged:
                     report(logged["step"], {self.metric: logged[f"eval_{self.metric}"]}, replay=True)
@@ -404,60 +412,60 @@ class Tune:
         bar = tqdm(total=len(self.grid), initial=done(), desc=f"tune {self.study_name}", unit="trial",
                    disable=not self.progress, dynamic_ncols=True)
         ran = 0
-        while max_trials is None or ran < max_trials:
-            orphan = locked(lambda: self.claim_orphan(study, moved))
-            if orphan is not None:
-                trial = optuna.trial.Trial(study, orphan)
-            elif not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-                break
-            else:
-                trial = study.ask()
-            # the grid point it was queued with (not suggest_categorical: Optuna fixes a categorical's choices
-            # for the whole study, and a widened grid adds choices)
-            params = {key: planned(study._storage.get_trial(trial._trial_id)).get(key) for key in self.space}
-            if not trial.user_attrs.get("queued") or None in params.values() or self.taken(study, trial, params):
-                # another worker took the last queued trial first: this one was sampled, not queued
-                trial.set_user_attr("note", "duplicate of a queued trial; not run")
-                study.tell(trial, state=TrialState.FAIL)
-                continue
-            trial.set_user_attr("params", params)  # what Optuna's own views show of it
-            trial.set_user_attr("pid", os.getpid())  # before the host: a trial with a host and no pid would look orphaned
-            trial.set_user_attr("host", socket.gethostname())
-            trial.set_user_attr("run", str(self.folder(params)))
-            bar.set_postfix_str(trial_name(params))
+        with bar:  # closed however the loop ends, so an error's line is the last one shown
+            while max_trials is None or ran < max_trials:
+                orphan = locked(lambda: self.claim_orphan(study, moved))
+                if orphan is not None:
+                    trial = optuna.trial.Trial(study, orphan)
+                elif not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                    break
+                else:
+                    trial = study.ask()
+                # the grid point it was queued with (not suggest_categorical: Optuna fixes a categorical's choices
+                # for the whole study, and a widened grid adds choices)
+                params = {key: planned(study._storage.get_trial(trial._trial_id)).get(key) for key in self.space}
+                if not trial.user_attrs.get("queued") or None in params.values() or self.taken(study, trial, params):
+                    # another worker took the last queued trial first: this one was sampled, not queued
+                    trial.set_user_attr("note", "duplicate of a queued trial; not run")
+                    study.tell(trial, state=TrialState.FAIL)
+                    continue
+                trial.set_user_attr("params", params)  # what Optuna's own views show of it
+                trial.set_user_attr("pid", os.getpid())  # before the host: a trial with a host and no pid would look orphaned
+                trial.set_user_attr("host", socket.gethostname())
+                trial.set_user_attr("run", str(self.folder(params)))
+                bar.set_postfix_str(trial_name(params))
 
-            def report(step: int, metrics: dict, replay: bool = False) -> None:
-                value = metrics.get(self.metric)
-                if value is not None and step not in study._storage.get_trial(trial._trial_id).intermediate_values:
-                    trial.report(value, step)
-                    if not replay and step < self.budget["steps"] and trial.should_prune():  # a finished run is scored
-                        raise optuna.TrialPruned(f"step {step}")
+                def report(step: int, metrics: dict, replay: bool = False) -> None:
+                    value = metrics.get(self.metric)
+                    if value is not None and step not in study._storage.get_trial(trial._trial_id).intermediate_values:
+                        trial.report(value, step)
+                        if not replay and step < self.budget["steps"] and trial.should_prune():  # a finished run is scored
+                            raise optuna.TrialPruned(f"step {step}")
 
-            try:
-                value = self.train(params, report)
-            except optuna.TrialPruned as why:
-                trial.set_user_attr("pruned_at", str(why))
-                study.tell(trial, state=TrialState.PRUNED)
-            except Exception as err:
-                # refused (a setting, a file, the machine): the trial is marked failed, not left running, so a
-                # corrected rerun queues it again and the finished trials stay
-                trial.set_user_attr("note", f"failed: {first_line(err)}")
-                study.tell(trial, state=TrialState.FAIL)
-                self.write(study)
-                raise
-            except BaseException:
-                # interrupted (Ctrl-C, a kill): the trial stays running in the study, and the next worker started
-                # on this host continues it from its run folder (as after a kill)
-                self.write(study)
-                raise
-            else:
-                study.tell(trial, value)
-            ran += 1
-            bar.update(1)
-            summary = self.write(study)
-            if summary["best"]:
-                bar.set_postfix_str(f"best {summary['best']['name']}: {summary['best']['score']:.4g}")
-        bar.close()
+                try:
+                    value = self.train(params, report)
+                except optuna.TrialPruned as why:
+                    trial.set_user_attr("pruned_at", str(why))
+                    study.tell(trial, state=TrialState.PRUNED)
+                except Exception as err:
+                    # refused (a setting, a file, the machine): the trial is marked failed, not left running, so a
+                    # corrected rerun queues it again and the finished trials stay
+                    trial.set_user_attr("note", f"failed: {first_line(err)}")
+                    study.tell(trial, state=TrialState.FAIL)
+                    self.write(study)
+                    raise
+                except BaseException:
+                    # interrupted (Ctrl-C, a kill): the trial stays running in the study, and the next worker started
+                    # on this host continues it from its run folder (as after a kill)
+                    self.write(study)
+                    raise
+                else:
+                    study.tell(trial, value)
+                ran += 1
+                bar.update(1)
+                summary = self.write(study)
+                if summary["best"]:
+                    bar.set_postfix_str(f"best {summary['best']['name']}: {summary['best']['score']:.4g}")
         return self.write(study)
 
     @staticmethod
@@ -479,9 +487,11 @@ class Tune:
         listed = set()
         for t in trials:
             params, name = planned(t), trial_name(planned(t))
-            if (t.state.name == "FAIL" and t.user_attrs.get("note", "").startswith("duplicate")) or \
+            if (t.state.name == "FAIL" and (t.user_attrs.get("note", "").startswith("duplicate") or name in active)) or \
                     (t.state.name == "WAITING" and (name in active or name in listed)):
-                continue  # a second copy of a queued trial (two workers queued the grid at once)
+                # a second copy of a queued trial (two workers queued the grid at once), or a failed attempt of a
+                # trial that a corrected rerun has run again
+                continue
             listed.add(name)
             folder = self.folder({k: params[k] for k in self.space}) if set(params) >= set(self.space) else None
             run = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import os
 import threading
 import time
@@ -189,3 +190,225 @@ def test_check_fails_on_a_page_that_shows_nan_inf_or_an_unformatted_number(pages
 def test_a_good_page_is_written(pages, tmp_path):
     assert pages('{"kl": 0.18, "name": "soft"}', "KL {{ r.json : kl | .2f }}, {{ r.json : name }}") == 0
     assert (tmp_path / "docs" / "results" / "p.md").read_text() == "KL 0.18, soft"
+
+
+# -- searches: the whole recipe checked before the first trial; a failed trial never strands the others -------------
+@pytest.mark.parametrize("stage, why", [
+    ('{"nosuch": 1}', "unknown setting(s) nosuch for task 'bijection'; valid settings: V, L, replacement, paired"),
+    ('{"L": 200}', "bijection: L=200 > V=3 needs keys drawn with replacement (pass replacement=True) or L <= V"),
+    ('{"V": 9}', None),
+])
+def test_a_searchs_curriculum_is_checked_before_its_first_trial(tmp_path, monkeypatch, capsys, stage, why):
+    monkeypatch.chdir(tmp_path)
+    shown = run_cli(capsys, *TUNE, "--out", "search", "--space", "curriculum=off,on", "--curriculum", f"[[2, {stage}]]")
+    settings = json.loads(stage)
+    why = why or ("changes the vocabulary or the answers of the task; a stage may change only what the model can be "
+                  "run on unchanged (sizes, lengths)")
+    sep = " " if why.startswith("changes") else ": "
+    assert (shown.code, shown.err.strip()) == (1, f"interp: error: trial curriculum=on: curriculum stage {settings}{sep}{why}")
+    assert not Path("search").exists()  # no trial trained, nothing written
+
+
+def test_a_failed_trial_is_marked_failed_and_a_corrected_rerun_continues_the_search(tmp_path, monkeypatch, capsys):
+    """The off trial trains, the on trial fails as it trains: the study marks it failed (not running), and the same
+    search with a corrected --curriculum continues, its finished trial kept, not retrained."""
+    from interp import train as train_module
+    from interp.errors import UserError
+
+    monkeypatch.chdir(tmp_path)
+    real = train_module.Trainer._run
+
+    def fails_with_a_curriculum(self):
+        if self.settings.curriculum:
+            raise UserError("the on trial fails as it trains")
+        return real(self)
+    monkeypatch.setattr(train_module.Trainer, "_run", fails_with_a_curriculum)
+    search = [*TUNE, "--out", "search", "--space", "curriculum=off,on"]
+    shown = run_cli(capsys, *search, "--curriculum", '[[2, {"L": 1}]]')
+    assert (shown.code, shown.err.strip().splitlines()[-1]) == (1, "interp: error: the on trial fails as it trains")
+    states = {row["name"]: (row["state"], row["note"]) for row in json.loads(Path("search/trials.json").read_text())}
+    assert states == {"curriculum=off": ("complete", None),
+                      "curriculum=on": ("fail", "failed: the on trial fails as it trains")}
+    finished = Path("search/trials/curriculum=off/run.json").stat().st_mtime_ns
+    monkeypatch.setattr(train_module.Trainer, "_run", real)
+    shown = run_cli(capsys, *search, "--curriculum", '[[2, {"L": 2}]]')
+    assert shown.code == 0, shown.err
+    rows = json.loads(Path("search/tune.json").read_text())["metrics"]["trials"]
+    assert sorted((r["name"], r["state"]) for r in rows) == [("curriculum=off", "complete"), ("curriculum=on", "complete")]
+    assert Path("search/trials/curriculum=off/run.json").stat().st_mtime_ns == finished  # kept, not retrained
+
+
+def test_a_rerun_that_changes_a_finished_trials_curriculum_says_which_setting_differs(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    search = [*TUNE, "--out", "search", "--space", "curriculum=on"]
+    assert run_cli(capsys, *search, "--curriculum", '[[2, {"L": 1}]]').code == 0
+    shown = run_cli(capsys, *search, "--curriculum", '[[2, {"L": 2}]]')
+    assert (shown.code, shown.err.strip()) == (1, (
+        "interp: error: study 'bijection-transformer-cpu' in sqlite:///" + str(tmp_path / "search" / "study.db")
+        + " was made for another search (curriculum_on was [[2, {\"L\": 1}]], now [[2, {\"L\": 2}]]; a space may only "
+        "add values to the keys it has); to keep its finished trials, rerun with its settings, or give another --out "
+        "or --study for a new search"))
+
+
+MOVED = "interp: error: --moved continues a search copied here, and a search's folder holds tune.json, trials, study.db; "
+
+
+@pytest.mark.parametrize("folder, made, message", [
+    ("nowhere", [], MOVED + "nowhere does not exist: check the path, or leave out --moved to start a new search"),
+    ("empty", ["empty/"], MOVED + "empty holds none of them: check the path, or leave out --moved to start a new search"),
+    ("run", ["run/run.json", "run/metrics.jsonl"], MOVED + "run holds run.json, a training run's: give the search's folder"),
+], ids=["missing", "empty", "a-training-run"])
+def test_moved_refuses_what_is_not_a_search(tmp_path, monkeypatch, capsys, folder, made, message):
+    monkeypatch.chdir(tmp_path)
+    for path in made:
+        if path.endswith("/"):
+            Path(path).mkdir()
+        else:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text("{}\n")
+    before = files_in(tmp_path)
+    shown = run_cli(capsys, *TUNE, "--out", folder, "--space", "lr=1e-3", "--moved")
+    assert (shown.code, shown.err.strip()) == (1, message)
+    assert files_in(tmp_path) == before  # no study.db, trials/ nor tune.json written into it
+
+
+# -- the Jacobian lens: one check of its fit for --ckpt and --model --------------------------------------------------
+def test_the_jacobian_lens_on_one_layer_names_the_missing_layer(tmp_path, monkeypatch, capsys):
+    from interp.train import TrainSettings, Trainer
+
+    monkeypatch.chdir(tmp_path)
+    Trainer("one", dict(name="bijection", **tiny.TASK), "transformer", tiny.MODEL | {"n_layers": 1},
+            TrainSettings(steps=2, batch_size=4, warmup=1, eval_every=2, eval_size=8), device="cpu", progress=False).run()
+    shown = run_cli(capsys, "run", "jacobian-lens", "--ckpt", "one", "--n", "8", "--n-fit", "4")
+    assert (shown.code, shown.err.strip()) == (1, (
+        "interp: error: the Jacobian lens carries each layer below the last to the last, and this model has 1 layer: "
+        "there is no layer to fit (it needs 2 or more layers)"))
+
+
+@pytest.fixture(scope="module")
+def language_model(tmp_path_factory) -> Path:
+    from tests.tiny_language_models import saved
+
+    return saved("gpt-neox", tmp_path_factory.mktemp("lm") / "tiny-lm")
+
+
+def test_the_jacobian_lens_skips_short_prompts_on_a_language_model(language_model, tmp_path, capsys):
+    """--skip-first 16, as the help suggests for text: prompts no longer than that are left out of the fit (a
+    torch.arange traceback before), the longer ones fitted."""
+    shown = run_cli(capsys, "run", "jacobian-lens", "--model", language_model, "--skip-first", "16", "--per-shot", "1",
+                    "--format", "json", "--out", tmp_path)
+    assert shown.code == 0, shown.err
+    assert json.loads((tmp_path / "tiny-lm" / "jacobian-lens.json").read_text())["metrics"]["skip_first"] == 16
+
+
+def test_the_jacobian_lens_checks_skip_first_on_a_language_model_as_on_a_run(language_model, tmp_path, capsys):
+    shown = run_cli(capsys, "run", "jacobian-lens", "--model", language_model, "--skip-first", "1000", "--per-shot",
+                    "1", "--format", "json", "--out", tmp_path)
+    assert shown.code == 1 and "Traceback" not in shown.err
+    assert re.fullmatch(r"interp: error: --skip-first 1000 leaves no position of the fitting prompts \(the longest has "
+                        r"(\d+) tokens\) to fit on \(at most --skip-first (\d+) leaves one\)",
+                        shown.err.strip().splitlines()[-1])  # (after the model's loading bar)
+    assert not (tmp_path / "tiny-lm").exists()
+
+
+# -- bf16 on a CPU without bf16 kernels --------------------------------------------------------------------------
+NO_BF16 = "could not create a primitive descriptor for the LSTM forward propagation primitive"
+
+
+@pytest.fixture
+def cpu_without_bf16_lstm(monkeypatch):
+    """oneDNN's LSTM on a CPU without avx512_bf16: the forward pass under bf16 autocast raises (as on an AMD EPYC)."""
+    real = torch.nn.LSTM.forward
+
+    def forward(self, *args, **kwargs):
+        if torch.is_autocast_enabled("cpu"):
+            raise RuntimeError(NO_BF16)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(torch.nn.LSTM, "forward", forward)
+
+
+def test_bf16_the_cpu_cannot_run_falls_back_to_float32_in_one_line(cpu_without_bf16_lstm, tmp_path, monkeypatch,
+                                                                      capsys):
+    monkeypatch.chdir(tmp_path)
+    shown = run_cli(capsys, "train", "--task", "bijection", "--arch", "lstm", "--bf16", "--steps", "2",
+                    "--eval-size", "16")
+    assert shown.code == 0, shown.err
+    warned = [line for line in shown.err.splitlines() if "bf16" in line]
+    assert warned == [f"warning: this machine cannot train a lstm under bf16 autocast ({NO_BF16}); it trains in "
+                      f"float32 instead (run.json records bf16 false)"]
+    assert json.loads(Path("runs/bijection-lstm-cpu/run.json").read_text())["bf16"] is False
+
+
+def test_the_step_profile_has_no_bf16_ratio_where_the_cpu_cannot_run_bf16(cpu_without_bf16_lstm, monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import step_profile
+
+    row = step_profile.profile("recall", "lstm", "cpu", 1, 4)
+    assert row["bf16"] == "n/a" and row["step"] > 0
+
+
+# -- the explorer --------------------------------------------------------------------------------------------------
+TRAVERSAL = "/_dash-component-suites/..%2f..%2f..%2fetc%2fpasswd"
+
+
+def test_the_wind_tunnel_explorer_answers_a_path_out_of_its_assets_with_404(tiny_run):
+    from interp.explore import Explorer, build_app
+
+    app = build_app(Explorer(tiny_run, n_calibration=8, n_geometry=8))
+    for path in (TRAVERSAL, "/_dash-component-suites/nosuch/x.js"):
+        answer = app.server.test_client().get(path)
+        assert answer.status_code == 404
+        assert answer.get_data(as_text=True).startswith("no such file: ")
+
+
+def test_the_language_model_explorer_answers_a_path_out_of_its_assets_with_404():
+    from interp.explore_lm import LanguageExplorer, build_app
+    from models.language_model import LanguageModel, from_hugging_face
+    from tests.tiny_language_models import tiny as tiny_lm, word_tokenizer
+
+    tokenizer = word_tokenizer()
+    lm = LanguageModel(from_hugging_face(tiny_lm("llama-gqa", vocab_size=len(tokenizer))), "tiny", tokenizer)
+    answer = build_app(LanguageExplorer(lm)).server.test_client().get(TRAVERSAL)
+    assert answer.status_code == 404 and answer.get_data(as_text=True).startswith("no such file: ")
+
+
+def test_a_patching_job_does_not_hold_the_explorers_lock(tiny_run, monkeypatch):
+    """While a wind-tunnel patching job runs (slowed here to 0.2 s a site), another view takes the explorer's lock at
+    once: the job patches its own copy of the model."""
+    import interp.explore_patching as patching
+    from interp.explore import Explorer
+
+    explorer = Explorer(tiny_run, n_calibration=8, n_geometry=8)
+    source = patching.WindTunnelPairs(explorer)
+    site = threading.Event()
+    real = patching.SiteAnswers.update
+
+    def slow(self, *args, **kwargs):
+        site.set()
+        time.sleep(0.2)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(patching.SiteAnswers, "update", slow)
+    job = patching.PatchingView(source).start(source.kinds[0], None, (["H0.1"], [], "zero"), 1,
+                                              {"tokens": explorer.sample(0), "seed": 0})
+    assert site.wait(60)
+    waited = time.monotonic()
+    assert explorer.lock.acquire(timeout=5)
+    waited = time.monotonic() - waited
+    explorer.lock.release()
+    assert job.state == "running" and waited < 0.1
+    job.wait(120)
+    assert job.state == "done"
+    assert not any(explorer.model(1).hook_dict[name]._forward_hooks for name in explorer.model(1).hook_dict)
+
+
+def test_a_patch_on_a_one_token_sequence_is_one_sentence(tiny_run):
+    from interp.explore import Explorer
+    from interp.explore_patching import PatchingView, WindTunnelPairs
+    from interp.errors import UserError
+
+    explorer = Explorer(tiny_run, n_calibration=8, n_geometry=8)
+    source = WindTunnelPairs(explorer)
+    with pytest.raises(UserError) as refused:
+        PatchingView(source).computed(source.kinds[0], None, ([], [], "zero"), 1, {"tokens": [4], "seed": None})
+    assert str(refused.value) == ("activation patching corrupts a whole sequence of 9 tokens, and the one shown has 1: "
+                                  "sample one, or type all 9")
