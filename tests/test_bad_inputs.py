@@ -53,6 +53,8 @@ TINY_RUN = " ".join(tiny.cli_args(n_layers=1))
 # A one-trial search of a tiny model: every bad input below is refused before its first trial trains
 TUNE = ("interp tune --task bijection -T V=3 -T L=2 --arch transformer -M d_model=8 -M n_heads=2 --steps 4 "
         "--batch-size 4 --eval-size 8 --out search --space lr=1e-3")
+MOVED = ("interp: error: --moved continues a search copied here, and a search's folder holds tune.json, trials, "
+         "study.db; ")
 LINK = "the toolkit never writes through a link (it would change the file the link points to): remove it, or write elsewhere"
 
 CATALOGUE = [
@@ -373,6 +375,33 @@ CATALOGUE = [
     Case("the explorer's numbers with a head ablation on an LSTM", "interp explore --ckpt bijection-lstm-cpu --numbers --seed 1 --ablate H0.0",
          "interp: error: unknown ablation 'H0.0'; heads are H<layer>.<head> (zero) or M<layer>.<head> (mean), blocks B<layer>, within the model's 2 layers of 0 heads"),
     Case("a result's JSON that is a folder, beside an earlier page", "interp run calibration --ckpt tiny --format json,html --out calib-out", "interp: error: calib-out/tiny/calibration.json is a folder, not a regular file; the toolkit only writes regular files there: remove it, or write elsewhere"),
+    # -- round five: the output tree's top level, a search's whole recipe, --moved, the Jacobian lens ---------------
+    Case("a link planted at a run's checkpoints folder", f"{TRAIN} --steps 4",
+         f"interp: error: new-run/checkpoints is a symbolic link, not a folder; {LINK}", fault="folder-link",
+         at="new-run/checkpoints"),
+    Case("a link planted at an analysis's folder for the run", "interp run calibration --ckpt tiny --format json",
+         f"interp: error: figures/tiny is a symbolic link, not a folder; {LINK}", fault="folder-link", at="figures/tiny"),
+    Case("a search's curriculum stage with an unknown setting",
+         f"{TUNE.replace('lr=1e-3', 'curriculum=off,on')} --curriculum '[[2, {{\"nosuch\": 1}}]]'",
+         "interp: error: trial curriculum=on: curriculum stage {'nosuch': 1}: unknown setting(s) nosuch for task "
+         "'bijection'; valid settings: V, L, replacement, paired"),
+    Case("a search's curriculum stage longer than its keys allow",
+         f"{TUNE.replace('lr=1e-3', 'curriculum=off,on')} --curriculum '[[2, {{\"L\": 200}}]]'",
+         "interp: error: trial curriculum=on: curriculum stage {'L': 200}: bijection: L=200 > V=3 needs keys drawn "
+         "with replacement (pass replacement=True) or L <= V"),
+    Case("a search's curriculum stage with another vocabulary",
+         f"{TUNE.replace('lr=1e-3', 'curriculum=off,on')} --curriculum '[[2, {{\"V\": 9}}]]'",
+         "interp: error: trial curriculum=on: curriculum stage {'V': 9} changes the vocabulary or the answers of the "
+         "task; a stage may change only what the model can be run on unchanged (sizes, lengths)"),
+    Case("--moved on a folder that does not exist", f"{TUNE.replace('--out search', '--out nowhere')} --moved",
+         f"{MOVED}nowhere does not exist: check the path, or leave out --moved to start a new search"),
+    Case("--moved on an empty folder", f"{TUNE.replace('--out search', '--out empty-folder')} --moved",
+         f"{MOVED}empty-folder holds none of them: check the path, or leave out --moved to start a new search"),
+    Case("--moved on a training run's folder", f"{TUNE.replace('--out search', '--out tiny')} --moved",
+         f"{MOVED}tiny holds run.json, a training run's: give the search's folder"),
+    Case("the Jacobian lens on a one-layer model", "interp run jacobian-lens --ckpt tiny --n 8 --n-fit 4",
+         "interp: error: the Jacobian lens carries each layer below the last to the last, and this model has 1 layer: "
+         "there is no layer to fit (it needs 2 or more layers)"),
 ]
 
 
@@ -381,7 +410,7 @@ def injected(fault: str | None, root: Path, at: str = ""):
     """Simulate a full disk, an unwritable folder or a taken port, without root, for one case; or plant a
     link or a pipe at ``at`` (a file already there is moved aside and put back afterwards)."""
     with pytest.MonkeyPatch.context() as patch, ExitStack() as undo:
-        if fault in ("link", "pipe"):
+        if fault in ("link", "folder-link", "pipe"):
             target = root / at
             target.parent.mkdir(parents=True, exist_ok=True)
             if os.path.lexists(target):
@@ -390,6 +419,8 @@ def injected(fault: str | None, root: Path, at: str = ""):
                 undo.callback(os.rename, aside, target)
             if fault == "link":  # to a file of the workspace, so the snapshot sees it change
                 os.symlink(os.path.relpath(root / "victim.txt", target.parent), target)
+            elif fault == "folder-link":  # to a folder of the workspace, so the snapshot sees a file written there
+                os.symlink(os.path.relpath(root / "empty-folder", target.parent), target)
             else:
                 os.mkfifo(target)
             undo.callback(os.unlink, target)
@@ -606,7 +637,8 @@ def render() -> str:
         "*read-only* makes the folder refuse new files with EACCES (also for root), *port in use* holds the",
         "port open, *locked* holds the run folder's lock as a trainer with pid 4242 would, *fifo* puts a named",
         "pipe where a checkpoint is expected, *link planted at* P puts a symbolic link at P to `victim.txt`",
-        "(a file of the working folder, so a write through the link would show as a changed file), *pipe",
+        "(a file of the working folder, so a write through the link would show as a changed file), *folder link",
+        "planted at* P a link at P to `empty-folder` (a file written through it would show), *pipe",
         "planted at* P a named pipe; *kernel lock link* and *kernel lock pipe* put a link or a pipe where",
         "the Mamba kernels' build locks (with INTERP_BUILD_DIR=builds), *big word list* a 48 MB file,",
         "*no optuna* makes `import optuna` fail, *cache root file* sets XDG_CACHE_HOME to a regular file.",
