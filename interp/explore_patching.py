@@ -75,8 +75,8 @@ class WindTunnelPairs:
         ex = self.explorer
         n, whole = len(sequence["tokens"]), ex.task.seq_len
         if n != whole:  # a task's corruptions change a position of a whole sequence (a typed prefix may lack it)
-            raise UserError(f"activation patching corrupts a whole sequence of {whole} tokens, and the one shown has "
-                            f"{n}: sample one, or type all {whole}")
+            raise UserError(f"the {ex.task.name} corruption changes a whole sequence of {whole} tokens, and this one has "
+                            f"{n}; patch a full sequence (sample one by seed, or type all of it)")
         with self.lock:  # the explorer's sequences are shared with the views
             batch = ex.batch(sequence["tokens"], sequence.get("seed"))
         try:

@@ -80,8 +80,8 @@ REQUESTS = [
     Request("a 30 MB body", "code", {}, 413, "request body over 1,048,576 bytes", raw="'[' + ' ' * (30 << 20) + ']'"),
     Request("patching a typed sequence shorter than the task's (the view refuses it)", "patch-map",
             {TOKENS: {"tokens": [0, 6], "seed": None}}, 200,
-            "the bijection corruption reads its answer at position 8, beyond this sequence of 2 tokens; patch a full "
-            "sequence (sample one by seed, or type all of it)"),
+            "the bijection corruption changes a whole sequence of 9 tokens, and this one has 2; patch a full sequence "
+            "(sample one by seed, or type all of it)"),
     Request("a 5000-digit token typed (the view refuses it)", "sequence", {"tokens-text.value": "9" * 5000}, 200,
             "unknown token '99999999999999999999...(5,000 characters)'; write names such as k0 k1 k2 or ids 0..11",
             raw="BODY.replace('\"sample.n_clicks\"]', '\"apply.n_clicks\"]')"),

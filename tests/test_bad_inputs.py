@@ -255,7 +255,7 @@ CATALOGUE = [
     Case("--out is a file", "interp run calibration --ckpt tiny --format json --out notes.txt",
          'interp: error: cannot write to notes.txt/tiny: notes.txt is a file, not a folder; choose another folder with --out'),
     Case("output folder that cannot be written", "interp run calibration --ckpt tiny --format json --out read-only",
-         'interp: error: cannot write to read-only/tiny: Permission denied; choose another folder with --out', fault="read-only"),
+         'interp: error: cannot write to read-only: Permission denied; choose another folder with --out', fault="read-only"),
     Case("port already in use", f"interp explore --ckpt tiny --port {BUSY_PORT}",
          f"interp: error: port {BUSY_PORT} on 127.0.0.1 is already in use; pick another with --port", fault="port-in-use"),
     Case("pickle given to the explorer", f"interp explore --ckpt evil.pt --port {BUSY_PORT + 1}",

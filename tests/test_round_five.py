@@ -410,5 +410,5 @@ def test_a_patch_on_a_one_token_sequence_is_one_sentence(tiny_run):
     source = WindTunnelPairs(explorer)
     with pytest.raises(UserError) as refused:
         PatchingView(source).computed(source.kinds[0], None, ([], [], "zero"), 1, {"tokens": [4], "seed": None})
-    assert str(refused.value) == ("activation patching corrupts a whole sequence of 9 tokens, and the one shown has 1: "
-                                  "sample one, or type all 9")
+    assert str(refused.value) == ("the bijection corruption changes a whole sequence of 9 tokens, and this one has 1; "
+                                  "patch a full sequence (sample one by seed, or type all of it)")
