@@ -519,7 +519,7 @@ class Tune:
                        n_trials=len(grid), best=best, trials=rows,
                        complete=all(any(r["name"] == trial_name(p) and r["state"] in ("complete", "pruned")
                                         for r in rows) for p in grid))
-        store.write(Result("tune", DEFINITION, summary), self.out, ("json",), store.provenance())
+        store.write(Result("tune", DEFINITION, summary), self.out, ("json",), store.provenance(), root=self.out)
         atomic_write_json(self.out / "trials.json", rows)
         buffer = io.StringIO()
         writer = csv.writer(buffer)

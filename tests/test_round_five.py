@@ -412,3 +412,17 @@ def test_a_patch_on_a_one_token_sequence_is_one_sentence(tiny_run):
         PatchingView(source).computed(source.kinds[0], None, ([], [], "zero"), 1, {"tokens": [4], "seed": None})
     assert str(refused.value) == ("the bijection corruption changes a whole sequence of 9 tokens, and this one has 1; "
                                   "patch a full sequence (sample one by seed, or type all of it)")
+
+
+def test_the_folder_the_user_named_may_itself_be_a_link(tiny_run, tmp_path, monkeypatch, capsys):
+    """Only the levels below the named folder are checked: a --out that is itself a link (a scratch disk) is the
+    user's choice, and every writer writes through it."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("figures", "search", "run"):
+        (tmp_path / "disk" / name).mkdir(parents=True)
+        os.symlink(f"disk/{name}", name)
+    assert run_cli(capsys, "run", "calibration", "--ckpt", tiny_run, "--format", "json", "--out", "figures",
+                   "--n", "8").code == 0
+    assert run_cli(capsys, *TUNE, "--out", "search", "--space", "lr=1e-3").code == 0
+    assert run_cli(capsys, "train", "--out", "run", *TINY_TRAIN).code == 0
+    assert {"figures/tiny/calibration.json", "search/tune.json", "run/run.json"} <= set(files_in(tmp_path / "disk"))
