@@ -326,8 +326,8 @@ def _main(argv=None) -> int:
     outputs = ([(RESULTS / f"{name}.md", lambda name=name: render(name)) for name in PAGES]
                + [(PRETRAINED / name / "README.md", lambda name=name: render_card(name)) for name in card_names()])
     stale = []
-    for path, rendered in outputs:
-        text = rendered()
+    # every page rendered before the first is written: a refusal leaves all of them as they were
+    for path, text in [(path, rendered()) for path, rendered in outputs]:
         if args.check and (shown := damage(path.read_text())):
             raise ResultError(f"{path.relative_to(ROOT)} shows {shown!r}, a number that is not finite or not "
                               f"formatted; fix the result file or the template, then run `python docs/gen_results.py`")

@@ -426,3 +426,22 @@ def test_the_folder_the_user_named_may_itself_be_a_link(tiny_run, tmp_path, monk
     assert run_cli(capsys, *TUNE, "--out", "search", "--space", "lr=1e-3").code == 0
     assert run_cli(capsys, "train", "--out", "run", *TINY_TRAIN).code == 0
     assert {"figures/tiny/calibration.json", "search/tune.json", "run/run.json"} <= set(files_in(tmp_path / "disk"))
+
+
+
+def test_a_refused_page_leaves_every_page_as_it_was(tmp_path, monkeypatch, capsys):
+    """Every page is rendered before the first is written: a good page before a damaged one is not rewritten."""
+    gen = generator()
+    monkeypatch.setattr(gen, "ROOT", tmp_path)
+    monkeypatch.setattr(gen, "RESULTS", tmp_path / "docs" / "results")
+    monkeypatch.setattr(gen, "SOURCES", tmp_path / "docs" / "results" / "src")
+    monkeypatch.setattr(gen, "CARDS", tmp_path / "cards")
+    monkeypatch.setattr(gen, "PAGES", ["a", "b"])
+    (tmp_path / "docs" / "results" / "src").mkdir(parents=True)
+    (tmp_path / "r.json").write_text('{"good": 0.5, "bad": NaN}')
+    for name, key in (("a", "good"), ("b", "bad")):
+        (tmp_path / "docs" / "results" / "src" / f"{name}.md.in").write_text("{{ r.json : %s | .2f }}" % key)
+        (tmp_path / "docs" / "results" / f"{name}.md").write_text("old\n")
+    assert gen.main([]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+    assert [(tmp_path / "docs" / "results" / f"{n}.md").read_text() for n in "ab"] == ["old\n", "old\n"]
