@@ -53,10 +53,20 @@ def say(text: str) -> None:
 
 
 def build_root() -> Path:
-    if os.environ.get("INTERP_BUILD_DIR"):
-        return Path(os.environ["INTERP_BUILD_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "interp" / "builds"
+    return named_root() / ("" if os.environ.get("INTERP_BUILD_DIR") else "interp/builds")
+
+
+def named_root() -> Path:
+    """The folder the user named for builds: INTERP_BUILD_DIR, else the cache's base (XDG_CACHE_HOME)."""
+    return Path(os.environ.get("INTERP_BUILD_DIR") or os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+def link_below(root: Path, path: Path) -> Path | None:
+    """The first level below ``root`` down to ``path`` that is a symbolic link (a build there would be written, and
+    later loaded, wherever it points), else None."""
+    rest = path.relative_to(root).parts
+    return next((level for level in (root.joinpath(*rest[:i]) for i in range(1, len(rest) + 1))
+                 if os.path.islink(level)), None)
 
 
 def package_version() -> str:
@@ -230,6 +240,8 @@ def build(name: str, sources: list[Path], cflags: list[str], ldflags: list[str],
         wait_s = DEFAULT_WAIT_S
     try:
         folder = folder_for(name, sources, cflags)
+        if (link := link_below(named_root(), folder)) is not None:
+            raise NotALock(f"{link} is a symbolic link, not a folder of the build cache")
         if (module := published(folder, name)) is not None:
             return import_module(name, module)
         lock = BuildLock(folder.with_name(folder.name + ".lock"), wait_s, what)

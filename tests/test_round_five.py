@@ -116,6 +116,19 @@ def test_the_conversion_cache_refuses_a_link_below_the_cache_root(planted, monke
                                   "symbolic link); set XDG_CACHE_HOME to a folder that can be, before converting")
 
 
+
+def test_the_kernel_build_cache_never_builds_through_a_link_below_the_cache_root(planted, monkeypatch, capsys):
+    import models.mamba
+
+    planted("cache/interp")
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    monkeypatch.delenv("INTERP_BUILD_DIR", raising=False)
+    monkeypatch.setattr(models.mamba, "_KERNELS", {})  # this process's build is forgotten for the case
+    assert models.mamba.cpu_kernels() is None  # eager torch
+    assert capsys.readouterr().err.strip() == (
+        "interp: warning: could not build the Mamba CPU kernels (cache/interp is a symbolic link, not a folder of the "
+        "build cache); using eager torch instead (the same numbers, more slowly)")
+
 # -- the results generator -----------------------------------------------------------------------------------------
 def generator():
     spec = importlib.util.spec_from_file_location("gen_results_r5", ROOT / "docs" / "gen_results.py")
