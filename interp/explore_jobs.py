@@ -164,7 +164,10 @@ class Jobs:
             except Exception as err:  # noqa: BLE001  (said in the page, one line; the server goes on)
                 from .explore_common import REFUSED
 
-                job.error = str(err) if isinstance(err, REFUSED) else f"{type(err).__name__}: {err}"
+                # one sentence in the panel (the job's own): a refusal as it is, anything else said to be internal
+                first = (str(err).strip().splitlines() or [""])[0]
+                job.error = first if isinstance(err, REFUSED) else \
+                    f"stopped on an internal error ({type(err).__name__}: {first})"
                 job.state = "failed"
             finally:
                 job.ended = time.monotonic()

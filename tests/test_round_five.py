@@ -458,3 +458,14 @@ def test_a_refused_page_leaves_every_page_as_it_was(tmp_path, monkeypatch, capsy
     assert gen.main([]) == 1
     assert "Traceback" not in capsys.readouterr().err
     assert [(tmp_path / "docs" / "results" / f"{n}.md").read_text() for n in "ab"] == ["old\n", "old\n"]
+
+
+def test_a_jobs_unexpected_error_is_one_sentence_in_the_panel():
+    from interp.explore_jobs import Jobs
+
+    def work(job):
+        raise IndexError("index 1 is out of bounds for dimension 1 with size 1\nmore detail")
+    job = Jobs().start("key", "activation patching", work)
+    job.wait(10)
+    assert job.line() == ("activation patching: stopped on an internal error (IndexError: index 1 is out of bounds for "
+                          "dimension 1 with size 1)")
