@@ -26,6 +26,11 @@ key in it, so a number on a page cannot drift from the file behind it:
 A model card's note (models/pretrained/NAME/README.md below the trainer's lines) is rendered the same way from
 docs/results/src/cards/NAME.md.in.
 
+A filled value must be a finite number (without a format, a word too): a NaN, an infinity, a null, a list, or a
+word where a format needs a number is refused, as is a file that is not JSON, in one line naming the file and the
+key, with exit status 1 and no page written (all are rendered before the first is written). ``--check`` also
+fails on a page that shows nan, inf or a float left unformatted (a page written before these checks).
+
 ``tests/test_results_pages.py`` fails when a page or card and its template plus files disagree, when a
 placeholder names a file or key that does not exist, and when the rendered page has a placeholder left.
 """
@@ -43,7 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 SOURCES = RESULTS / "src"
-PAGES = ["index", "training", "interventions", "language-models", "geometry"]
+PAGES = ["index", "training", "interventions", "language-models", "geometry", "belief-geometry"]
 # A model card's note, the paragraphs below what the trainer writes (interp/pretrained.py model_card, checked against
 # run.json by tests/test_results_pages.py), is docs/results/src/cards/NAME.md.in filled the same way.
 CARDS = SOURCES / "cards"
