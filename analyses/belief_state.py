@@ -290,7 +290,8 @@ def belief_colours(beliefs: np.ndarray) -> list[str]:
 
 
 def layered_simplex_figure(bayes: np.ndarray, read_outs: list[np.ndarray], labels: list[str], r2: list[float],
-                           target: str, seed: int, names: list[str] | None = None) -> go.Figure:
+                           target: str, seed: int, names: list[str] | None = None,
+                           what: str = "its linear read-out from each layer") -> go.Figure:
     """The Bayes beliefs of the held-out points on the simplex, then each layer's read-out of the same points (and
     the concatenation's), every point coloured by its Bayes belief: where a read-out keeps the colours' nesting it
     holds the belief's geometry, not only its average."""
@@ -325,9 +326,8 @@ def layered_simplex_figure(bayes: np.ndarray, read_outs: list[np.ndarray], label
         fig.update_xaxes(visible=False, range=[-reach, reach], scaleanchor=f"y{axis}", row=i // cols + 1,
                          col=i % cols + 1)
     fig.update_yaxes(visible=False, range=[-reach, reach])
-    fig.update_layout(title=f"The {target} and its linear read-out from each layer<br><sup>{len(shown)} held-out "
-                            f"points on the {C}-vertex simplex, each coloured by its Bayes belief in every panel (the "
-                            f"vertices' colours mixed); R² held out</sup>",
+    fig.update_layout(title=f"The {target} and {what}<br><sup>{len(shown)} held-out points on the {C}-vertex "
+                            f"simplex, coloured by their Bayes belief in every panel; R² held out</sup>",
                       legend=dict(title_text="vertex", itemsizing="constant"),
                       width=300 * cols + 200, height=300 * rows + 110, margin=dict(t=110, l=20, r=20, b=20))
     return fig

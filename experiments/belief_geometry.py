@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 SEARCHES = ROOT / "runs" / "belief-geometry"
 OUT = ROOT / "figures" / "readme" / "belief-geometry"
@@ -52,7 +54,7 @@ def ship() -> None:
 def measure() -> None:
     for task in TASKS:
         for arch in ARCHS:
-            for analysis, formats in (("calibration", "json"), ("belief-state", "json,png")):
+            for analysis, formats in (("calibration", "json"), ("belief-state", "json")):
                 subprocess.run(["interp", "run", analysis, "--ckpt", name(task, arch), "--out",
                                 str(OUT.relative_to(ROOT)), "--format", formats], cwd=ROOT, check=True)
     draw()
@@ -68,7 +70,7 @@ def draw() -> None:
 
     summary = {}
     curves = make_subplots(rows=1, cols=len(TASKS), subplot_titles=[f"{task}" for task in TASKS],
-                           horizontal_spacing=0.08, shared_yaxes=True)
+                           horizontal_spacing=0.1)
     figures = {}
     for col, task in enumerate(TASKS, 1):
         fits, labels = [], []
@@ -115,12 +117,14 @@ def draw() -> None:
                                error_y=error_bars(unexplained, unexplained_bounds),
                                hovertemplate=f"{arch} on {task}<br>%{{x}}: 1 - R² %{{y:.3g}}<extra></extra>")
         first = fits[0]
-        assert all((f.beliefs == first.beliefs).all() for f in fits), "every model reads the same held-out beliefs"
+        assert all(np.allclose(f.beliefs, first.beliefs, rtol=0, atol=1e-12) for f in fits), "not the same held-out points"
         figures[f"simplex-{task}"] = belief_state.layered_simplex_figure(
             first.beliefs, [f.concat for f in fits], [f"{arch}, all layers" for arch in labels],
-            [f.metrics["concat"]["r2"] for f in fits], first.metrics["target"], SEED, first.vertices)
+            [f.metrics["concat"]["r2"] for f in fits], first.metrics["target"], SEED, first.vertices,
+            what="each architecture's linear read-out from all its layers")
         style.apply(figures[f"simplex-{task}"], subject=task)
-    curves.update_yaxes(type="log", title_text="1 - R² (held out; lower is better)", col=1)
+    curves.update_yaxes(type="log", range=[-4.5, 0.3])  # the same decades on both panels
+    curves.update_yaxes(title_text="1 - R² (held out; lower is better)", col=1)
     curves.update_xaxes(title_text="residual stream after block")
     curves.update_layout(title="Belief over the hidden states read linearly from each layer, and from all layers "
                                "concatenated<br><sup>the share of the belief's variance left unexplained on held-out "
@@ -132,7 +136,8 @@ def draw() -> None:
         (OUT / f"{key}.pdf").write_bytes(figure_pdf(fig))
         (OUT / f"{key}.png").write_bytes(figure_image(fig, "png"))
     (OUT / "summary.json").write_text(json.dumps(dict(
-        command="python experiments/belief_geometry.py measure", n_sequences=N, seed=SEED, models=summary),
+        command="python experiments/belief_geometry.py measure", n_sequences=N, seed=SEED, models=summary,
+        shuffled_r2_concat_max={task: max(m["shuffled_r2_concat"] for m in summary[task].values()) for task in TASKS}),
         indent=2) + "\n")
     print(f"wrote {OUT}/summary.json and {', '.join(figures)}")
 

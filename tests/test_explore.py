@@ -22,6 +22,7 @@ from interp.explore import Explorer, build_app, parse_tokens
 from interp.catalog import locate, shipped
 
 from tests.cli import run_cli
+from tests.tiny import slow_suite
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = locate("bijection-transformer-cpu")
@@ -387,7 +388,7 @@ GRAPHS = ("posterior", "entropy", "gap", "calibration", "lens", "latent", "atten
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(shipped()))
+@pytest.mark.parametrize("name", slow_suite(shipped()))
 def test_every_shipped_model_in_chromium(name, shared_browser):
     """Each architecture on each task, in the real browser: every view draws, a new sequence (typed where the
     task can read a posterior back from tokens, sampled by seed where it cannot) reaches every view, and

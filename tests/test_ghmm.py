@@ -140,3 +140,26 @@ def test_belief_state_reads_the_belief_over_hidden_states_not_the_answer():
 def test_small_configs_are_small():
     for name in ("mess3", "rrxor"):
         assert tasks.make(name, **tasks.REGISTRY[name].small_config(random.Random(0))).L <= 5
+
+
+def test_the_explorer_draws_a_process_models_belief_by_layer_and_reads_typed_sequences(tmp_path):
+    """The geometry panel offers the belief over hidden states for a process, and draws the exact belief beside each
+    layer's read-out; a typed sequence gets its beliefs, and one the process cannot emit is refused in one line."""
+    import models
+    from interp import checkpoint
+    from interp.explore import Explorer, build_app, parse_tokens
+
+    task = tasks.make("rrxor", L=6)
+    model = models.build("lstm", task, {"d_model": 16, "n_layers": 2}, seed=0).eval()
+    checkpoint.save(tmp_path / "checkpoints" / checkpoint.checkpoint_name(0), model, step=0, seed=0)
+    explorer = Explorer(tmp_path, n_calibration=8, n_geometry=16)
+    assert "belief over the hidden states by layer" in str(build_app(explorer).layout)
+    figure = explorer.geometry_view(0, [], "belief")
+    titles = [a.text for a in figure.layout.annotations]
+    assert titles[0] == "Bayes belief" and titles[1].startswith("L0: R² ") and titles[-1].startswith("all layers")
+    assert {t.name for t in figure.data if t.showlegend is not False and t.name} == {f"certain of {s}" for s in
+                                                                                    ("S", "0", "1", "T", "F")}
+    typed = explorer.batch(parse_tokens(task, "0 1 1 0 1 1"), None)
+    assert typed.hypothesis["belief"].shape == (1, 6, 5)
+    with pytest.raises(Exception, match="never emits this sequence"):  # said in the panel as one line
+        explorer.batch(parse_tokens(task, "0 0 1 0 0 1"), None)

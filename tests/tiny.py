@@ -25,3 +25,17 @@ def small_config(arch: str) -> dict:
     """A fast shape for any architecture: width 16, two layers, two heads where it has heads."""
     known = {f.name for f in fields(models.architecture(arch).config_class)}
     return dict(d_model=16, n_layers=2) | ({"n_heads": 2} if "n_heads" in known else {})
+
+
+# The shipped models the slow per-model suites load whole (every analysis on it; every view in Chromium). The
+# process models (Mess3, RRXOR: eight, one per architecture) take every code path the fast suite's tiny process
+# models take on each architecture (tests/test_every_architecture.py); one full-size model per process, of two
+# architectures, keeps the real-size check without eight more minutes of CI.
+PROCESS_REPRESENTATIVES = ("mess3-transformer-cpu", "rrxor-mamba-cpu")
+
+
+def slow_suite(shipped: dict) -> list[str]:
+    """Names of ``shipped`` (name -> folder) the slow per-model suites run: all but the extra process models."""
+    def process(name):
+        return name.split("-")[0] in ("mess3", "rrxor")
+    return sorted(name for name in shipped if not process(name) or name in PROCESS_REPRESENTATIVES)
