@@ -221,6 +221,7 @@ class Tune:
         self.pruner_name = pruner
         self.storage_url = self.storage.url
         self.study_name = study or f"{task}-{arch}-{preset}"
+        self.moved = False  # set by execute: the search was copied here from a machine that is gone
 
     # -- trials --------------------------------------------------------------------------------
     def recipe(self, params: dict[str, str]) -> tuple[dict, dict, TrainSettings]:
@@ -325,8 +326,11 @@ class Tune:
             return False
         old, new = curricula(recorded), curricula(declared)
         changed = {name for name in old.keys() | new.keys() if old.get(name) != new.get(name)}
+        # a running trial whose worker is gone (stranded by a refusal before refusals were marked failed) is taken
+        # up again with the corrected recipe; its run folder, if it has one, says what differs
         kept = {planned(t).get("curriculum") for t in study.get_trials(deepcopy=False)
-                if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)}
+                if t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+                or (t.state == TrialState.RUNNING and not orphaned(t, self.moved))}
         return not changed & kept
 
     def declaration(self) -> dict:
@@ -370,12 +374,7 @@ class Tune:
 
         host = socket.gethostname()
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            attrs, pid = trial.user_attrs, trial.user_attrs.get("pid")
-            # a trial another worker has just asked for has no pid yet: not an orphan
-            if pid is None:
-                continue
-            elsewhere = moved and attrs.get("host") != host
-            if elsewhere or (attrs.get("host") == host and pid != os.getpid() and not alive(pid)):
+            if orphaned(trial, moved):
                 study._storage.set_trial_user_attr(trial._trial_id, "host", host)
                 study._storage.set_trial_user_attr(trial._trial_id, "pid", os.getpid())
                 study._storage.set_trial_user_attr(trial._trial_id, "note", "its worker was killed; resumed")
@@ -383,6 +382,7 @@ class Tune:
         return None
 
     def execute(self, max_trials: int | None = None, moved: bool = False) -> dict:
+        self.moved = moved
         if moved:
             self.check_moved()
         # The whole write set, checked before its first byte: no link or special file at any level of it
@@ -531,6 +531,16 @@ class Tune:
         atomic_write_bytes(self.out / "trials.csv", buffer.getvalue().encode())
         return summary
 
+
+
+def orphaned(trial, moved: bool = False) -> bool:
+    """Whether a running trial's worker is gone: a process of this host that no longer exists, or with ``moved``
+    (the search was copied here from a machine that is gone) any other host's. A trial another worker has just
+    asked for has no pid yet: not an orphan."""
+    attrs, pid, host = trial.user_attrs, trial.user_attrs.get("pid"), socket.gethostname()
+    if pid is None:
+        return False
+    return (moved and attrs.get("host") != host) or (attrs.get("host") == host and pid != os.getpid() and not alive(pid))
 
 
 def optuna_module():

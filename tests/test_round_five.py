@@ -469,3 +469,37 @@ def test_a_jobs_unexpected_error_is_one_sentence_in_the_panel():
     job.wait(10)
     assert job.line() == ("activation patching: stopped on an internal error (IndexError: index 1 is out of bounds for "
                           "dimension 1 with size 1)")
+
+
+def test_a_study_stranded_by_an_earlier_version_continues_with_the_corrected_curriculum(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """Before round five a refused trial stayed running, its worker gone: the corrected rerun takes it up again. Its
+    run folder, written with the old stages, is named with the setting that differs; moved away, the trial trains."""
+    import optuna
+
+    from interp import train as train_module
+
+    monkeypatch.chdir(tmp_path)
+    real = train_module.Trainer._run
+
+    def killed_with_a_curriculum(self):
+        if self.settings.curriculum:
+            raise KeyboardInterrupt  # as the old refusal left it: running
+        return real(self)
+    monkeypatch.setattr(train_module.Trainer, "_run", killed_with_a_curriculum)
+    search = [*TUNE, "--out", "search", "--space", "curriculum=off,on"]
+    assert run_cli(capsys, *search, "--curriculum", '[[2, {"L": 1}]]').code != 0
+    study = optuna.load_study(study_name="bijection-transformer-cpu", storage=f"sqlite:///{tmp_path}/search/study.db")
+    running = [t for t in study.get_trials() if t.state.name == "RUNNING"]
+    assert len(running) == 1
+    study._storage.set_trial_user_attr(running[0]._trial_id, "pid", 2 ** 22 + 7)  # its worker has ended
+    monkeypatch.setattr(train_module.Trainer, "_run", real)
+    shown = run_cli(capsys, *search, "--curriculum", '[[2, {"L": 2}]]')
+    assert (shown.code, shown.err.strip().splitlines()[-1]) == (1, (
+        "interp: error: search/trials/curriculum=on holds a run of another recipe than this search's trial "
+        "curriculum=on (train.curriculum [[2, {\"L\": 1}]] there, [[2, {\"L\": 2}]] now); move it away to train the "
+        "trial with this recipe (the other trials are kept), or use another --out"))
+    os.rename("search/trials/curriculum=on", "old-on")
+    assert run_cli(capsys, *search, "--curriculum", '[[2, {"L": 2}]]').code == 0
+    rows = json.loads(Path("search/tune.json").read_text())["metrics"]["trials"]
+    assert sorted((r["name"], r["state"]) for r in rows) == [("curriculum=off", "complete"), ("curriculum=on", "complete")]
