@@ -262,14 +262,8 @@ class Tune:
             recipe = dict(task=task_config, arch=self.arch, model=model_config, train=recorded_settings(asdict(settings)))
             if isinstance(run.get("train"), dict):  # a setting added since the trial was written: at its default
                 run["train"] = recorded_settings(run["train"])
-            recipe = json.loads(json.dumps(recipe))
-            if {k: run.get(k) for k in recipe} != recipe:
-                part, key = next((p, k) for p in recipe for k in (recipe[p] if isinstance(recipe[p], dict) else [None])
-                                 if (run.get(p) if k is None else (run.get(p) or {}).get(k))
-                                 != (recipe[p] if k is None else recipe[p][k]))
-                setting = part if key is None else f"{part}.{key}"
-                held = run.get(part) if key is None else (run.get(part) or {}).get(key)
-                wanted = recipe[part] if key is None else recipe[part][key]
+            if (differs := first_difference(run, json.loads(json.dumps(recipe)))) is not None:
+                setting, held, wanted = differs
                 raise UserError(f"{folder} holds a run of another recipe than this search's trial {trial_name(params)} "
                                 f"({setting} {json.dumps(held)[:60]} there, {json.dumps(wanted)[:60]} now); move it away "
                                 f"to train the trial with this recipe (the other trials are kept), or use another --out")
@@ -531,6 +525,20 @@ class Tune:
         atomic_write_bytes(self.out / "trials.csv", buffer.getvalue().encode())
         return summary
 
+
+
+def first_difference(held: dict, wanted: dict) -> tuple[str, object, object] | None:
+    """The first setting (``part`` or ``part.key``) where the record ``held`` differs from ``wanted``, with its value
+    in each; None when every part of ``wanted`` is as held."""
+    for part, value in wanted.items():
+        have = held.get(part)
+        if isinstance(value, dict) and isinstance(have, dict):
+            key = next((k for k in value.keys() | have.keys() if have.get(k) != value.get(k)), None)
+            if key is not None:
+                return f"{part}.{key}", have.get(key), value.get(key)
+        elif have != value:
+            return part, have, value
+    return None
 
 
 def orphaned(trial, moved: bool = False) -> bool:
