@@ -62,9 +62,12 @@ def planted(tmp_path, monkeypatch):
 
 
 # -- link safety from the named root, one test per writer -----------------------------------------------------------
-def test_an_analysis_refuses_a_link_planted_at_its_run_folder(tiny_run, planted, capsys):
+@pytest.mark.parametrize("analysis", [["calibration", "--n", "8"], ["jacobian-lens", "--n", "8", "--n-fit", "4"]],
+                         ids=["calibration", "jacobian-lens"])
+def test_an_analysis_refuses_a_link_planted_at_its_run_folder(tiny_run, planted, capsys, analysis):
+    """Every analysis exports through one writer (interp.results.write), checked from the --out the user named."""
     planted("o/tiny")
-    shown = run_cli(capsys, "run", "calibration", "--ckpt", tiny_run, "--format", "json,html", "--out", "o", "--n", "8")
+    shown = run_cli(capsys, "run", *analysis[:1], "--ckpt", tiny_run, "--format", "json,html", "--out", "o", *analysis[1:])
     assert (shown.code, shown.err.strip()) == (1, f"interp: error: o/tiny is a symbolic link, not a folder; {LINK}")
 
 
