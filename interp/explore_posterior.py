@@ -130,10 +130,17 @@ class PosteriorViews:
         if path:
             rows = batch.query_mask[0].nonzero().flatten().tolist()
             labels = [self.names(tokens)[i] for i in rows]
-            classes = self.class_names()
-            lines = (("true", path[1], "#000000", "circle"),
-                     ("Bayes MAP", batch.posterior[0, rows].argmax(-1).tolist(), "#2ca02c", "x"),
-                     ("model arg-max", probs[rows].argmax(-1).tolist(), "#1f77b4", "diamond-open"))
+            belief = batch.hypothesis.get("belief")
+            if belief is None:  # the latent classes are the answer classes (the HMM's states)
+                classes = self.class_names()
+                lines = (("true", path[1], "#000000", "circle"),
+                         ("Bayes MAP", batch.posterior[0, rows].argmax(-1).tolist(), "#2ca02c", "x"),
+                         ("model arg-max", probs[rows].argmax(-1).tolist(), "#1f77b4", "diamond-open"))
+            else:  # a belief over hidden states beside answers of another kind (a process's next token): the
+                # model states no hidden state, so only the truth and the belief's MAP can be drawn
+                classes = getattr(self.task, "state_names", lambda: [f"s{i}" for i in range(belief.shape[-1])])()
+                lines = (("true", path[1], "#000000", "circle"),
+                         ("Bayes MAP", belief[0, rows].argmax(-1).tolist(), "#2ca02c", "x"))
             for name, values, color, symbol in lines:
                 fig.add_scatter(x=labels, y=[classes[v] for v in values], mode="markers", name=name, row=1,
                                 col=len(panels), marker=dict(color=color, symbol=symbol, size=9))

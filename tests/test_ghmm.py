@@ -159,6 +159,11 @@ def test_the_explorer_draws_a_process_models_belief_by_layer_and_reads_typed_seq
     assert titles[0] == "Bayes belief" and titles[1].startswith("L0: R² ") and titles[-1].startswith("all layers")
     assert {t.name for t in figure.data if t.showlegend is not False and t.name} == {f"certain of {s}" for s in
                                                                                     ("S", "0", "1", "T", "F")}
+    # the latent view draws the true hidden state beside the belief's MAP, on the hidden states' names (the
+    # answers are tokens: 2 classes, the states 5)
+    latent = explorer.posterior_views(0, explorer.sample(3), 3, [])["latent"]
+    path = [t for t in latent.data if t.type == "scatter"]
+    assert [t.name for t in path] == ["true", "Bayes MAP"] and set(path[0].y) <= {"S", "0", "1", "T", "F"}
     typed = explorer.batch(parse_tokens(task, "0 1 1 0 1 1"), None)
     assert typed.hypothesis["belief"].shape == (1, 6, 5)
     with pytest.raises(Exception, match="never emits this sequence"):  # said in the panel as one line
