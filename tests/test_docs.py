@@ -49,6 +49,9 @@ def test_every_relative_link_of_the_readme_and_the_docs_exists():
 def test_the_readme_is_a_front_page():
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) <= 200
+    assert len(readme.split()) <= 1000, "a front page a reader takes in within minutes; details go to the guide"
+    blocks = re.split(r"\n\s*\n|\n(?=- )", readme)  # paragraphs, and each bullet on its own
+    assert max(len(block.split()) for block in blocks if not block.lstrip().startswith(("|", "```"))) <= 150
     assert not re.search(r"\]\((https?:|/|\.\./)", readme), "the README links only inside the repository"
     assert not re.search(r"\bissue\s*#?\d+|(?<![\w&])#\d+\b", readme, re.I), "no issue numbers on the front page"
     assert not re.search(r"\b(this|the) (session|machine)\b|\bsession'?s\b", readme, re.I), "no machine narration"
@@ -156,3 +159,21 @@ def test_the_tutorials_outputs_were_made_by_their_code():
         stamp = notebook.get("metadata", {}).get(runner.STAMP, {}).get("code_sha256")
         assert stamp == runner.code_hash(notebook), \
             f"{path.name}: its outputs are not from its code; run `python docs/run_tutorials.py {path.stem}`"
+
+
+def test_the_readmes_findings_table_is_the_primitives_matrix_it_cites():
+    """Each cell of the README's primitives table (pass or fail, the number, the budget) is what the shipped
+    compare result holds, so the front page cannot drift from its file."""
+    matrix = json.loads((ROOT / "figures/readme/compare/compare/compare.json").read_text())["metrics"]["primitives"]
+    readme = (ROOT / "README.md").read_text()
+    rows = {line.split("|")[1].strip().lower(): [cell.strip() for cell in line.split("|")[2:-1]]
+            for line in readme.splitlines() if re.match(r"\| (transformer|Mamba|LSTM|MLP) \|", line)}
+    assert set(rows) == set(matrix)
+    for arch, cells in rows.items():
+        for cell, primitive in zip(cells, ("accumulation", "transport", "binding")):
+            measured = matrix[arch][primitive]
+            value = measured["value"]
+            shown = (f"{100 * value:.0f}%" if 100 * value >= 10 else f"{100 * value:.1f}%") \
+                if measured["metric"] == "accuracy" else f"{value:.2g} bits"
+            budget = f"{measured['budget']['steps']:,} × {measured['budget']['batch_size']}"
+            assert cell.startswith(f"{measured['status']}, {shown} ({budget}"), (arch, primitive, cell)
