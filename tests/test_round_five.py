@@ -105,6 +105,8 @@ def test_the_listing_cache_never_writes_through_a_link_below_the_cache_root(plan
     planted("cache/interp")
     monkeypatch.setenv("XDG_CACHE_HOME", "cache")
     monkeypatch.setattr(manifest, "SHIPPED", Path("no-shipped-manifest.json"))  # so the user's cache is written
+    # the listing as built (a stand-in: building the real one takes half a minute; the write is what is tested)
+    monkeypatch.setattr(manifest, "build", lambda fp: {"fingerprint": fp, "list": "tasks (defaults): ..."})
     assert manifest.current()["fingerprint"] == manifest.fingerprint()  # listed, only not cached
 
 
@@ -355,6 +357,7 @@ def test_bf16_the_cpu_cannot_run_falls_back_to_float32_in_one_line(cpu_without_b
     assert json.loads(Path("runs/bijection-lstm-cpu/run.json").read_text())["bf16"] is False
 
 
+@pytest.mark.slow  # a minute: the step profile runs five variants of a recall step and an evaluation
 def test_the_step_profile_has_no_bf16_ratio_where_the_cpu_cannot_run_bf16(cpu_without_bf16_lstm, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import step_profile
