@@ -32,7 +32,7 @@ import random
 
 import torch
 
-from .base import Batch, ConfigError, Preset, Task, batch_at_queries, checked_batch_size, whole
+from .base import Batch, ConfigError, Corruption, Preset, Task, batch_at_queries, checked_batch_size, whole
 
 ROW_TOLERANCE = 1e-9  # how far a row of T may sum from 1 (float rounding of hand-written entries)
 
@@ -123,6 +123,21 @@ class GHMM(Task):
         self.pi = stationary(matrices.sum(0))
         self.vocab_size = self.n_classes = self.V
         self.seq_len = self.L
+
+    corruptions = {"token": "one token replaced by another (index: which token, default the third from last); the "
+                            "belief and the next-token posterior at the last position move"}
+
+    def corrupt(self, batch: Batch, generator: torch.Generator | None = None, kind: str = "",
+                index: int | None = None) -> Corruption:
+        """Token ``index`` replaced by a different token (uniform over the other V - 1)."""
+        self.corruption_kind(kind)
+        index = max(self.L - 3, 0) if index is None else index
+        if not 0 <= index < self.L:
+            raise ConfigError(f"{self.name}: the token to corrupt must be from 0 to {self.L - 1}, got {index}")
+        tokens = batch.tokens.clone()
+        tokens[:, index] = (tokens[:, index] + torch.randint(1, self.V, (len(tokens),), generator=generator)) % self.V
+        return Corruption(batch, self.batch_from_tokens(tokens), query=self.L - 1, changed=(index,),
+                          what=f"token {index} replaced by another")
 
     def matrices(self) -> list:
         raise NotImplementedError(f"{type(self).__name__} must return its transition matrices")

@@ -29,6 +29,9 @@ class RRXOR(GHMM):
     token_labels = ("0", "1")
     state_labels = ("S", "0", "1", "T", "F")
     eliminates = True
+    # A token changed in a sampled sequence almost always breaks the XOR of its triple, leaving a sequence the
+    # process never emits (no belief, no Bayes answer to score a patch against): RRXOR declares no corruption.
+    corruptions = {}
 
     def __init__(self, p1: float = 0.5, p2: float = 0.5, L: int = 10):
         for label, value in (("p1", p1), ("p2", p2)):
