@@ -125,7 +125,6 @@ def seed_option() -> Option:
     return Option("seed", 1234, "seed of the held-out batch", low=0, high=SEED_LIMIT - 1)
 
 
-# What an analysis may require of a model: name -> (test, why it is needed, what to do instead).
 def _has_series(model) -> bool:
     provenance = getattr(model, "provenance", None)
     return provenance is not None and len(provenance.checkpoints) >= MIN_SERIES
@@ -145,6 +144,10 @@ def _corruptible(task) -> bool:
     except ConfigError:
         return False
     return True
+
+
+# What an analysis may require of a model: name -> (test of the model, the refusal's message, formatted with the
+# model's arch, task and checkpoint count, saying why it is needed and what to run instead).
 REQUIREMENTS: dict[str, tuple[Callable, str]] = {
     "attention": (lambda m: m.has_attention(),
                   "needs an attention model; {arch} has no attention heads (try calibration instead)"),

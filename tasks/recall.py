@@ -4,7 +4,7 @@ Each sequence draws a fresh table: n distinct keys from a pool of ``n_keys`` and
 from a pool of ``n_values``, paired at random (an injective assignment, uniform over all of them).
 The table is shown once, then ``queries`` = M keys are asked about. Two layouts:
 
-``layout="paper"`` (the default; the authors' data module, see ../shared/REFERENCE.md):
+``layout="paper"`` (the default; the format of the authors' own data module):
 
     STORE k1 SEP v1  ...  STORE kn SEP vn  [FILL x 4 per empty slot]  FILL x fillers
     QUERY q1 PAD  FILL x gap  QUERY q2 PAD  FILL x gap  ...  QUERY qM PAD
