@@ -195,6 +195,8 @@ def run(ctx, name, ckpt, model_spec, out, formats, device, show_help):
             if why:
                 raise UserError(why)
 
+    if not show_help:
+        start_browser_for(formats)
     import analyses
 
     analysis = analyses.get(name)
@@ -269,6 +271,19 @@ def wind_tunnel_transformer(spec: str, device: str):
     if not model.has_attention():
         raise UserError(f"--model takes TransformerLens models; {spec} is a wind-tunnel {model.arch} (use --ckpt)")
     return LanguageModel(model, results.run_label(Path(source), Path(source)), task=model.task)
+
+
+def start_browser_for(formats: str) -> None:
+    """Start the browser that draws the PDF (or PNGs) now, in the background, so that its start (~3 s) overlaps
+    importing torch and running the analysis; formats that are not valid are left for parse_formats to refuse."""
+    from .export import IMAGE_FORMATS, parse_formats, start_browser
+
+    try:
+        chosen = parse_formats(formats)
+    except UserError:
+        return
+    if any(fmt in IMAGE_FORMATS for fmt in chosen):
+        start_browser()
 
 
 def report(result, out: Path, run_name: str, source: str, chosen, context: dict) -> None:

@@ -11,10 +11,13 @@ Each page draws the plotly toolbar (the mode bar) in a strip of its own above ea
 figure's title, and shows the analysis's definition and descriptions with their inline markup
 (````calibration````, ```n```) as code, not as raw backticks.
 
-PDFs go through kaleido, which drives a headless Chrome/Chromium; one kaleido server is kept open
-for the life of the process so that several figures cost one browser start. Everything is
-rendered in memory first and only then written, each file atomically, so a failure (no Chromium,
-a full disk) leaves earlier outputs as they were.
+PDFs go through kaleido, which drives a headless Chrome/Chromium: one browser is started for the life of
+the process (its start, ~3 s, is most of an export's cost; each figure after it ~0.3 s), so that every
+figure of a run costs that one start. ``start_browser()`` starts it in the background, where a caller
+knows early that figures will be drawn (``interp run`` does, before importing torch), so that the start
+overlaps the imports and the analysis; a browser that cannot start is said on the first figure, never
+waited for. Everything is rendered in memory first and only then written, each file atomically, so a
+failure (no Chromium, a full disk) leaves earlier outputs as they were.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import json
 import math
 import os
 import re
+import threading
 from pathlib import Path
 
 from .errors import UserError
@@ -31,7 +35,8 @@ from .files import atomic_write_bytes, atomic_write_json, atomic_write_text, che
 
 FORMATS = ("pdf", "html", "json", "png")
 DEFAULT_FORMATS = ("pdf", "html", "json")  # png (one file per figure, for slides and READMEs) is opt-in
-_kaleido_started = False
+IMAGE_FORMATS = ("pdf", "png")  # the formats drawn in the browser
+BROWSER_START_S = 120  # the longest a browser's start is waited for (it takes ~3 s; minutes on a swamped machine)
 
 
 def parse_formats(spec: str) -> tuple[str, ...]:
@@ -68,20 +73,76 @@ def for_png(fig):
     return style.apply(narrow)
 
 
+class _Browser:
+    """One kaleido (a headless Chromium and its page) on an event loop in a thread of its own, opened at once in
+    the background and closed when the process exits. ``render`` waits for the opening, raising its error (no
+    browser found, a browser that closed at once) rather than waiting on a browser that will never come."""
+
+    def __init__(self):
+        import asyncio
+        import atexit
+        import concurrent.futures
+
+        import kaleido
+
+        self._asyncio, self._timeout = asyncio, concurrent.futures.TimeoutError  # builtin TimeoutError only from 3.11
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="interp-browser", daemon=True).start()
+        self._opened = asyncio.run_coroutine_threadsafe(self._open(kaleido), self._loop)
+        atexit.register(self.close)
+
+    @staticmethod
+    async def _open(kaleido):
+        browser = kaleido.Kaleido()  # kaleido's defaults, as kaleido.start_sync_server() opened it
+        await browser.open()
+        return browser
+
+    def render(self, fig_dict: dict, opts: dict, topojson) -> bytes:
+        try:
+            browser = self._opened.result(timeout=BROWSER_START_S)
+        except self._timeout:
+            raise UserError(f"the browser that draws PDFs (Chromium) did not start in {BROWSER_START_S} s; "
+                            f"pass --format html,json to skip the PDF") from None
+        return self._asyncio.run_coroutine_threadsafe(browser.calc_fig(fig_dict, opts=opts, topojson=topojson),
+                                                      self._loop).result()
+
+    def close(self) -> None:
+        try:
+            browser = self._opened.result(timeout=BROWSER_START_S)
+            self._asyncio.run_coroutine_threadsafe(browser.__aexit__(None, None, None), self._loop).result(timeout=30)
+        except Exception:  # never opened, or gone: nothing to close
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+_browser: _Browser | None = None
+_browser_lock = threading.Lock()
+
+
+def start_browser() -> None:
+    """Start the browser that draws PDFs and PNGs in the background, if not started yet; returns at once."""
+    global _browser
+    with _browser_lock:
+        if _browser is None:
+            _browser = _Browser()
+
+
 def figure_image(fig, fmt: str) -> bytes:
-    global _kaleido_started
-    import warnings
+    # what plotly.io.to_image hands kaleido (its figure dict, size and scale defaults), drawn in the one browser
+    from plotly.io._defaults import defaults
+    from plotly.io._utils import validate_coerce_fig_to_dict
 
-    import kaleido
-    import plotly.io as pio
-
+    fig_dict = validate_coerce_fig_to_dict(for_png(fig) if fmt == "png" else fig, True)
+    layout = fig_dict.get("layout", {})
+    template = layout.get("template", {}).get("layout", {})
+    opts = dict(format=fmt, width=layout.get("width") or template.get("width") or defaults.default_width,
+                height=layout.get("height") or template.get("height") or defaults.default_height,
+                scale=(2 if fmt == "png" else None) or defaults.default_scale)
     try:
-        if not _kaleido_started:
-            kaleido.start_sync_server(silence_warnings=True)
-            _kaleido_started = True
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The kopts argument is ignored")
-            return pio.to_image(for_png(fig) if fmt == "png" else fig, format=fmt, scale=2 if fmt == "png" else None)
+        start_browser()
+        return _browser.render(fig_dict, opts, defaults.topojson)
+    except UserError:
+        raise
     except Exception as err:  # kaleido raises several types when no browser is found
         text = str(err).lower()
         if "chrome" in text or "chromium" in text or "browser" in text:
@@ -213,4 +274,4 @@ def write_result(result, out_dir: str | Path, formats=DEFAULT_FORMATS, context: 
     return paths
 
 
-__all__ = ["FORMATS", "parse_formats", "write_result", "atomic_write_json", "atomic_write_text"]
+__all__ = ["FORMATS", "parse_formats", "start_browser", "write_result", "atomic_write_json", "atomic_write_text"]
