@@ -1,6 +1,6 @@
 """Belief geometry on the process wind tunnels (Mess3, RRXOR): ship each search's best model, measure, draw.
 
-    experiments/belief-geometry.sh                     # the searches (about 30 minutes on 2 cores)
+    experiments/belief-geometry.sh                     # the searches (about 40 minutes on 2 cores)
     python experiments/belief_geometry.py ship         # each search's best trial -> models/pretrained/TASK-ARCH-cpu
     python experiments/belief_geometry.py measure      # calibration and belief-state of each, and the summary
 
@@ -10,8 +10,8 @@ every architecture of a task reads the same beliefs):
 - simplex-TASK.{pdf,png}: the Bayes beliefs beside each architecture's read-out from all its layers concatenated;
 - r2-by-layer.{pdf,png}: the unexplained share of the belief's variance (1 - R², held out) per layer and for the
   concatenation, one line per architecture, with 95% intervals;
-- summary.json: per task and architecture, the chosen learning rate, the budget, the parameters, the training
-  speed, the entropy MAE and the read-outs with their intervals (what docs/results/belief-geometry.md cites).
+- summary.json: per task and architecture, the chosen learning rate, the budget, the parameters, the wall
+  time (of runs that shared the machine), the entropy MAE and the read-outs with their intervals (what docs/results/belief-geometry.md cites).
 """
 from __future__ import annotations
 
@@ -87,9 +87,8 @@ def draw() -> None:
                 lr=train["lr"], lrs_searched=[float(v) for v in search["space"]["lr"]],
                 search_scores={t["name"]: t["score"] for t in search.get("trials", [])} or None,
                 steps=train["steps"], batch_size=train["batch_size"], sequences=train["steps"] * train["batch_size"],
-                n_params=record["n_params"], wall_time_s=record["wall_time_s"],
-                sequences_per_s=train["steps"] * train["batch_size"] / record["wall_time_s"],
-                entropy_mae_bits=calibration["entropy_mae_bits"],
+                n_params=record["n_params"], wall_time_s=record["wall_time_s"],  # shared machine: not a speed
+                entropy_mae_bits=calibration["entropy_mae_bits"], calibration_sequences=calibration["n_sequences"],
                 entropy_mae_interval=calibration["intervals"]["entropy_mae_bits"],
                 kl_bits=calibration["kl_bits"],
                 r2_final=fit.metrics["r2"], r2_final_interval=fit.metrics["intervals"]["r2"],
@@ -102,7 +101,6 @@ def draw() -> None:
                 untrained_r2_concat_interval=fit.metrics["concat"]["untrained_r2_interval"],
                 untrained_r2_final=fit.metrics["untrained_r2"],
                 shuffled_r2_concat=fit.metrics["concat"]["shuffled_r2"],
-                concat_gain=fit.metrics["concat"]["r2"] - max(fit.metrics["per_layer"]["r2"]),
                 unexplained_ratio_to_untrained=(1 - fit.metrics["concat"]["r2"])
                 / (1 - fit.metrics["concat"]["untrained_r2"]))
             fits.append(fit)
@@ -137,7 +135,9 @@ def draw() -> None:
         (OUT / f"{key}.png").write_bytes(figure_image(fig, "png"))
     (OUT / "summary.json").write_text(json.dumps(dict(
         command="python experiments/belief_geometry.py measure", n_sequences=N, seed=SEED, models=summary,
-        shuffled_r2_concat_max={task: max(m["shuffled_r2_concat"] for m in summary[task].values()) for task in TASKS}),
+        shuffled_r2_concat_max={task: max(m["shuffled_r2_concat"] for m in summary[task].values()) for task in TASKS},
+        r2_concat_halfwidth_max=max((m["r2_concat_interval"][1] - m["r2_concat_interval"][0]) / 2
+                                    for models in summary.values() for m in models.values())),
         indent=2) + "\n")
     print(f"wrote {OUT}/summary.json and {', '.join(figures)}")
 

@@ -172,11 +172,14 @@ class GHMM(Task):
         """The beliefs and next-token posteriors of typed sequences (any length); ConfigError for a sequence the
         process cannot emit (its belief is undefined)."""
         tokens = (tokens if tokens.dim() == 2 else tokens[None]).long().cpu()
+        if tokens.shape[1] == 0:
+            raise ConfigError(f"{self.name}: a sequence needs at least one token")
         if ((tokens < 0) | (tokens >= self.V)).any():
             raise ConfigError(f"{self.name}: tokens are {', '.join(self.token_labels)} (ids 0 to {self.V - 1})")
         beliefs, probability = filter_beliefs(self.transitions, self.pi, tokens)
-        if (probability[:, -1] <= 0).any():
-            first = int((probability[(probability[:, -1] <= 0).nonzero()[0, 0]] <= 0).nonzero()[0, 0])
+        impossible = (probability <= 0).any(1)
+        if impossible.any():
+            first = int((probability[impossible.nonzero()[0, 0]] <= 0).nonzero()[0, 0])  # in the first such row
             raise ConfigError(f"{self.name}: the process never emits this sequence (its first {first + 1} tokens "
                               f"have probability 0), so there is no belief to compare with")
         return batch_at_queries(tokens, torch.arange(tokens.shape[1]), self.next_token(beliefs),
