@@ -48,7 +48,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
 SOURCES = RESULTS / "src"
-PAGES = ["index", "training", "interventions", "language-models", "geometry", "belief-geometry"]
+PAGES = ["index", "paper-table", "equal-footing", "difficulty", "binding", "binding-history", "training", "interventions",
+         "language-models", "geometry", "belief-geometry"]
 # A model card's note, the paragraphs below what the trainer writes (interp/pretrained.py model_card, checked against
 # run.json by tests/test_results_pages.py), is docs/results/src/cards/NAME.md.in filled the same way.
 CARDS = SOURCES / "cards"

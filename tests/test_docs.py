@@ -177,3 +177,35 @@ def test_the_readmes_findings_table_is_the_primitives_matrix_it_cites():
                 if measured["metric"] == "accuracy" else f"{value:.2g} bits"
             budget = f"{measured['budget']['steps']:,} × {measured['budget']['batch_size']}"
             assert cell.startswith(f"{measured['status']}, {shown} ({budget}"), (arch, primitive, cell)
+
+
+def prose_between_headings(text: str) -> list[tuple[int, str]]:
+    """(words, the heading they follow) for each stretch of a Markdown page between two headings, counting prose
+    only: fenced code blocks (commands) and table rows (one number a cell) are left out of the count."""
+    stretches, words, heading, code = [], 0, "(top of the page)", False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            code = not code
+        elif not code and re.match(r"#{1,6} ", line):
+            stretches.append((words, heading))
+            words, heading = 0, line
+        elif not code and not line.lstrip().startswith("|"):
+            words += len(line.split())
+    return stretches + [(words, heading)]
+
+
+def test_prose_between_headings_counts_prose_only():
+    page = "# A\none two\n```\nnot counted at all\n```\n| a | b |\n## B\nthree\n"
+    assert prose_between_headings(page) == [(0, "(top of the page)"), (2, "# A"), (1, "## B")]
+
+
+def test_every_results_page_is_short_and_headed():
+    """A results page a reader takes in: at most 5,000 words (``wc -w`` of the generated page, tables and code
+    included) and a heading at least every 700 words of prose (tables and code blocks not counted)."""
+    pages = sorted((DOCS / "results").glob("*.md"))
+    assert len(pages) >= 10
+    for page in pages:
+        text = page.read_text()
+        assert len(text.split()) <= 5000, f"{page.name}: {len(text.split())} words; split it into pages"
+        words, heading = max(prose_between_headings(text))
+        assert words <= 700, f"{page.name}: {words} words of prose after {heading!r} without a heading"

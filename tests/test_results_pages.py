@@ -155,7 +155,7 @@ ROWS = [("paired-bijection", ["bijection-transformer-equal@2000", "bijection-mam
 
 @pytest.mark.parametrize("folder, runs", ROWS, ids=[r[0] for r in ROWS])
 def test_the_four_architectures_differ_as_the_page_says(folder, runs):
-    """docs/results/index.md: "On each of the first three rows every two architectures differ beyond the paired
+    """docs/results/equal-footing.md: "On each of the first three rows every two architectures differ beyond the paired
     interval of their difference"; if a re-measurement changes that, the sentence must change with it."""
     diffs = _differences(folder)
     for i, a in enumerate(runs):
