@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# History: a run on a lent GPU machine, from the repository root there ($OUT: the folder whose files come
+# back; .whl/: this package's wheels). Its records are under figures/readme/equal-footing/ (experiments/README.md).
 # One device call: the project's GPU check, and beside its correctness sections (runs paused during its timed
 # sections): (1) the binding mixture continued on the GPU from the CPU runs' checkpoints, Mamba with the shift
 # (two rates) and Mamba with its conv alone; (2) what lets the plain transformer bind the 8-pair cell: five

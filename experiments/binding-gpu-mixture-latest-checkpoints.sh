@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
+# History: a run on a lent GPU machine, from the repository root there ($OUT: the folder whose files come
+# back; .whl/: this package's wheels). Its records are under figures/readme/equal-footing/ (experiments/README.md).
 # One device call: the project's GPU check alone, then the binding mixture continued on the GPU, batch 256,
 # from the CPU runs' latest checkpoints: Mamba with the shift (CPU continuation step 4,000), Mamba with its
 # conv alone (the GPU run's step 1,750) at two rates, and the paper's transformer after its pool-16 stage
 # (step 4,000, 1,000 steps into the mixture) at two rates. Killed at the deadline; checkpoints every 200 steps.
-# The starting checkpoints travelled under .gpurun/ck/ (ignored by git); in this folder they are
+# The starting checkpoints travelled under .gpurun/ck/ (ignored by git); under
+# figures/readme/equal-footing/binding-dense-mix/ they are
 # mamba-shift = mamba-from8-gpu-cpu/step-00004000, mamba-noshift = mamba-noshift-gpu/step-00001750 and
 # transformer = transformer-pool16/step-00004000 (the records' run.json name them so).
 set -u

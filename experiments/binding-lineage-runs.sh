@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The binding runs, each on one thread, on a mixture of dense tables (every stored key queried, no gap; 8, 16,
 # 32 and 64 pairs) and the paper's own format, 100,000 x 64 sequences planned (zoology's budget). Evaluation
-# stays the paper's format. Run from the repository root; run it again to resume them (RUNS: where they live).
+# stays the paper's format. History: the runs that led to the shipped binding models; they restart from
+# checkpoints the repository ships. Run it again to resume them (RUNS: where they live, under the repository root).
 #   bind-mamba-dense-mix-from8: Mamba (token shift 3, weight decay and RMSNorm eps as mamba-ssm trains), lr 1.6e-3,
-#     started from the learning-rate probe's Mamba that binds 8-pair tables (binding-lr-probe/, trained on a GPU);
+#     started from the learning-rate probe's Mamba that binds 8-pair tables (figures/readme/equal-footing/
+#     binding-lr-probe/, trained on a GPU);
 #   bind-transformer-plain-dense-mix (TRANSFORMER=1): the plain transformer (no shift), lr 1e-3, from scratch,
 #     paused at step 7,857 (the probe found it at chance on 8-pair tables at every rate for 1.5M sequences);
 #   probe-cpu-mamba-noshift-lr3.2e-3: Mamba with its convolution alone (the paper's Mamba has no shift) on the
 #     probe's 8-pair cell at lr 3.2e-3, batch 256: does it bind as the shifted one did?
 #   bind-mamba-dense-mix (MAMBA_FROM_SCRATCH=1): the same Mamba from scratch at lr 1e-3, stopped at step 9,500,
 #     its 8-pair tables still at chance (the probe found lr 1e-3 too low to start binding).
-#   bind-mamba-mix-gpu-cont: the from-probe Mamba after its 1,750 steps of 256 on an H100 (go3.sh), on the CPU
+#   bind-mamba-mix-gpu-cont: the from-probe Mamba after its 1,750 steps of 256 on an H100 (binding-gpu-mixture-and-transformer-recipes.sh), on the CPU
 #     again at batch 64, lr 1.6e-3 (replaces bind-mamba-dense-mix-from8, which FROM8=1 still resumes);
 #   bind-transformer-paper-pool16-mix (TF_POOL16=1): the paper's transformer (learned positions for 480 tokens,
 #     untied), a 3,000-step stage on 8-pair tables from pools of 16 keys (-T pool=16), then the mixture, lr 1e-3
@@ -26,6 +28,7 @@
 #   bind-mamba-noshift-anneal: the paper's Mamba from its constant-rate run's step 10,000, annealed (below);
 #   bind-mamba-mix-anneal3: the shifted one's third cycle, from the second's end, as the paper's was annealed.
 set -u
+cd "$(dirname "$0")/.." || exit 1
 RUNS=${RUNS:-runs}
 export OMP_NUM_THREADS=1
 MIX='[[100000, [{"N":8,"slots":8,"fillers":4,"queries":8,"gap":0,"ask":"every"},{"N":16,"slots":16,"fillers":8,"queries":16,"gap":0,"ask":"every"},{"N":32,"slots":32,"fillers":16,"queries":32,"gap":0,"ask":"every"},{"queries":64,"gap":0,"ask":"every"},{}]]]'

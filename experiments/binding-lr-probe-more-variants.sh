@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# History: a run on a lent GPU machine, from the repository root there ($OUT: the folder whose files come
+# back; .whl/: this package's wheels). Its records are under figures/readme/equal-footing/ (experiments/README.md).
 # Second, short device call: six more probes of the 8-pair dense cell side by side for ~2 minutes (batch 256):
 # Mamba with its conv alone at 3.2e-3 and 1e-2, Mamba with the shift at 1e-2, the plain transformer at 1e-2,
 # the transformer with the shift at 1e-3 (a known binder: the control), the LSTM at 3.2e-3.

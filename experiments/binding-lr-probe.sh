@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# History: a run on a lent GPU machine, from the repository root there ($OUT: the folder whose files come
+# back; .whl/: this package's wheels). Its records are under figures/readme/equal-footing/ (experiments/README.md).
 # One device call: the project's GPU check, and beside its correctness sections (paused during its timed
 # sections) an lr probe of binding's easiest cell: 8 pairs from pools of 256, every key queried.
 set -u

@@ -1,13 +1,14 @@
 """What the paper's Mamba's anneal depends on: the anneal that took it past the bar (1.6e-3 to zero over
 3,000 steps from its constant-rate step 10,000: 84.2% -> 92.9% on full 64-pair tables) run again from the
 same checkpoint with one setting changed in each, and with the rate held instead of annealed
-(``ABLATE=1 launch.sh``), measured on the paper's recall format.
+(``ABLATE=1 bash experiments/binding-lineage-runs.sh``), measured on the paper's recall format.
 
 Reads ``<run>/content-addressing-step-N.json`` (``interp run content-addressing --sizes 1,4,16,64 --queries 3
---n 1024``: the same 1,024 held-out sequences for every model) and writes ``ablation.pdf``, ``ablation.png``
-and ``ablation.json`` (the plotted numbers, and each setting's difference from the shipped anneal):
+--n 1024``: the same 1,024 held-out sequences for every model) in figures/readme/equal-footing/binding-dense-mix/
+and writes ``ablation.pdf``, ``ablation.png`` and ``ablation.json`` there (the plotted numbers, and each
+setting's difference from the shipped anneal):
 
-    python figures/readme/equal-footing/binding-dense-mix/ablation.py
+    python experiments/binding_anneal_ablation.py
 """
 import json
 import math
@@ -21,7 +22,7 @@ from analyses.base import training_tokens
 from interp.export import PNG_WIDTH, figure_image, figure_pdf
 from interp.files import atomic_write_bytes, atomic_write_json
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "figures" / "readme" / "equal-footing" / "binding-dense-mix"
 START = ("mamba-noshift-gpu2-cpu-lr1.6e-3", 10000)  # the checkpoint every anneal starts from
 SHIPPED = "mamba-noshift-anneal"
 SETTINGS = {SHIPPED: ("as shipped (mamba-ssm's decay and eps, the mixture, dense answers, seed 1)", "as shipped", "#e377c2"),

@@ -13,7 +13,7 @@ holds both (each copy at least 0.5), ``slots_answered`` those answered at least 
 ``held_is_answered`` the slots where the two agree. A slot whose carrier copies
 its key but not its value is found and answered wrongly: that is a hole in the per-slot accuracy.
 
-    python figures/readme/equal-footing/binding-dense-mix/carriers.py CHECKPOINT OUT_DIR [--n 1024]
+    python experiments/binding_carriers.py CHECKPOINT OUT_DIR [--n 1024]
 
 writes ``carriers.json`` (the numbers per slot), ``carriers.pdf`` and ``carriers.png`` into OUT_DIR.
 """
@@ -38,7 +38,7 @@ from interp.files import atomic_write_bytes, atomic_write_json
 def carriers(model, n: int, seed: int = 0, chunk: int = 128) -> dict:
     task = model.task.judged_on()  # every table full: every slot asked about
     if task.name != "recall" or task.layout != "paper" or model.cfg.n_layers != 2:
-        sys.exit(f"carriers.py reads a two-layer transformer on the paper's recall format, not {task!r}")
+        sys.exit(f"binding_carriers.py reads a two-layer transformer on the paper's recall format, not {task!r}")
     T, slots = task.seq_len, task.slots
     read = [Counter() for _ in range(slots)]  # per slot: layer-1 arg-max positions from queries asking it
     copy = torch.zeros(model.cfg.n_heads, T, T)  # layer-0 attention summed over sequences
@@ -101,7 +101,7 @@ def main() -> None:
     model = interp.load(args.checkpoint)
     model.eval()
     result = carriers(model, args.n)
-    result["command"] = " ".join(["python", "figures/readme/equal-footing/binding-dense-mix/carriers.py"] + sys.argv[1:])
+    result["command"] = " ".join(["python", "experiments/binding_carriers.py"] + sys.argv[1:])
     fig = figure(result, "where each binding is kept: layer-0 copies at the slot's carrier, and its accuracy")
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out / "carriers.json", result)

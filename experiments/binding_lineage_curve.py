@@ -2,11 +2,13 @@
 training sequences, for the plain transformer and Mamba trained on dense answers over a mixture of
 table sizes, with the chance level 1/n beside every table size, and their training loss.
 
-Reads what the runs and their measurements left in this folder (``<run>/content-addressing-step-N.json``
+Reads what the runs and their measurements left in figures/readme/equal-footing/binding-dense-mix/
+(``<run>/content-addressing-step-N.json``
 from ``interp run content-addressing --sizes 1,4,16,64 --queries 3 --n 1024``, ``<run>/metrics.jsonl``
-from ``interp train``) and writes ``curve.pdf``, ``curve.png`` and ``curve.json`` (the plotted numbers):
+from ``interp train``) and writes ``curve.pdf``, ``curve.png`` and ``curve.json`` there (the plotted numbers).
+The figure is the lineages' history, every run in one picture:
 
-    python figures/readme/equal-footing/binding-dense-mix/curve.py
+    python experiments/binding_lineage_curve.py
 """
 import json
 from pathlib import Path
@@ -18,23 +20,23 @@ from analyses import style
 from interp.export import PNG_WIDTH, figure_image, figure_pdf
 from interp.files import atomic_write_bytes, atomic_write_json
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "figures" / "readme" / "equal-footing" / "binding-dense-mix"
 RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer", "#ef553b"),
-        # the same recipe started from the learning-rate probe's Mamba (../binding-lr-probe/, 1.28M sequences
+        # the same recipe started from the learning-rate probe's Mamba (../binding-lr-probe/ beside HERE, 1.28M sequences
         # of 8-pair tables on a GPU before this run's first): its sequences count from its own start
         "mamba-from8": ("Mamba from the probe's model", "#00cc96"),
-        # continued on an H100 at batch 256 from its step 5,000 (go3.sh), at its rate and at twice it, and the
+        # continued on an H100 at batch 256 from its step 5,000 (binding-gpu-mixture-and-transformer-recipes.sh), at its rate and at twice it, and the
         # first of those continued on the CPU again: their sequences count on from where they started
         "mamba-from8-gpu": ("Mamba from the probe's model, on a GPU", "#00cc96"),
         "mamba-from8-gpu-lr3.2e-3": ("the same at lr 3.2e-3", "#b6e880"),
         "mamba-from8-gpu-cpu": ("Mamba from the probe's model, on the CPU again", "#00cc96"),
         # Mamba with its convolution alone (the paper's Mamba), from its 8-pair probe (../binding-lr-probe/
-        # cpu-mamba-noshift-lr3.2e-3, step 5,000: 1.28M sequences of 1-8 pairs), on an H100 (go3.sh)
+        # cpu-mamba-noshift-lr3.2e-3, step 5,000: 1.28M sequences of 1-8 pairs), on an H100 (binding-gpu-mixture-and-transformer-recipes.sh)
         "mamba-noshift-gpu": ("Mamba, its convolution alone, from its probe, on a GPU", "#19d3f3"),
         # the paper's transformer (learned positions, untied), a first stage of 3,000 steps on 8-pair tables from
         # pools of 16 keys (../binding-transformer-recipe/), then this mixture; measured from step 4,000
         "transformer-pool16": ("the paper's transformer after a stage on pools of 16", "#ab63fa"),
-        # a third H100 call (go4.sh): each lineage's latest checkpoint, at batch 256
+        # a third H100 call (binding-gpu-mixture-latest-checkpoints.sh): each lineage's latest checkpoint, at batch 256
         "mamba-from8-gpu2": ("Mamba from the probe's model, on a GPU again", "#00cc96"),
         "mamba-noshift-gpu2": ("Mamba, its convolution alone, on a GPU again", "#19d3f3"),
         "mamba-noshift-gpu2-lr3.2e-3": ("the same at lr 3.2e-3", "#fecb52"),
@@ -43,14 +45,14 @@ RUNS = {"mamba": ("Mamba", "#636efa"), "transformer-plain": ("plain transformer"
         # both Mambas on the CPU again at batch 64 and the GPU's rates (they lost ground; stopped at step 1,300)
         "mamba-from8-gpu2-cpu": ("Mamba from the probe's model, on the CPU a second time", "#00cc96"),
         "mamba-noshift-gpu2-cpu": ("Mamba, its convolution alone, on the CPU again", "#fecb52"),
-        # the same two at the GPU's rates scaled by sqrt(64/256) for the smaller batch (launch.sh)
+        # the same two at the GPU's rates scaled by sqrt(64/256) for the smaller batch (binding-lineage-runs.sh)
         "mamba-from8-gpu2-cpu-lr8e-4": ("the shifted one at lr 8e-4", "#2ca02c"),
         "mamba-noshift-gpu2-cpu-lr1.6e-3": ("the paper's at lr 1.6e-3", "#ff7f0e"),
-        # the shifted one from its step 3,000 at 8e-4, the rate annealed to zero over 1,500 steps (launch.sh)
+        # the shifted one from its step 3,000 at 8e-4, the rate annealed to zero over 1,500 steps (binding-lineage-runs.sh)
         "mamba-from8-gpu2-anneal": ("the shifted one, its rate annealed", "#d62728"),
         # a second cycle from the end of that anneal: lr 4e-4 to zero over 6,000 steps (shipped as recall-mamba-shift-mix)
         "mamba-from8-gpu2-anneal2": ("the shifted one, a second cycle", "#8c564b"),
-        # the paper's from its step 10,000 at 1.6e-3, the rate annealed to zero over 3,000 steps (launch.sh)
+        # the paper's from its step 10,000 at 1.6e-3, the rate annealed to zero over 3,000 steps (binding-lineage-runs.sh)
         "mamba-noshift-anneal": ("the paper's, its rate annealed", "#e377c2"),
         # the shifted one's third cycle, on the paper's schedule (1.6e-3 to zero over 3,000 steps)
         "mamba-from8-gpu2-anneal3": ("the shifted one, a third cycle", "#7f7f7f")}

@@ -3,10 +3,11 @@ from pools of 256 keys and 256 values, every bound key queried) against training
 probed architecture and learning rate, with chance (a value of the table, 1/n, averaged over the table sizes
 1-8: H_8 / 8), and their training loss.
 
-Reads the runs' records in this folder (``<arch>-lr<lr>/metrics.jsonl`` and ``run.json``, from ``go.sh`` and
-``go2.sh`` on a lent H100) and writes ``curve.pdf``, ``curve.png`` and ``curve.json`` (the plotted numbers):
+Reads the runs' records in figures/readme/equal-footing/binding-lr-probe/ (``<arch>-lr<lr>/metrics.jsonl`` and
+``run.json``, from ``binding-lr-probe.sh`` and ``binding-lr-probe-more-variants.sh`` on a lent H100) and writes
+``curve.pdf``, ``curve.png`` and ``curve.json`` (the plotted numbers) there:
 
-    python figures/readme/equal-footing/binding-lr-probe/curve.py
+    python experiments/binding_lr_probe_curve.py
 """
 import json
 from pathlib import Path
@@ -18,7 +19,7 @@ from analyses import style
 from interp.export import figure_image, figure_pdf
 from interp.files import atomic_write_bytes, atomic_write_json
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "figures" / "readme" / "equal-footing" / "binding-lr-probe"
 ARCHS = {"mamba": ("Mamba, shift 3", "#636efa"), "mamba-noshift": ("Mamba, its conv alone", "#19d3f3"),
          "transformer": ("plain transformer", "#ef553b"), "transformer-shift": ("transformer, shift 3", "#ab63fa"),
          "lstm": ("LSTM", "#00cc96"),
@@ -30,7 +31,7 @@ CHANCE = sum(1 / n for n in range(1, 9)) / 8  # a random value of the table, tab
 
 def curves(run: str, every: int = 250, root: Path = HERE) -> dict:
     """Held-out accuracy at every evaluation, and the training loss averaged over windows of ``every`` steps
-    (``root``: the folder that holds the run's records; ../binding-transformer-recipe/ reads its own)."""
+    (``root``: the folder that holds the run's records; binding_transformer_recipe_curve.py reads its own)."""
     batch = json.loads((root / run / "run.json").read_text())["train"]["batch_size"]
     rows = [json.loads(line) for line in (root / run / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "eval_accuracy" in r]

@@ -3,11 +3,12 @@ recipes (rotary or learned positions, tied or untied unembedding) on 8-pair tabl
 keys and values, the paper's recipe (learned positions, untied) on pools of 256 and on the compact layout,
 and five recipes on pools of 256 trained side by side on an H100.
 
-Reads the runs' records in this folder (``<run>/metrics.jsonl`` and ``run.json`` from ``interp train``;
+Reads the runs' records in figures/readme/equal-footing/binding-transformer-recipe/ (``<run>/metrics.jsonl``
+and ``run.json`` from ``interp train``;
 each folder's name says its cell and recipe, its run.json the whole command) and writes ``curve.pdf``,
-``curve.png`` and ``curve.json`` (the plotted numbers, and the first evaluation at or above 90% per run):
+``curve.png`` and ``curve.json`` there (the plotted numbers, and the first evaluation at or above 90% per run):
 
-    python figures/readme/equal-footing/binding-transformer-recipe/curve.py
+    python experiments/binding_transformer_recipe_curve.py
 """
 import importlib.util
 from pathlib import Path
@@ -18,9 +19,9 @@ from analyses import style
 from interp.export import PNG_WIDTH, figure_image, figure_pdf
 from interp.files import atomic_write_bytes, atomic_write_json
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent / "figures" / "readme" / "equal-footing" / "binding-transformer-recipe"
 # the learning-rate probe's reader of a run's records (evaluations and windowed loss), one definition for both
-_spec = importlib.util.spec_from_file_location("lr_probe_curve", HERE.parent / "binding-lr-probe" / "curve.py")
+_spec = importlib.util.spec_from_file_location("lr_probe_curve", Path(__file__).resolve().parent / "binding_lr_probe_curve.py")
 lr_probe = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lr_probe)
 
@@ -36,7 +37,7 @@ RUNS = {  # folder: (legend, colour, dash)
     # the same run with a first stage on pools of 16 (steps 0-3,000, `-T pool=16`), evaluated on pools of 256 throughout
     "pools256-learned-untied-after-pools16": ("pools of 256 after a stage on pools of 16: the paper's", "#19d3f3",
                                               "solid"),
-    # on an H100 at batch 256 (../binding-dense-mix/go3.sh), side by side for the same eight minutes
+    # on an H100 at batch 256 (binding-gpu-mixture-and-transformer-recipes.sh), side by side for the same eight minutes
     "gpu-pools256-learned-tied": ("pools of 256, GPU: learned positions, tied", "#ab63fa", "dash"),
     "gpu-pools256-rotary-untied": ("pools of 256, GPU: rotary, untied", "#ffa15a", "dash"),
     "gpu-pools256-rotary-tied-wide": ("pools of 256, GPU: rotary, tied, width 128, 4 heads", "#ef553b", "dash"),

@@ -1,6 +1,9 @@
 #!/bin/sh
 # The same-position variant (--same-position true: d h_{L-1,t} / d h_{l,t} only, no effects on later positions)
-# on two transformers, beside make.sh's TransformerLens definition. Run from the repository root.
+# on two transformers, beside jacobian-lens.sh's TransformerLens definition. Writes
+# figures/readme/jacobian-lens/same-position/MODEL/; the shipped run's times are in
+# figures/readme/jacobian-lens/make-same-position.log.
+cd "$(dirname "$0")/.." || exit 1
 export OMP_NUM_THREADS=1
 for model in bijection-transformer-cpu hmm-transformer-cpu; do
   start=$(date +%s)

@@ -1,6 +1,6 @@
 """Recall accuracy of the four shipped recall models on fresh held-out sequences, with intervals.
 
-Issue 52: the "7.49%" of recall-mamba-cpu was one fixed 512-sequence evaluation set (1,536 queries).
+The "7.49%" of recall-mamba-cpu in its search was one fixed 512-sequence evaluation set (1,536 queries).
 This measures each shipped recall model on two sets it never saw:
 
 - ``fresh``: the task as trained (tables of 1-64 pairs, the size drawn per sequence), ``--n``
@@ -11,7 +11,7 @@ This measures each shipped recall model on two sets it never saw:
 Each accuracy comes with a 95% percentile bootstrap interval over sequences (2,000 resamples;
 stratified by table size for the balanced set), and accuracy / E[1/n] with its interval.
 
-    python figures/readme/equal-footing/recall-remeasure/measure.py --out figures/readme/equal-footing/recall-remeasure/recall-remeasure.json
+    python experiments/recall_remeasure.py --out figures/readme/equal-footing/recall-remeasure/recall-remeasure.json
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-"""figures/readme/equal-footing/binding-dense-mix/ablation.py: what the paper's Mamba's anneal depends on.
+"""experiments/binding_anneal_ablation.py: what the paper's Mamba's anneal depends on.
 
 The difference from the shipped anneal is checked on constructed intervals whose standard errors are known,
 and the shipped ablation.json against the content-addressing records it was made from (so the page's table
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "figures/readme/equal-footing/binding-dense-mix/ablation.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "experiments/binding_anneal_ablation.py"
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_difference_adds_the_two_standard_errors_in_quadrature(ablation):
 
 
 def test_the_shipped_numbers_are_the_records(ablation):
-    shipped = json.loads((SCRIPT.parent / "ablation.json").read_text())
+    shipped = json.loads((ablation["HERE"] / "ablation.json").read_text())
     runs = [d["run"] for d in shipped["settings"]]
     assert runs[0] == ablation["SHIPPED"] and set(runs) <= set(ablation["SETTINGS"])
     for d in shipped["settings"]:

@@ -1,4 +1,4 @@
-"""figures/readme/equal-footing/binding-dense-mix/carriers.py: where a two-layer transformer keeps each binding.
+"""experiments/binding_carriers.py: where a two-layer transformer keeps each binding.
 
 Checked on a transformer whose attention is set by hand through its hook points (a hook on hook_pattern
 returns the constructed pattern): every slot's pair is copied to its own filler after the table and read from
@@ -11,7 +11,7 @@ import torch
 import models
 import tasks
 
-SCRIPT = Path(__file__).resolve().parent.parent / "figures/readme/equal-footing/binding-dense-mix/carriers.py"
+SCRIPT = Path(__file__).resolve().parent.parent / "experiments/binding_carriers.py"
 UNCOPIED = 2  # the slot whose value no position gathers
 
 
