@@ -16,16 +16,18 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analyses import style
-from interp.export import figure_image, figure_pdf
+from interp.export import PNG_WIDTH, figure_image, figure_pdf
 from interp.files import atomic_write_bytes, atomic_write_json
 
 HERE = Path(__file__).resolve().parent.parent / "figures" / "readme" / "equal-footing" / "binding-lr-probe"
-ARCHS = {"mamba": ("Mamba, shift 3", "#636efa"), "mamba-noshift": ("Mamba, its conv alone", "#19d3f3"),
-         "transformer": ("plain transformer", "#ef553b"), "transformer-shift": ("transformer, shift 3", "#ab63fa"),
-         "lstm": ("LSTM", "#00cc96"),
+# run folder prefix: (panel, line dash, what the dash means there); one panel per architecture, one colour per rate
+PANELS = ["Mamba, shift 3", "Mamba, its convolution alone (dashed: on a CPU, float32)", "plain transformer",
+          "controls: transformer with shift 3 (solid), LSTM (dotted)"]
+ARCHS = {"mamba": (0, "solid"), "mamba-noshift": (1, "solid"), "transformer": (2, "solid"),
+         "transformer-shift": (3, "solid"), "lstm": (3, "dot"),
          # the GPU's run of Mamba with its conv alone at 3.2e-3 repeated on one CPU thread, in float32 (the GPU: bf16)
-         "cpu-mamba-noshift": ("Mamba, its conv alone, on a CPU", "#ffa15a")}
-LRS = {"3.2e-4": "dot", "1e-3": "dash", "3.2e-3": "solid", "1e-2": "dashdot"}
+         "cpu-mamba-noshift": (1, "dash")}
+LRS = {"3.2e-4": "#9467bd", "1e-3": "#1f77b4", "3.2e-3": "#2ca02c", "1e-2": "#d62728"}
 CHANCE = sum(1 / n for n in range(1, 9)) / 8  # a random value of the table, tables of 1..8 pairs equally often
 
 
@@ -44,24 +46,34 @@ def curves(run: str, every: int = 250, root: Path = HERE) -> dict:
 
 
 def figure(data: dict) -> go.Figure:
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1, column_widths=[0.55, 0.45],
-                        subplot_titles=("held-out accuracy (grey: chance, a value of the table)", "training loss"))
+    """One row per architecture (accuracy, then training loss), one colour per learning rate: at most three
+    curves share a panel."""
+    fig = make_subplots(rows=len(PANELS), cols=2, shared_xaxes=True, horizontal_spacing=0.1, vertical_spacing=0.06,
+                        column_widths=[0.55, 0.45],
+                        subplot_titles=[t for panel in PANELS for t in (panel, "training loss")])
+    shown = set()
     for run, d in data.items():
         arch, lr = run.split("-lr")
-        name, colour = ARCHS[arch]
-        line = dict(color=colour, dash=LRS[lr])
-        fig.add_scatter(x=d["sequences"], y=d["accuracy"], mode="lines", name=f"{name}, lr {lr}", row=1, col=1,
-                        line=line, legendgroup=run)
-        fig.add_scatter(x=d["loss_sequences"], y=d["loss"], mode="lines", row=1, col=2, line=line, legendgroup=run,
-                        showlegend=False)
-    fig.add_hline(y=CHANCE, line=dict(color="grey", dash="dash", width=1), row=1, col=1)
-    fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=1, col=1)
-    fig.update_yaxes(title_text="cross-entropy (nats, log)", type="log", row=1, col=2)
-    fig.update_xaxes(title_text="training sequences", tickformat="~s")
+        row, dash = ARCHS[arch]
+        line = dict(color=LRS[lr], dash=dash)
+        fig.add_scatter(x=d["sequences"], y=d["accuracy"], mode="lines", name=f"lr {lr}", row=row + 1, col=1,
+                        line=line, legendgroup=lr, showlegend=lr not in shown)
+        shown.add(lr)
+        fig.add_scatter(x=d["loss_sequences"], y=d["loss"], mode="lines", row=row + 1, col=2, line=line,
+                        legendgroup=lr, showlegend=False)
+    for row in range(1, len(PANELS) + 1):
+        fig.add_hline(y=CHANCE, line=dict(color="grey", dash="dash", width=1), row=row, col=1)
+        fig.update_yaxes(title_text="accuracy", range=[0, 1.02], row=row, col=1)
+        fig.update_yaxes(title_text="nats (log)", type="log", row=row, col=2)
+    fig.update_xaxes(title_text="training sequences", tickformat="~s", row=len(PANELS))
     fig.update_layout(title="Binding's learning-rate probe: 8-pair dense tables, batch 256, one H100 (and one CPU)"
-                            "<br><sup>accuracy on 512 held-out sequences (8 queries each) every 100-250 steps; loss: "
-                            "mean of each 250 steps</sup>", width=1300, height=640)
-    return style.apply(fig)
+                            "<br><sup>held-out accuracy on 512 sequences (8 queries each) every 100-250 steps, grey at "
+                            "chance (a value of the table); loss: mean of each 250 steps</sup>",
+                      width=PNG_WIDTH, height=1350, legend_title_text="learning rate")
+    fig = style.apply(fig)
+    # the shared axis spans every row's runs, not the last row's few evaluations
+    fig.update_xaxes(tickformat="~s", tickangle=0, tickmode="auto", nticks=8)
+    return fig
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ import importlib.util
 from pathlib import Path
 
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from analyses import style
 from interp.export import PNG_WIDTH, figure_image, figure_pdf
@@ -25,24 +26,31 @@ _spec = importlib.util.spec_from_file_location("lr_probe_curve", Path(__file__).
 lr_probe = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lr_probe)
 
-RUNS = {  # folder: (legend, colour, dash)
-    "pools16-rotary-tied": ("pools of 16: rotary, tied (the CPU preset without its shift)", "#ef553b", "solid"),
-    "pools16-rotary-untied": ("pools of 16: rotary, untied", "#ffa15a", "solid"),
-    "pools16-learned-tied": ("pools of 16: learned positions, tied", "#ab63fa", "solid"),
-    "pools16-learned-untied": ("pools of 16: learned positions, untied (the paper's)", "#00cc96", "solid"),
-    "compact4-pools16-rotary-tied": ("compact, 4 pairs, pools of 16: rotary, tied", "#ef553b", "dot"),
-    "compact4-pools16-learned-untied": ("compact, 4 pairs, pools of 16: the paper's", "#00cc96", "dot"),
-    "compact8-pools256-learned-untied": ("compact, 8 pairs, pools of 256: the paper's", "#636efa", "dot"),
-    "pools256-learned-untied": ("pools of 256: the paper's", "#636efa", "solid"),
+# one panel per layout and key pool; one colour per recipe; the line says where it ran: solid, the CPU on pools of 16;
+# dotted, the CPU on pools of 256; dashed, a GPU (H100, batch 256, binding-gpu-mixture-and-transformer-recipes.sh)
+PANELS = ["the paper's layout, pools of 16", "the compact layout (no markers or fillers): 4 pairs from pools of 16, 8 from pools of 256",
+          "the paper's layout, pools of 256"]
+RECIPES = {"rotary, tied (the CPU preset without its shift)": "#d62728", "rotary, untied": "#ff7f0e",
+           "learned positions, tied": "#9467bd", "learned positions, untied (the paper's)": "#2ca02c",
+           "the paper's, after a stage on pools of 16": "#17becf", "rotary, tied, width 128, 4 heads": "#8c564b",
+           "rotary, tied, 4 layers": "#e377c2"}
+RUNS = {  # folder: (panel, recipe, dash)
+    "pools16-rotary-tied": (0, "rotary, tied (the CPU preset without its shift)", "solid"),
+    "pools16-rotary-untied": (0, "rotary, untied", "solid"),
+    "pools16-learned-tied": (0, "learned positions, tied", "solid"),
+    "pools16-learned-untied": (0, "learned positions, untied (the paper's)", "solid"),
+    "compact4-pools16-rotary-tied": (1, "rotary, tied (the CPU preset without its shift)", "solid"),
+    "compact4-pools16-learned-untied": (1, "learned positions, untied (the paper's)", "solid"),
+    "compact8-pools256-learned-untied": (1, "learned positions, untied (the paper's)", "dot"),
+    "pools256-learned-untied": (2, "learned positions, untied (the paper's)", "dot"),
     # the same run with a first stage on pools of 16 (steps 0-3,000, `-T pool=16`), evaluated on pools of 256 throughout
-    "pools256-learned-untied-after-pools16": ("pools of 256 after a stage on pools of 16: the paper's", "#19d3f3",
-                                              "solid"),
-    # on an H100 at batch 256 (binding-gpu-mixture-and-transformer-recipes.sh), side by side for the same eight minutes
-    "gpu-pools256-learned-tied": ("pools of 256, GPU: learned positions, tied", "#ab63fa", "dash"),
-    "gpu-pools256-rotary-untied": ("pools of 256, GPU: rotary, untied", "#ffa15a", "dash"),
-    "gpu-pools256-rotary-tied-wide": ("pools of 256, GPU: rotary, tied, width 128, 4 heads", "#ef553b", "dash"),
-    "gpu-pools256-rotary-tied-4layers": ("pools of 256, GPU: rotary, tied, 4 layers", "#b6e880", "dash"),
-    "gpu-compact8-pools256-rotary-tied": ("compact, 8 pairs, pools of 256, GPU: rotary, tied", "#ef553b", "dashdot"),
+    "pools256-learned-untied-after-pools16": (2, "the paper's, after a stage on pools of 16", "dot"),
+    # on an H100 at batch 256, side by side for the same eight minutes
+    "gpu-pools256-learned-tied": (2, "learned positions, tied", "dash"),
+    "gpu-pools256-rotary-untied": (2, "rotary, untied", "dash"),
+    "gpu-pools256-rotary-tied-wide": (2, "rotary, tied, width 128, 4 heads", "dash"),
+    "gpu-pools256-rotary-tied-4layers": (2, "rotary, tied, 4 layers", "dash"),
+    "gpu-compact8-pools256-rotary-tied": (1, "rotary, tied (the CPU preset without its shift)", "dash"),
 }
 
 
@@ -56,17 +64,22 @@ def main() -> None:
         if (HERE / run).is_dir():
             d = lr_probe.curves(run=run, root=HERE)
             data[run] = dict(d, first_at_90=first_at(d["accuracy"], d["sequences"]))
-    fig = go.Figure()
+    fig = make_subplots(rows=len(PANELS), cols=1, shared_xaxes=True, vertical_spacing=0.07, subplot_titles=PANELS)
+    shown = set()
     for run, d in data.items():
-        name, colour, dash = RUNS[run]
-        fig.add_scatter(x=d["sequences"], y=d["accuracy"], mode="lines", name=name, line=dict(color=colour, dash=dash))
-    fig.update_xaxes(title_text="training sequences", type="log")
+        panel, recipe, dash = RUNS[run]
+        fig.add_scatter(x=d["sequences"], y=d["accuracy"], mode="lines", name=recipe, row=panel + 1, col=1,
+                        line=dict(color=RECIPES[recipe], dash=dash), legendgroup=recipe, showlegend=recipe not in shown)
+        shown.add(recipe)
+    fig.update_xaxes(type="log")
+    fig.update_xaxes(title_text="training sequences", row=len(PANELS))
     fig.update_yaxes(title_text="held-out accuracy", range=[0, 1.02])
     fig.update_layout(title="The plain transformer on recall, by recipe and key pool<br><sup>8-pair tables of the "
-                            "paper's layout unless 'compact'; lr 1e-3, batch 64 (GPU: 256); 256-512 held-out sequences per "
-                            "point</sup>", width=PNG_WIDTH, height=620)
+                            "paper's layout unless compact; lr 1e-3; solid: the CPU (batch 64) on pools of 16; dotted: the CPU on pools of "
+                            "256; dashed: a GPU (batch 256) on pools of 256; 256-512 held-out sequences per point</sup>",
+                      width=PNG_WIDTH, height=1100)
     fig = style.apply(fig)
-    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0))
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.08, xanchor="left", x=0))
     atomic_write_bytes(HERE / "curve.pdf", figure_pdf(fig))
     atomic_write_bytes(HERE / "curve.png", figure_image(fig, "png"))
     atomic_write_json(HERE / "curve.json", {"runs": data})
