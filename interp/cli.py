@@ -35,10 +35,13 @@ def parse_assignments(pairs: tuple[str, ...], what: str) -> dict:
     return out
 
 
-def parse_curriculum(text: str | None) -> list | None:
-    """``--curriculum`` as JSON; its shape and stages are checked where the training settings are."""
+def parse_curriculum(text: str | None, named: bool = True) -> list | str | None:
+    """``--curriculum`` as JSON, or the name of one of the task's named curricula (e.g. recall's ``dense-mix``);
+    its shape and stages are checked where the training settings are."""
     if text is None:
         return None
+    if named and text.strip().replace("-", "").isalnum():  # a bare word: a named curriculum, built by the task
+        return text.strip()
     try:
         return json.loads(text)
     except (json.JSONDecodeError, RecursionError) as err:
@@ -89,7 +92,8 @@ def main():
               "frame-precision); default: 0-1k every 100, then every 1k, then every 10k")
 @click.option("--curriculum", metavar="JSON", help="stages before the task itself, as JSON [[until_step, {task settings}], "
               "...], e.g. '[[2000, {\"n\": 10}]]' (overrides the preset's; '[]' for none); a list of settings is a "
-              "mixture, taken in turn: '[[9000, [{\"N\": 8, \"slots\": 8}, {}]]]'")
+              "mixture, taken in turn: '[[9000, [{\"N\": 8, \"slots\": 8}, {}]]]'; or a task's named curriculum, "
+              "e.g. dense-mix (recall's binding recipe)")
 @click.option("--eval-every", type=int, help="steps between held-out evaluations (overrides the preset)")
 @click.option("--eval-size", type=int, help="held-out sequences per evaluation (overrides the preset)")
 @click.option("--compile/--no-compile", "compile_step", default=None,
@@ -356,17 +360,27 @@ def reproduce(preset, only, archs, runs, out, device):
 @click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
 @click.option("--steps", type=int, help="training steps of every point [default: the capacity reference's preset]")
 @click.option("--batch-size", type=int, help="sequences per step of every point [default: the preset's]")
-@click.option("--lr", type=float, help="peak learning rate of every point [default: the capacity reference's preset]")
-@click.option("--curriculum", metavar="JSON", help="stages before the task itself, for every point, as JSON "
-              "(default: the capacity reference's preset; '[]' for none)")
+@click.option("--lr", metavar="LR[,LR...]", help="peak learning rate(s): with several, every point trains at each "
+              "and the best per architecture and cell is reported [default: the capacity reference's preset]")
+@click.option("--seeds", metavar="S[,S...]", help="several seeds: every point trains once per seed (overrides --seed)")
+@click.option("--threshold", type=float, help="record the training sequences to this metric at every point, and "
+              "stop a point at the first evaluation that reaches it [default: the primitive's threshold, no stop]")
+@click.option("--eval-every", type=click.IntRange(1), help="steps between a point's evaluations while it trains, "
+              "on the task's own held-out format [default: the preset's]")
+@click.option("--jobs", type=click.IntRange(1), default=1, show_default=True,
+              help="points trained at once, each in a process of one thread (more sweeps on the same --out, "
+                   "e.g. on machines sharing it, share the points too)")
+@click.option("--curriculum", metavar="JSON|NAME", help="stages before the task itself, for every point, as JSON, or "
+              "a task's named curriculum built for each point's task, e.g. dense-mix (recall's binding recipe) "
+              "[default: the capacity reference's preset; '[]' for none]")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="a fixed task setting")
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="a fixed model setting")
 @click.option("--n", "n_eval", type=click.IntRange(1), default=1000, show_default=True, help="held-out sequences per point")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of every init and training batch")
 @click.option("--out", type=click.Path(path_type=Path), help="sweep folder [sweeps/TASK-SETTING]")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
-def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, curriculum, task_options, model_options,
-          n_eval, seed, out, device):
+def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, seeds, threshold, eval_every, jobs,
+          curriculum, task_options, model_options, n_eval, seed, out, device):
     """Difficulty curves: train every architecture at every axis value with one budget, measure the
     task's primitive metric, and write OUT/sweep.json (curves, break points) and sweep.pdf/html/png.
     Rerunning resumes: finished points are read back."""
@@ -386,8 +400,24 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, c
     job = Sweep(task_name, axis, split(archs) if archs else models.ARCHS, out, width_values, preset, steps,
                 batch_size, parse_assignments(task_options, "task option"),
                 parse_assignments(model_options, "model option"), n_eval, seed, device, run_names, lr=lr,
-                curriculum=parse_curriculum(curriculum))
+                curriculum=parse_curriculum(curriculum), seeds=split(seeds) if seeds else (), threshold=threshold,
+                eval_every=eval_every, jobs=jobs)
     summary = job.execute()
+    for arch, by_curve in summary.get("chosen", {}).items():
+        if len(summary["lrs"]) > 1 or len(summary["seeds"]) > 1:
+            for curve, cells in by_curve.items():
+                for value, cell in cells.items():
+                    reached = [f"{s:,}" if s is not None else "not reached" for s in cell["sequences_to_threshold"]]
+                    click.echo(f"  {arch:<12} {summary['axis']}={value:<4} best lr {cell['lr']:g}: "
+                               + (f"{cell['metric']:.4g}" if cell["metric"] is not None else "diverged")
+                               + f", sequences to {summary['threshold']:g}: {', '.join(reached)}")
+    for arch, by_curve in summary.get("ratios", {}).items():
+        for curve, cells in by_curve.items():
+            for value, r in cells.items():
+                text = (f"{r['ratio']:.2f}x ({r['low']:.2f}-{r['high']:.2f} over seed pairs)" if r["ratio"] is not None
+                        else "not reached by every seed")
+                click.echo(f"  {arch} / {r['over']} sequences to {summary['threshold']:g} at {summary['axis']}={value}: "
+                           f"{text}")
     for arch, by_width in summary["break_points"].items():
         for width, brk in by_width.items():
             where = (f"breaks at {summary['axis']}={brk['value']}" if brk["value"] is not None
@@ -446,7 +476,7 @@ def tune(task_name, arch, space, more_space, preset, steps, batch_size, eval_siz
     out = out or Path("tunes") / f"{task_name}-{arch}-{preset}"
     job = Tune(task_name, arch, tuple(space) + tuple(more_space), out, preset, steps, batch_size, eval_size, seed,
                storage, study, pruner, prune_after, parse_assignments(task_options, "task option"),
-               parse_assignments(model_options, "model option"), device, curriculum=parse_curriculum(curriculum),
+               parse_assignments(model_options, "model option"), device, curriculum=parse_curriculum(curriculum, named=False),
                **({} if max_grid is None else dict(max_grid=max_grid)))
     for note in job.notes:
         click.echo(f"warning: {note}", err=True)

@@ -236,6 +236,11 @@ def resolve(task, arch: str, preset: str = "cpu", *, task_options: dict | None =
     if unknown:
         raise UserError(f"unknown training setting(s) {', '.join(unknown)}; valid: {', '.join(asdict(train))}")
     notes = []
+    if isinstance(overrides.get("curriculum"), str):  # a named curriculum: the task builds it for this run
+        try:
+            overrides["curriculum"] = task.curriculum(overrides["curriculum"], overrides.get("steps", train.steps))
+        except tasks.ConfigError as err:
+            raise UserError(str(err)) from None
     if "steps" in overrides and "curriculum" not in overrides:  # a shorter run: the preset's stages in proportion
         overrides["curriculum"] = fitted_curriculum(train.curriculum, train.steps, overrides["steps"])
         if overrides["curriculum"] != [list(stage) for stage in train.curriculum]:

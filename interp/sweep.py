@@ -15,11 +15,21 @@ Every trained point is a normal run folder under ``<out>/runs`` plus a ``point.j
 interrupted sweep resumes: finished points are read back, an interrupted run continues from its
 resume state. ``sweep.json`` (curves, break points, thresholds, budget) and ``sweep.pdf`` / ``.html``
 / ``.png`` are rewritten after every point.
+
+The grid the field uses (zoology's MQAR sweeps): several learning rates (``lrs``) and seeds per point, the
+best rate per architecture and cell reported with the others kept; evaluations along the way
+(``eval_every``, on the task's own held-out format), and with a ``threshold`` each point records the
+training sequences at the first evaluation that reaches it and stops there, so the budget goes to the
+points that need it. Points are claimed by a lock each, so several processes (``jobs``, one thread each,
+or sweeps started by hand on machines that share the folder) train different points of one sweep.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
+import statistics
+import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -31,7 +41,7 @@ import tasks
 
 from .checkpoint import pick_device
 from .errors import UserError
-from .files import atomic_write_json, check_writes
+from .files import Lock, atomic_write_json, check_writes
 from .recipe import recorded_settings, resolve
 from .train import Trainer
 
@@ -45,7 +55,13 @@ count on that task, or, with widths, d_model set to the width for every architec
 point of an architecture (at one width) is the smallest axis value whose metric fails the threshold;
 none within the tested values is reported as beyond the tested range. Larger axis values are assumed
 harder. Evaluated sweeps (given runs) measure each trained model on its task with the axis setting
-changed instead of training one per point; their budget is each run's own.
+changed instead of training one per point; their budget is each run's own. With several learning rates
+and seeds, every (rate, seed) is a point of its own; an architecture's rate in a cell is the one that reaches
+the threshold in the fewest training sequences (median over seeds; with no threshold, or a tie, the best mean
+metric of the training-time evaluations, a held-out draw of its own), and the cell's metric is the mean over
+seeds at that rate, measured on a separate held-out draw: the rate is never chosen on the numbers reported.
+sequences_to_threshold is the training sequences at the first evaluation that reaches the threshold, null when
+none did within the budget.
 """.split())
 
 
@@ -55,6 +71,8 @@ class Point:
     value: int
     width: int | None = None
     run: str | None = None  # an evaluated sweep: the trained run measured at this value
+    lr: float | None = None  # None: the sweep's one budget rate
+    seed: int | None = None  # None: the sweep's one seed
 
     @property
     def curve(self) -> str:
@@ -74,13 +92,31 @@ def parse_axis(spec: str) -> tuple[str, list[int]]:
     return name.strip(), parsed
 
 
+def parse_numbers(spec, kind=float, name: str = "--lr") -> tuple:
+    """``"1e-3,3.2e-3"`` (or one number, or a list) -> a sorted tuple without repeats."""
+    values = spec if isinstance(spec, (list, tuple)) else [v for v in str(spec).split(",") if v.strip()]
+    try:
+        parsed = tuple(sorted({kind(v) for v in values}))
+    except (TypeError, ValueError):
+        parsed = ()
+    if not parsed:
+        raise UserError(f"{name} must be one or more comma-separated numbers, e.g. {name} "
+                        f"{'1e-3,3.2e-3,1e-2' if kind is float else '0,1'}; got {spec!r}")
+    return parsed
+
+
+def passes(metric: float | None, direction: str, threshold: float) -> bool:
+    """Whether a metric passes: at most the threshold for errors ("max"), at least it for scores; a point
+    without a metric (its training diverged) fails."""
+    return metric is not None and (metric <= threshold if direction == "max" else metric >= threshold)
+
+
 def break_point(curve: list[tuple[int, float]], direction: str, threshold: float) -> dict:
     """The first axis value (in increasing order) whose metric fails; a curve that never fails is
     'beyond the tested range'."""
-    passes = (lambda v: v <= threshold) if direction == "max" else (lambda v: v >= threshold)
-    curve = sorted(curve)
+    curve = sorted(curve, key=lambda vm: vm[0])
     for value, metric in curve:
-        if not passes(metric):
+        if not passes(metric, direction, threshold):
             status = "fails at every value tested" if value == curve[0][0] else "breaks"
             return dict(value=value, status=status, last_pass=max((v for v, _ in curve if v < value), default=None))
     return dict(value=None, status="beyond the tested range", last_pass=curve[-1][0] if curve else None)
@@ -90,18 +126,37 @@ class Sweep:
     def __init__(self, task: str | None, axis: str, archs: tuple[str, ...], out: Path, widths: tuple[int, ...] = (),
                  preset: str = "cpu", steps: int | None = None, batch_size: int | None = None,
                  task_options: dict | None = None, model_options: dict | None = None, n: int = 1000,
-                 seed: int = 0, device: str | None = None, runs: tuple[str, ...] = (), lr: float | None = None,
-                 curriculum: list | None = None):
+                 seed: int = 0, device: str | None = None, runs: tuple[str, ...] = (),
+                 lr: float | tuple | str | None = None, curriculum: list | str | None = None, seeds: tuple = (),
+                 threshold: float | None = None, eval_every: int | None = None, jobs: int = 1):
+        # what a worker process needs to build the same sweep (jobs > 1)
+        self.arguments = dict(task=task, axis=axis, archs=tuple(archs), out=Path(out), widths=tuple(widths),
+                              preset=preset, steps=steps, batch_size=batch_size, task_options=task_options,
+                              model_options=model_options, n=n, seed=seed, device=device, runs=tuple(runs), lr=lr,
+                              curriculum=curriculum, seeds=tuple(seeds), threshold=threshold, eval_every=eval_every)
         self.setting, self.values = parse_axis(axis)
+        self.lrs = parse_numbers(lr) if lr is not None else ()
+        self.seeds = parse_numbers(seeds, int, "--seeds") if seeds else (seed,)
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+            raise UserError(f"--jobs must be a whole number of processes, at least 1, got {jobs!r}")
+        self.jobs = jobs
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
+                                      or not math.isfinite(threshold)):
+            raise UserError(f"--threshold must be a number, e.g. 0.9 for accuracy, got {threshold!r}")
+        if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int)
+                                       or eval_every < 1):
+            raise UserError(f"--eval-every must be a whole number of steps, at least 1, got {eval_every!r}")
         self.out, self.preset, self.widths = Path(out), preset, tuple(widths)
         self.task_options, self.model_options = dict(task_options or {}), dict(model_options or {})
         self.n, self.seed, self.device = n, seed, pick_device(device)
         self.runs = self.read_runs(runs, task) if runs else {}
         self._loaded = {}  # an evaluated sweep's model in use (points come run by run)
         if self.runs:
-            if widths or steps or batch_size or task_options or model_options or lr or curriculum is not None:
+            if (widths or steps or batch_size or task_options or model_options or lr or curriculum is not None or seeds
+                    or threshold is not None or eval_every or jobs > 1):
                 raise UserError("an evaluated sweep (--runs) measures the runs as trained; drop --widths, --steps, "
-                                "--batch-size, --lr, --curriculum, -T and -M, or drop --runs to train one model per point")
+                                "--batch-size, --lr, --curriculum, --seeds, --threshold, --eval-every, --jobs, -T and "
+                                "-M, or drop --runs to train one model per point")
             task = next(iter(self.runs.values()))["task"]["name"]
             archs = tuple(dict.fromkeys(r["arch"] for r in self.runs.values()))
         if task not in tasks.NAMES:
@@ -114,6 +169,8 @@ class Sweep:
                                                     if t == task), (None, None))
         if self.primitive is None:
             raise UserError(f"task {task!r} declares no inference primitive, so a sweep has no metric to plot")
+        self.threshold = self.primitive.threshold if threshold is None else float(threshold)
+        self.stops = threshold is not None  # a point stops at the first evaluation that reaches the threshold
         for point in self.points():  # refuse a bad axis or setting before any training
             self.task_at(point)
         if self.runs:
@@ -125,10 +182,14 @@ class Sweep:
             raise UserError(f"-M {', '.join(unknown)}: no swept architecture has that setting; valid: "
                             f"{', '.join(sorted(known))}")
         reference = models.REFERENCE or models.ARCHS[0]
-        given = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, curriculum=curriculum).items()
-                 if v is not None}
-        budget = resolve(self.task_at(self.points()[0]), reference, preset, train_options=given | {"seed": seed}).train
+        given = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=self.lrs[0] if self.lrs else None,
+                                       curriculum=curriculum, eval_every=eval_every).items() if v is not None}
+        self.curriculum_name = curriculum if isinstance(curriculum, str) else None  # built for each point's task
+        budget = resolve(self.task_at(self.points()[0]), reference, preset,
+                         train_options=given | {"seed": self.seeds[0]}).train
         self.budget = replace(budget, eval_size=min(budget.eval_size, 256)).validate()
+        for point in self.points():  # a named curriculum that one point's task cannot build is refused now
+            self.point_budget(point)
 
     @staticmethod
     def read_runs(runs: tuple[str, ...], task: str | None) -> dict[str, dict]:
@@ -173,12 +234,30 @@ class Sweep:
     def points(self) -> list[Point]:
         if self.runs:
             return [Point(r["arch"], value, run=name) for name, r in self.runs.items() for value in self.values]
-        return [Point(arch, value, width) for arch in self.archs for width in (self.widths or (None,))
-                for value in self.values]
+        lrs = self.lrs if len(self.lrs) > 1 else (None,)
+        seeds = self.seeds if len(self.seeds) > 1 else (None,)
+        return [Point(arch, value, width, lr=lr, seed=seed) for arch in self.archs
+                for width in (self.widths or (None,)) for value in self.values for lr in lrs for seed in seeds]
 
     def run_dir(self, point: Point) -> Path:
+        """The point's run folder; the rate and seed are in its name only when the sweep has several (so a
+        sweep of one rate and seed resumes in the folders it always had)."""
         width = f"-d{point.width}" if point.width else ""
-        return self.out / "runs" / f"{point.arch}-{self.setting}{point.value}{width}"
+        lr = f"-lr{point.lr:g}" if point.lr is not None else ""
+        seed = f"-seed{point.seed}" if point.seed is not None else ""
+        return self.out / "runs" / f"{point.arch}-{self.setting}{point.value}{width}{lr}{seed}"
+
+    def point_budget(self, point: Point):
+        """The sweep's budget with the point's rate and seed, and a named curriculum built for its task."""
+        budget = replace(self.budget, **({"lr": point.lr} if point.lr is not None else {}),
+                         **({"seed": point.seed} if point.seed is not None else {}))
+        if self.curriculum_name:
+            try:
+                stages = self.task_at(point).curriculum(self.curriculum_name, budget.steps)
+            except tasks.ConfigError as err:
+                raise UserError(f"--curriculum {self.curriculum_name}: {err}") from None
+            budget = replace(budget, curriculum=stages)
+        return budget.validate()
 
     def model_config(self, point: Point, task) -> dict:
         """The preset's model, with the fixed -M settings this architecture has (n_heads goes only to
@@ -190,6 +269,21 @@ class Sweep:
             return resolve(task, point.arch, self.preset, model_options=fixed | width).model
         except UserError as err:
             raise UserError(f"{point.arch} at {self.setting}={point.value}: {err}") from None
+
+    def stop_at_threshold(self, step: int, metrics: dict) -> str | None:
+        """A trained point's stop rule: the first evaluation that reaches the threshold ends its run."""
+        p = self.primitive
+        value = metrics.get(p.metric)
+        return f"{p.metric} {value:.4g} reached the threshold {self.threshold:g}" if passes(
+            value, p.direction, self.threshold) else None
+
+    def claim(self, point: Point) -> Lock | None:
+        """The point's claim, held while one process trains it; None when another process holds it."""
+        lock = Lock(self.out / "claims", f"{self.run_dir(point).name}.lock")
+        try:
+            return lock.acquire()
+        except UserError:
+            return None
 
     def measure(self, point: Point) -> dict:
         """Train the point (or resume, or reuse it) and measure it; the numbers are saved beside the run."""
@@ -203,15 +297,39 @@ class Sweep:
             return json.loads(saved.read_text())
         task = self.task_at(point)
         record = run_dir / "run.json"
-        if record.exists() and json.loads(record.read_text()).get("status") != "finished":
-            Trainer(run_dir, resume=True, device=self.device, progress=False, root=self.out).run()
-        elif not record.exists():
-            Trainer(run_dir, task.config(), point.arch, self.model_config(point, task), self.budget,
-                    device=self.device, progress=False, root=self.out).run()
+        stop = self.stop_at_threshold if self.stops else None
+        try:
+            if record.exists() and json.loads(record.read_text()).get("status") != "finished":
+                Trainer(run_dir, resume=True, device=self.device, progress=False, root=self.out, stop=stop).run()
+            elif not record.exists():
+                Trainer(run_dir, task.config(), point.arch, self.model_config(point, task), self.point_budget(point),
+                        device=self.device, progress=False, root=self.out, stop=stop).run()
+        except UserError as err:
+            if not str(err).startswith("loss became"):
+                raise
+            # a rate too high for this architecture: a result of the grid, not a failure of the sweep
+            result = self.point_record(point, None, {}, dict(task=task.config()), str(run_dir)) | dict(
+                diverged=str(err).split(";")[0])
+            atomic_write_json(saved, result, self.out)
+            return result
         run = json.loads(record.read_text())
         result = self.numbers(point, load(resolve(run_dir), device=self.device), task, run, str(run_dir))
         atomic_write_json(saved, result, self.out)
         return result
+
+    def learning_curve(self, run_dir: Path, batch_size: int) -> list[list]:
+        """[[training sequences, metric], ...] at every evaluation the run logged (the task's own held-out
+        format, the run's evaluation draw)."""
+        key, curve = f"eval_{self.primitive.metric}", []
+        metrics = run_dir / "metrics.jsonl"
+        for line in (metrics.read_text().splitlines() if metrics.exists() else ()):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a line cut by an interruption
+            if row.get(key) is not None and (not curve or row["step"] * batch_size > curve[-1][0]):
+                curve.append([row["step"] * batch_size, row[key]])
+        return curve
 
     def evaluate(self, point: Point) -> dict:
         """A trained run measured at the point's value; reused while its checkpoint is unchanged."""
@@ -238,34 +356,211 @@ class Sweep:
         from analyses.calibration import measure
 
         batch = held_out_batch(task, self.n, self.seed + 1234).to(next(model.parameters()).device)
-        numbers = measure(model, batch)
+        return self.point_record(point, measure(model, batch), run, task.config(), where)
+
+    def point_record(self, point: Point, numbers: dict | None, run: dict, task: dict, where: str) -> dict:
+        """What sweep.json keeps of a point: its numbers on the sweep's held-out draw (None: its training
+        diverged), its budget, and for a trained point its learning curve and sequences to the threshold."""
+        numbers = numbers or {}
         train = run.get("train") or {}
-        return dict(arch=point.arch, value=point.value, width=point.width, curve=point.curve, run=where,
-                    metric=numbers.get(self.primitive.metric), entropy_mae_bits=numbers["entropy_mae_bits"],
-                    accuracy=numbers.get("accuracy"), n_params=run.get("n_params"), train_steps=train.get("steps"),
-                    train_batch_size=train.get("batch_size"), train_minutes=round(run.get("wall_time_s", 0) / 60, 2),
-                    trained_task=run["task"], task=task.config())
+        record = dict(arch=point.arch, value=point.value, width=point.width, curve=point.curve, run=where,
+                      metric=numbers.get(self.primitive.metric), entropy_mae_bits=numbers.get("entropy_mae_bits"),
+                      accuracy=numbers.get("accuracy"), n_params=run.get("n_params"), train_steps=train.get("steps"),
+                      train_batch_size=train.get("batch_size"), train_minutes=round(run.get("wall_time_s", 0) / 60, 2),
+                      trained_task=run.get("task", task), task=task)
+        if point.run:
+            return record
+        budget = self.point_budget(point)
+        curve = self.learning_curve(Path(where), budget.batch_size)
+        p = self.primitive
+        reached = next((sequences for sequences, value in curve if passes(value, p.direction, self.threshold)), None)
+        best = (min if p.direction == "max" else max)((v for _, v in curve), default=None)
+        stopped = (run.get("stopped") or {}).get("step")
+        train_sequences = (stopped or train.get("steps") or 0) * budget.batch_size if run else None
+        return record | dict(lr=budget.lr, seed=budget.seed, budget_sequences=budget.steps * budget.batch_size,
+                             train_sequences=train_sequences, stopped_at_step=stopped,
+                             sequences_to_threshold=reached, best_reached=best,
+                             sequences_per_s=(round(train_sequences / run["wall_time_s"], 1)
+                                              if run.get("wall_time_s") else None),
+                             learning_curve=curve)
 
     def execute(self, progress: bool = True) -> dict:
         # the folders every point writes, checked before the first one trains: no link at any level of them
         folders = [self.run_dir(p).relative_to(self.out) for p in self.points() if not p.run]
-        check_writes(self.out, folders=folders + (["evaluated"] if self.runs else []))
-        results = []
-        bar = tqdm(self.points(), desc=f"sweep {self.task_name} {self.setting}", unit="point", disable=not progress)
-        for point in bar:
-            bar.set_postfix_str(f"{point.arch} {self.setting}={point.value}" + (f" d={point.width}" if point.width else ""))
-            results.append(self.measure(point))
-            self.write(results)
-        bar.close()
-        return self.write(results)
+        check_writes(self.out, folders=folders + (["evaluated"] if self.runs else ["claims", "workers"]))
+        bar = tqdm(total=len(self.points()), desc=f"sweep {self.task_name} {self.setting}", unit="point",
+                   disable=not progress)
+        with bar:
+            if self.runs:
+                results = []
+                for point in self.points():
+                    bar.set_postfix_str(f"{point.run} {self.setting}={point.value}")
+                    results.append(self.measure(point))
+                    self.write(results)
+                    bar.update(1)
+                return self.write(results)
+            if self.jobs > 1:
+                return self.execute_in_workers(bar)
+
+            def finished(point):
+                bar.update(1)
+                self.write(self.finished_points())
+
+            self.work(on_point=finished, on_start=lambda point: bar.set_postfix_str(self.label(point)))
+        return self.write(self.finished_points())
+
+    def label(self, point: Point) -> str:
+        return (f"{point.arch} {self.setting}={point.value}" + (f" d={point.width}" if point.width else "")
+                + (f" lr={point.lr:g}" if point.lr is not None else "")
+                + (f" seed={point.seed}" if point.seed is not None else ""))
+
+    def finished_points(self) -> list[dict]:
+        """Every point measured so far (by this process or another), in the sweep's order."""
+        found = []
+        for point in self.points():
+            saved = self.run_dir(point) / "point.json"
+            if saved.exists():
+                found.append(json.loads(saved.read_text()))
+        return found
+
+    def work(self, on_point=None, on_start=None, poll_s: float = 5.0) -> None:
+        """Train and measure every point no other process is training, each under its claim, until every
+        point is measured; points another process holds are waited for (its claim ends with it, so a
+        point whose process died is taken over and resumed)."""
+        while True:
+            pending = [p for p in self.points() if not (self.run_dir(p) / "point.json").exists()]
+            if not pending:
+                return
+            progressed = False
+            for point in pending:
+                claim = self.claim(point)
+                if claim is None:
+                    continue
+                try:
+                    if (self.run_dir(point) / "point.json").exists():  # finished while we looked
+                        continue
+                    if on_start:
+                        on_start(point)
+                    self.measure(point)
+                    progressed = True
+                finally:
+                    claim.release()
+                if on_point:
+                    on_point(point)
+            if not progressed:
+                time.sleep(poll_s)
+
+    def execute_in_workers(self, bar) -> dict:
+        """``jobs`` worker processes, one thread each, claim and train the points; this process rewrites
+        sweep.json and the figures as their points arrive. A worker's output goes to workers/worker-K.log."""
+        import multiprocessing
+
+        logs = self.out / "workers"
+        check_writes(self.out, folders=["workers"])
+        logs.mkdir(parents=True, exist_ok=True)
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited torch threads or locks
+        saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # read when each worker's torch starts
+        try:
+            workers = [context.Process(target=_worker, args=(self.arguments, str(logs / f"worker-{k}.log")),
+                                       daemon=False) for k in range(self.jobs)]
+            for worker in workers:
+                worker.start()
+        finally:
+            for key, value in saved.items():
+                os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+        seen = 0
+        try:
+            while any(w.is_alive() for w in workers):
+                time.sleep(2)
+                done = self.finished_points()
+                if len(done) > seen:
+                    bar.update(len(done) - seen)
+                    seen = len(done)
+                    self.write(done)
+        except KeyboardInterrupt:
+            for worker in workers:
+                worker.terminate()  # their runs keep their resume states: rerun the sweep to go on
+            raise
+        failed = [(k, w.exitcode) for k, w in enumerate(workers) if w.exitcode]
+        summary = self.write(self.finished_points())
+        if failed:
+            k, code = failed[0]
+            last = (logs / f"worker-{k}.log").read_text(errors="replace").strip().splitlines()[-1:] or [f"exit {code}"]
+            raise UserError(f"{len(failed)} of {self.jobs} sweep workers stopped ({last[0]}); see {logs}; "
+                            f"run the same command again to resume")
+        return summary
+
+    def select(self, results: list[dict]) -> dict:
+        """arch -> curve -> axis value -> the cell at its chosen rate (see DEFINITION): the mean metric over
+        seeds and each seed's, each seed's sequences to the threshold, and every rate's numbers."""
+        p = self.primitive
+        worst = -math.inf if p.direction == "min" else math.inf
+        mean = lambda values: statistics.fmean(values) if values else None  # noqa: E731
+        cells = {}
+        for r in results:
+            cells.setdefault((r["arch"], r["curve"], r["value"]), {}).setdefault(r.get("lr"), []).append(r)
+        chosen = {}
+        for (arch, curve, value), by_lr in cells.items():
+            rates = {}
+            for lr, runs in by_lr.items():
+                validation = [r["learning_curve"][-1][1] if r.get("learning_curve") else None for r in runs]
+                reached = [r.get("sequences_to_threshold") for r in runs]
+                rates[lr] = dict(
+                    lr=lr, seeds=[r.get("seed") for r in runs], metrics=[r["metric"] for r in runs],
+                    metric=None if any(r["metric"] is None for r in runs) else mean([r["metric"] for r in runs]),
+                    validation=None if None in validation else mean(validation),
+                    sequences_to_threshold=reached,
+                    median_sequences_to_threshold=(statistics.median(reached) if None not in reached else None),
+                    diverged=sum(1 for r in runs if r.get("diverged")))
+
+            def rank(cell):  # fewer sequences to the threshold first, then the better validation metric
+                steps = cell["median_sequences_to_threshold"] if self.stops else None
+                score = worst if cell["validation"] is None or cell["metric"] is None else cell["validation"]
+                return (math.inf if steps is None else steps, -score if p.direction == "min" else score)
+
+            best = min(rates.values(), key=rank)
+            chosen.setdefault(arch, {}).setdefault(curve, {})[str(value)] = dict(
+                best, by_lr={f"{lr:g}" if lr is not None else "budget": cell for lr, cell in sorted(
+                    rates.items(), key=lambda kv: kv[0] or 0)})
+        return chosen
+
+    def ratios(self, chosen: dict) -> dict:
+        """With a threshold: each architecture's sequences to it over the first architecture's, per cell, at
+        each one's chosen rate: the ratio of the means over seeds, and the lowest and highest ratio over every
+        pair of seeds (null where a seed never reached it)."""
+        if not self.stops or len(self.archs) < 2:
+            return {}
+        reference = self.archs[0]
+        found = {}
+        for arch in self.archs[1:]:
+            for curve, cells in chosen.get(arch, {}).items():
+                for value, cell in cells.items():
+                    ref = chosen.get(reference, {}).get(curve, {}).get(value)
+                    if not ref:
+                        continue
+                    ours, theirs = cell["sequences_to_threshold"], ref["sequences_to_threshold"]
+                    known = None not in ours and None not in theirs
+                    pairs = [a / b for a in ours for b in theirs] if known else []
+                    found.setdefault(arch, {}).setdefault(curve, {})[value] = dict(
+                        over=reference, ratio=statistics.fmean(ours) / statistics.fmean(theirs) if known else None,
+                        low=min(pairs, default=None), high=max(pairs, default=None),
+                        reached=[None not in ours, None not in theirs])
+        return found
 
     def summary(self, results: list[dict]) -> dict:
         p = self.primitive
         breaks = {}
+        chosen = self.select(results) if not self.runs else {}
         for point in self.points():
-            curve = [(r["value"], r["metric"]) for r in results if r["arch"] == point.arch and r["curve"] == point.curve]
+            if chosen:
+                cells = chosen.get(point.arch, {}).get(point.curve, {})
+                curve = [(int(value), cell["metric"]) for value, cell in cells.items()]
+            else:
+                curve = [(r["value"], r["metric"]) for r in results
+                         if r["arch"] == point.arch and r["curve"] == point.curve]
             if curve:
-                breaks.setdefault(point.arch, {})[point.curve] = break_point(curve, p.direction, p.threshold)
+                breaks.setdefault(point.arch, {})[point.curve] = break_point(curve, p.direction, self.threshold)
         budget = (recorded_settings(asdict(self.budget)) if self.budget else
                   dict(mode="evaluated", **{name: dict(steps=r["train"]["steps"], batch_size=r["train"]["batch_size"],
                                                         n_params=r.get("n_params"),
@@ -274,7 +569,11 @@ class Sweep:
         return dict(task=self.task_name, primitive=self.primitive_name, axis=self.setting, values=self.values,
                     archs=list(self.archs), widths=list(self.widths), preset=self.preset,
                     mode="evaluated" if self.runs else "trained", runs=list(self.runs),
-                    metric=p.metric, direction=p.direction, threshold=p.threshold, threshold_why=p.why,
+                    metric=p.metric, direction=p.direction, threshold=self.threshold,
+                    threshold_why=p.why if self.threshold == p.threshold else "given with --threshold",
+                    lrs=list(self.lrs), seeds=list(self.seeds), stops_at_threshold=self.stops,
+                    curriculum_name=getattr(self, "curriculum_name", None), chosen=chosen,
+                    ratios=self.ratios(chosen) if chosen else {},
                     budget=budget, fixed_task_settings=self.task_options,
                     model_options=self.model_options, n_sequences=self.n, definition=DEFINITION,
                     points=results, break_points=breaks, complete=len(results) == len(self.points()))
@@ -286,11 +585,29 @@ class Sweep:
 
         summary = self.summary(results)
         figures = {"curves": curve_figure(summary)}
+        if any(r.get("learning_curve") for r in results):
+            figures["learning"] = learning_figure(summary)
         if len(self.widths) > 1:
             figures["grid"] = grid_figure([summary])
         result = Result("sweep", DEFINITION, summary, figures)
         store.write(result, self.out, ("pdf", "html", "png", "json"), store.provenance(), root=self.out)
         return summary
+
+
+def _worker(arguments: dict, log: str) -> None:
+    """One worker process of a sweep with ``jobs``: one thread, its output in ``log``, the same sweep."""
+    import sys
+
+    import torch
+
+    torch.set_num_threads(1)
+    with open(log, "a", buffering=1) as stream:
+        sys.stdout = sys.stderr = stream
+        try:
+            Sweep(**arguments).work(on_start=lambda point: print(f"{time.strftime('%H:%M:%S')} training {point}"))
+        except UserError as err:
+            print(f"error: {err}")
+            raise SystemExit(1) from None
 
 
 def grid_figure(summaries: list[dict], names: list[str] | None = None) -> go.Figure:
@@ -336,20 +653,33 @@ def curve_figure(summary: dict) -> go.Figure:
     fig = go.Figure()
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     dashes = ["solid", "dash", "dot", "dashdot"]
+    chosen = summary.get("chosen") or {}
     for i, arch in enumerate(summary["archs"]):
         for j, (curve, brk) in enumerate(summary["break_points"].get(arch, {}).items()):
-            points = sorted((r["value"], r["metric"]) for r in summary["points"]
-                            if r["arch"] == arch and r["curve"] == curve)
+            colour = colours[i % len(colours)]
             label = arch + ("" if curve == "preset" else f" d={curve}" if curve.isdigit() else f" ({curve})")
             where = "beyond tested" if brk["value"] is None else f"breaks at {summary['axis']}={brk['value']}"
+            if chosen:  # each cell at its chosen rate: the mean over seeds, the band their range
+                cells = sorted((int(v), c) for v, c in chosen.get(arch, {}).get(curve, {}).items())
+                points = [(v, c["metric"]) for v, c in cells]
+                seeds = [[m for m in c["metrics"] if m is not None] for _, c in cells]
+                if len(summary.get("seeds") or []) > 1:
+                    add_band(fig, [v for v, _ in cells], [min(m, default=None) for m in seeds],
+                             [max(m, default=None) for m in seeds], colour)
+            else:
+                points = sorted((r["value"], r["metric"]) for r in summary["points"]
+                                if r["arch"] == arch and r["curve"] == curve)
             fig.add_scatter(x=[v for v, _ in points], y=[m for _, m in points], mode="lines+markers",
-                            name=f"{label}: {where}", line=dict(color=colours[i % len(colours)], dash=dashes[j % 4]))
+                            name=f"{label}: {where}", line=dict(color=colour, dash=dashes[j % 4]))
     fig.add_hline(y=summary["threshold"], line_dash="dash", line_color="grey",
                   annotation_text=f"threshold {summary['threshold']:g}")
     metric = {"entropy_mae_bits": "entropy MAE (bits)"}.get(summary["metric"], summary["metric"].replace("_", " "))
     if summary["mode"] == "trained":
         budget = summary["budget"]
         how = f"{budget['steps']} steps x batch {budget['batch_size']} for every point, {summary['preset']} preset capacity"
+        if len(summary.get("lrs") or []) > 1 or len(summary.get("seeds") or []) > 1:
+            how += (f"; each cell at its best of {len(summary['lrs']) or 1} rates, mean of "
+                    f"{len(summary['seeds'])} seed(s)" + (" (band: their range)" if len(summary["seeds"]) > 1 else ""))
     else:
         axis = summary["axis"]
         # A task that trains on a range of the axis says so with a "<axis>_min" setting (recall's N_min).
@@ -372,4 +702,71 @@ def curve_figure(summary: dict) -> go.Figure:
         width=800, height=480, legend=dict(font=dict(size=11)))
     from analyses.style import use_template
 
+    return use_template(fig)
+
+
+def add_band(fig: go.Figure, x: list, low: list, high: list, colour: str, **where) -> None:
+    """A shaded band between ``low`` and ``high`` (no legend entry), under the line drawn after it."""
+    keep = [(a, lo, hi) for a, lo, hi in zip(x, low, high) if lo is not None and hi is not None]
+    if not keep:
+        return
+    xs = [a for a, _, _ in keep]
+    fig.add_scatter(x=xs + xs[::-1], y=[hi for *_, hi in keep] + [lo for _, lo, _ in keep][::-1], fill="toself",
+                    fillcolor=colour, opacity=0.18, line=dict(width=0), hoverinfo="skip", showlegend=False, **where)
+
+
+def mean_curve(curves: list[list]) -> tuple[list, list, list, list]:
+    """Seeds' learning curves on one grid: x, mean, low, high. A seed that stopped at the threshold holds its
+    last value to the end (it is not trained further, so it is counted as it stopped)."""
+    grid = sorted({x for curve in curves for x, _ in curve})
+    rows = []
+    for curve in curves:
+        values, i, last = [], 0, None
+        for x in grid:
+            while i < len(curve) and curve[i][0] <= x:
+                last = curve[i][1]
+                i += 1
+            values.append(last)
+        rows.append(values)
+    columns = [[v for v in column if v is not None] for column in zip(*rows)]
+    return (grid, [statistics.fmean(c) if c else None for c in columns], [min(c, default=None) for c in columns],
+            [max(c, default=None) for c in columns])
+
+
+def learning_figure(summary: dict) -> go.Figure:
+    """Metric against training sequences, one panel per axis value, one line per architecture at its chosen
+    rate: the mean over seeds, the band their range; the threshold dashed."""
+    from plotly.subplots import make_subplots
+
+    from analyses.style import use_template
+
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    values = [str(v) for v in summary["values"]]
+    fig = make_subplots(rows=1, cols=len(values), shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=[f"{summary['axis']}={v}" for v in values])
+    metric = {"entropy_mae_bits": "entropy MAE (bits)"}.get(summary["metric"], summary["metric"].replace("_", " "))
+    for i, arch in enumerate(summary["archs"]):
+        colour = colours[i % len(colours)]
+        for col, value in enumerate(values, start=1):
+            curve_name = next(iter(summary["chosen"].get(arch, {})), None)
+            cell = summary["chosen"].get(arch, {}).get(curve_name, {}).get(value)
+            if not cell:
+                continue
+            runs = [r for r in summary["points"] if r["arch"] == arch and r["curve"] == curve_name
+                    and str(r["value"]) == value and r.get("lr") == cell["lr"] and r.get("learning_curve")]
+            x, mean, low, high = mean_curve([r["learning_curve"] for r in runs])
+            if len(runs) > 1:
+                add_band(fig, x, low, high, colour, row=1, col=col)
+            fig.add_scatter(x=x, y=mean, mode="lines", line=dict(color=colour), legendgroup=arch, showlegend=col == 1,
+                            name=f"{arch} (lr {cell['lr']:g})" if len(values) == 1 else arch, row=1, col=col)
+        fig.update_xaxes(title_text="training sequences", row=1, col=len(values) // 2 + 1)
+    for col in range(1, len(values) + 1):
+        fig.add_hline(y=summary["threshold"], line_dash="dash", line_color="grey", row=1, col=col)
+    fig.update_yaxes(title_text=metric, row=1, col=1)
+    seeds = len(summary.get("seeds") or [])
+    fig.update_layout(title=f"{summary['primitive']} ({summary['task']}): {metric} while training, each architecture "
+                            f"at its best rate<br><sub>mean of {seeds} seed(s)"
+                            f"{' (band: their range)' if seeds > 1 else ''}; threshold {summary['threshold']:g} "
+                            f"dashed{'; a point stops at it' if summary.get('stops_at_threshold') else ''}</sub>",
+                      width=max(520, 330 * len(values)), height=440, margin=dict(t=110))
     return use_template(fig)

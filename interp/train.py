@@ -295,7 +295,7 @@ class Trainer:
     def __init__(self, out: str | Path, task_config: dict | None = None, arch: str | None = None,
                  model_config: dict | None = None, settings: TrainSettings | None = None,
                  device: str | None = None, resume: bool = False, progress: bool = True, on_eval=None,
-                 compile: bool | None = None, root: str | Path | None = None):
+                 compile: bool | None = None, root: str | Path | None = None, stop=None):
         self.out = Path(out)
         # every file the run writes, its lock among them; ``root``: the folder the user named, when the run is
         # one of many below it (a search's trial, a sweep's point)
@@ -304,10 +304,18 @@ class Trainer:
         # on_eval(step, metrics) after every held-out evaluation (and the step's saves): a tuner
         # reports it to its pruner, and stops the run by raising (the run stays resumable)
         self.on_eval = on_eval
+        # stop(step, metrics) after every held-out evaluation: a reason (str) ends the run there as finished,
+        # its checkpoint saved and the reason in run.json's ``stopped`` (a sweep's point that reached its
+        # threshold spends no more of its budget); None trains on
+        self.stop = stop
         self.fresh, self.progress_saved = not resume, False
         self.notes: list[str] = []  # what a user resuming should know (the CLI prints them as warnings)
         retain_freed_memory()
         self.dist, self.device = distributed.start(pick_device(device))
+        if stop is not None and self.dist.world_size > 1:  # only rank 0 evaluates, so only it could stop
+            self.dist.close()
+            raise UserError("a run that stops at a threshold (a sweep's --threshold) trains in one process; "
+                            "drop torchrun, or drop the threshold")
         # Held by rank 0 from before the first check to the end of run(): a second trainer on this
         # folder is refused (naming this one), never interleaved with it.
         self.lock = self.folder.lock
@@ -610,13 +618,23 @@ class Trainer:
                 if last_eval:
                     postfix["MAE"] = f"{last_eval['entropy_mae_bits']:.4f}b"
                 bar.set_postfix(postfix, refresh=False)
-                if self.on_eval is not None and any(k.startswith("eval_") for k in record):
+                evaluated = any(k.startswith("eval_") for k in record)
+                if self.on_eval is not None and evaluated:
                     self.on_eval(self.step, last_eval)
+                if self.stop is not None and evaluated and (reason := self.stop(self.step, last_eval)):
+                    stopped = dict(step=self.step, reason=reason)
+                    if self.step not in saves:
+                        checkpoint.save(self.folder.checkpoint(self.step), self.model, self.step, s.seed)
+                    break
+            else:
+                stopped = None
         bar.close()
-        final = self.evaluate()  # on every process (the weights are the same), so each returns it
+        final = last_eval if stopped else self.evaluate()  # on every process (the weights are the same)
         if main:
             self.record.update(status="finished", final=final, wall_time_s=round(self.elapsed, 1),
                                finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            if stopped:
+                self.record["stopped"] = stopped
             atomic_write_json(self.folder.record, self.record)
             self.folder.resume.unlink(missing_ok=True)
         return final

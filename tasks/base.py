@@ -265,6 +265,19 @@ class Task:
     corruptions: dict[str, str] = {}
     presets: dict[str, Preset] = {}  # preset name -> this task's variant of it
     paper_rows: tuple[PaperRow, ...] = ()
+    # Named curricula (``--curriculum NAME``): name -> one line saying what it trains on and why. Each is
+    # built for the task's own settings and a run's length by ``curriculum``.
+    curricula: dict[str, str] = {}
+
+    def curriculum(self, name: str, steps: int) -> list:
+        """The stages of the named curriculum ``name`` for this task and a run of ``steps`` steps, as
+        ``TrainSettings.curriculum`` holds them. ConfigError for a name the task does not declare."""
+        raise ConfigError(self.unknown_curriculum(name))
+
+    def unknown_curriculum(self, name: str) -> str:
+        valid = (f"its named curricula: {', '.join(self.curricula)}" if self.curricula else "it names none")
+        return (f"task {self.name!r} has no curriculum named {name!r} ({valid}); give the stages as JSON "
+                f"instead, e.g. '[[2000, {{...}}]]'")
 
     @classmethod
     def preset_layers(cls, preset: str, arch: str) -> list[Preset]:

@@ -255,6 +255,24 @@ class Recall(Task):
         config.pop("name")
         return Recall(**config)
 
+    curricula = {"dense-mix": "every step on a mixture of dense tables (every bound key asked once, no gap) of N/8, "
+                              "N/4, N/2 and N pairs, and the task itself in turn: the start of binding is faster "
+                              "than on the task's own sparse answers (measured on the paper's 64-pair tables)"}
+
+    def curriculum(self, name: str, steps: int) -> list:
+        """``dense-mix``: the binding recipe's stages. Each smaller table is its own full table at a length
+        of its own (fillers half its pairs, as the mixture the shipped binding models trained on); the
+        full-size dense table keeps the task's layout; ``{}`` is the task itself, what every evaluation uses."""
+        if name != "dense-mix":
+            raise ConfigError(self.unknown_curriculum(name))
+        if self.layout != "paper":
+            raise ConfigError("recall: the dense-mix curriculum needs layout='paper' (its smaller tables have fillers)")
+        sizes = sorted({max(1, self.N // k) for k in (8, 4, 2)} - {self.N})
+        dense = dict(gap=0, ask="every", p_unbound=0.0)
+        mixture = [dict(N=n, N_min=n, slots=n, fillers=max(1, n // 2), queries=n, **dense) for n in sizes]
+        mixture += [dict(queries=self.N, **dense), {}]
+        return [[steps, mixture]]
+
     corruptions = {"value": "the binding the last query asks about shows another value, one bound nowhere (index: "
                             "which table slot, default 0); the answer moves from one value to the other",
                    "key": "the binding the last query asks about shows another key, one bound nowhere (index: which "

@@ -165,3 +165,99 @@ def test_the_matrix_takes_the_curve_that_holds_furthest_when_an_architecture_has
     assert curve_cell(sweep, "transformer")["width"] == "breaks-late"
     points["preset"] = dict(value=5, status="fails at every value tested", last_pass=None)
     assert curve_cell(dict(sweep, mode="trained", budget=dict(steps=1, batch_size=2)), "transformer")["width"] == "preset"
+
+
+def test_a_grid_of_rates_and_seeds_stops_each_point_at_the_threshold_and_keeps_its_curve(tmp_path):
+    out = tmp_path / "ladder"
+    # entropy MAE below 50 bits: every evaluation passes, so every point stops at its first one (step 4)
+    job = Sweep("bijection", "V=3", ("mlp",), out, steps=12, batch_size=8, task_options=dict(L=2), n=16,
+                lr="1e-3,3e-3", seeds=(0, 1), threshold=50.0, eval_every=4, curriculum=[])
+    summary = job.execute(progress=False)
+    assert summary["lrs"] == [1e-3, 3e-3] and summary["seeds"] == [0, 1] and summary["stops_at_threshold"]
+    assert len(summary["points"]) == 4 and summary["complete"]
+    for point in summary["points"]:
+        run = json.loads((Path(point["run"]) / "run.json").read_text())
+        assert (run["train"]["lr"], run["train"]["seed"]) == (point["lr"], point["seed"])
+        assert run["status"] == "finished" and run["stopped"]["step"] == 4 and "reached the threshold" in \
+            run["stopped"]["reason"]
+        assert point["sequences_to_threshold"] == 4 * 8 == point["train_sequences"] and point["stopped_at_step"] == 4
+        assert point["budget_sequences"] == 12 * 8 and point["learning_curve"][0][0] == 32
+        assert (Path(point["run"]) / "checkpoints" / "step-00000004.safetensors").exists()
+    assert {Path(p["run"]).name for p in summary["points"]} == {
+        f"mlp-V3-lr{lr}-seed{seed}" for lr in ("0.001", "0.003") for seed in (0, 1)}
+    cell = summary["chosen"]["mlp"]["preset"]["3"]
+    assert set(cell["by_lr"]) == {"0.001", "0.003"} and len(cell["metrics"]) == 2
+    assert (out / "sweep-learning.png").stat().st_size > 0
+    # a threshold never reached: the point trains its whole budget and says so
+    never = Sweep("bijection", "V=3", ("mlp",), tmp_path / "never", steps=8, batch_size=8, task_options=dict(L=2),
+                  n=16, threshold=0.0, eval_every=4, curriculum=[]).execute(progress=False)
+    (point,) = never["points"]
+    assert point["sequences_to_threshold"] is None and point["stopped_at_step"] is None
+    assert point["train_sequences"] == 64 and point["best_reached"] == min(v for _, v in point["learning_curve"])
+    assert [x for x, _ in point["learning_curve"]] == [32, 64]
+
+
+def sweep_point(arch, lr, seed, metric, reached, validation=None):
+    return dict(arch=arch, value=8, curve="preset", lr=lr, seed=seed, metric=metric, sequences_to_threshold=reached,
+                learning_curve=[[100, validation if validation is not None else metric]])
+
+
+def test_the_rate_is_chosen_by_sequences_to_the_threshold_on_the_validation_curves_and_ratios_span_seed_pairs(tmp_path):
+    job = Sweep("recall", "N=8", ("transformer", "mamba"), tmp_path, steps=10, lr="1e-3,3e-3", seeds=(0, 1),
+                threshold=0.9)
+    results = [sweep_point("transformer", 1e-3, 0, 0.95, 1000), sweep_point("transformer", 1e-3, 1, 0.97, 3000),
+               sweep_point("transformer", 3e-3, 0, 0.99, 4000), sweep_point("transformer", 3e-3, 1, 0.99, 4000),
+               # mamba: the faster rate has one seed that never gets there, so the slower, surer one is chosen
+               sweep_point("mamba", 1e-3, 0, 0.95, 5000), sweep_point("mamba", 1e-3, 1, 0.93, 7000),
+               sweep_point("mamba", 3e-3, 0, 0.99, 1000), sweep_point("mamba", 3e-3, 1, None, None) | dict(
+                   diverged="loss became nan at step 3", learning_curve=[])]
+    chosen = job.select(results)
+    tf, mamba = chosen["transformer"]["preset"]["8"], chosen["mamba"]["preset"]["8"]
+    assert tf["lr"] == 1e-3 and tf["metric"] == pytest.approx(0.96) and tf["sequences_to_threshold"] == [1000, 3000]
+    assert mamba["lr"] == 1e-3 and mamba["by_lr"]["0.003"]["diverged"] == 1 and mamba["by_lr"]["0.003"]["metric"] is None
+    ratio = job.ratios(chosen)["mamba"]["preset"]["8"]
+    assert ratio["over"] == "transformer" and ratio["ratio"] == pytest.approx(6000 / 2000)
+    assert (ratio["low"], ratio["high"]) == (pytest.approx(5000 / 3000), pytest.approx(7000 / 1000))
+    # without a threshold the validation metric decides, never the reported (test) metric
+    plain = Sweep("recall", "N=8", ("transformer",), tmp_path, steps=10, lr="1e-3,3e-3")
+    picked = plain.select([sweep_point("transformer", 1e-3, 0, 0.99, None, validation=0.5),
+                           sweep_point("transformer", 3e-3, 0, 0.90, None, validation=0.6)])
+    assert picked["transformer"]["preset"]["8"]["lr"] == 3e-3
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(lr="fast"), "--lr must be one or more comma-separated numbers"),
+    (dict(seeds=("a",)), "--seeds must be one or more"),
+    (dict(threshold=float("nan")), "--threshold must be a number"),
+    (dict(eval_every=0), "--eval-every must be a whole number"),
+    (dict(jobs=0), "--jobs must be a whole number"),
+    (dict(curriculum="sparse-mix"), "has no curriculum named 'sparse-mix'"),
+])
+def test_bad_grid_settings_are_refused_before_training(tmp_path, options, message):
+    with pytest.raises(UserError, match=message):
+        Sweep("recall", "N=4,8", ("transformer",), tmp_path / "s", steps=10, **options)
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_binding_recipe_is_built_for_each_points_table(tmp_path):
+    job = Sweep("recall", "N=4,16", ("transformer",), tmp_path, steps=10, curriculum="dense-mix",
+                task_options=dict(N_min=None, fillers=4, gap=2, queries=8))
+    for value, sizes in ((4, [1, 2]), (16, [2, 4, 8])):
+        ((end, mixture),) = job.point_budget(next(p for p in job.points() if p.value == value)).curriculum
+        assert end == 10 and [stage.get("N") for stage in mixture] == sizes + [None, None]
+        assert mixture[-1] == {} and mixture[-2] == dict(queries=value, gap=0, ask="every", p_unbound=0.0)
+        assert all(stage["ask"] == "every" and stage["queries"] == stage["N"] for stage in mixture[:-2])
+    with pytest.raises(UserError, match="task 'bijection' has no curriculum named 'dense-mix' \\(it names none\\)"):
+        Sweep("bijection", "V=3", ("mlp",), tmp_path / "b", steps=10, curriculum="dense-mix")
+
+
+@pytest.mark.slow  # two fresh interpreters import torch and train: about a minute
+def test_two_workers_share_the_points_and_each_is_trained_once(tmp_path):
+    out = tmp_path / "shared"
+    summary = Sweep("bijection", "V=3,4", ("mlp",), out, steps=6, batch_size=8, task_options=dict(L=2), n=16,
+                    seeds=(0, 1), curriculum=[], jobs=2).execute(progress=False)
+    assert summary["complete"] and len(summary["points"]) == 4
+    logs = [(out / "workers" / f"worker-{k}.log").read_text() for k in range(2)]
+    trained = [line for log in logs for line in log.splitlines() if " training " in line]
+    assert len(trained) == 4 and all(log.count(" training ") >= 1 for log in logs)  # both worked, none twice
+    assert not list(out.glob("claims/*"))  # every claim let go
