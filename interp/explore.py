@@ -55,7 +55,7 @@ from .checkpoint import list_checkpoints, load, resolve
 from .errors import UserError
 from .explore_ablation import AblationViews, ablation_hooks, chosen_ablations  # noqa: F401  (public here)
 from .explore_attention import AttentionViews
-from .explore_common import REFUSED, panel
+from .explore_common import REFUSED, panel, styled_page
 from .explore_server import children, stop_at_once  # noqa: F401  (public here)
 from .explore_geometry import GeometryViews
 from .explore_lens import LensViews, lens_graph
@@ -81,13 +81,25 @@ def parse_tokens(task, text: str) -> list[int]:
             ids.append(int(word))
         elif word:
             shown = word if len(word) <= 40 else f"{word[:20]}...({len(word):,} characters)"
-            raise UserError(f"unknown token {shown!r}; write names such as {' '.join(list(by_name)[:3])} "
+            raise UserError(f"unknown token {shown!r}; write names such as {' '.join(examples(by_name))} "
                             f"or ids 0..{task.vocab_size - 1}")
     if not ids:
         raise UserError("type at least one token")
     return ids
 
 
+
+
+def examples(names) -> list[str]:
+    """Three token names to suggest: words, not the HMM's table values (0.00, 0.01), where the task has them."""
+    def number(name: str) -> bool:
+        try:
+            float(name)
+            return True
+        except ValueError:
+            return False
+    words = [n for n in names if not number(n)]
+    return (words or list(names))[:3]
 
 
 class Explorer(PosteriorViews, LensViews, AttentionViews, GeometryViews, AblationViews, NumbersViews):
@@ -184,6 +196,7 @@ def build_app(explorer: Explorer):
     info = explorer.layout_info(last)
     first = explorer.sample(0)
     app = Dash(__name__, title=f"interp explore: {explorer.source.name}")
+    styled_page(app)
     patching = explore_patching.WindTunnelPairs(explorer)  # the panel's pairs: the sequence shown, corrupted
     steps = explorer.steps
     controls = html.Div([

@@ -86,17 +86,30 @@ def size_of(labels: list[str]) -> tuple[int, int]:
     return side, -45
 
 
+FIT_TOKENS = 100  # a longer sequence's map fits in FIT_SIDE pixels, its labels shown as zooming in makes room
+FIT_SIDE = 440  # with its title, ticks and colour bar on a 1280x800 screen, in its box
+BOX = "90vh"  # the attention view's scrolling box: at most this tall, so its sideways scrollbar is on screen
+ZOOM_NOTE = "drag a box to zoom in: every token is named once there is room; double-click zooms out"
+
+
 def pattern_figure(pattern: torch.Tensor, labels: list[str], title: str, log: bool = False) -> go.Figure:
     """One head's [query, key] pattern; every label on both axes; the figure's width and height are set
-    (``size_of``) so that none is skipped."""
+    (``size_of``) so that none is skipped. A sequence of more than ``FIT_TOKENS`` tokens (recall's 329) fits in a
+    ``FIT_SIDE``-pixel square instead, plotly naming as many tokens as there is room for (every one, zoomed in)
+    and its title saying how. The axes' ranges are the cells' own: the labels sit against the map."""
     z, scale = colour(pattern, log)
+    n = len(labels)
     fig = go.Figure(go.Heatmap(z=z, x=labels, y=labels, colorscale="Viridis", **scale, **weight_hover(pattern, log)))
-    every = dict(tickmode="array", tickvals=labels, ticktext=labels, tickfont=dict(size=TICK_FONT), automargin=True)
-    side, angle = size_of(labels)
-    fig.update_layout(title=title, xaxis=dict(title="key position", tickangle=angle,
-                                              constrain="domain", **every),
-                      yaxis=dict(title="query position", autorange="reversed", scaleanchor="x", constrain="domain",
-                                 **every),  # square cells
+    fitted = n > FIT_TOKENS
+    every = dict(tickmode="auto", nticks=20) if fitted else dict(tickmode="array", tickvals=labels, ticktext=labels)
+    every.update(tickfont=dict(size=TICK_FONT), automargin=True)
+    side, angle = (FIT_SIDE, -45) if fitted else size_of(labels)
+    if fitted:
+        title = f"{title}<br><sup>{n} tokens: {ZOOM_NOTE}</sup>"
+    fig.update_layout(title=title, xaxis=dict(title="key position", tickangle=angle, range=[-0.5, n - 0.5],
+                                              constrain="domain", constraintoward="left", **every),
+                      yaxis=dict(title="query position", range=[n - 0.5, -0.5], scaleanchor="x", constrain="domain",
+                                 constraintoward="top", **every),  # square cells, against their labels
                       width=side + 330, height=side + 250, margin=dict(t=70, l=60, r=40, b=60))
     return style.plain_numbers(style.use_template(fig))
 
@@ -228,7 +241,7 @@ def attention_panel(info: dict):
         html.Div([html.Label("colour "), dcc.RadioItems(
             id="scale", options=[{"label": "linear", "value": "linear"}, {"label": "log", "value": "log"}],
             value="linear", inline=True, inputStyle=RADIO)], style=INLINE)]),
-        html.Div(sized_graph("attention"), style=dict(overflowX="auto")),
+        html.Div(sized_graph("attention"), style=dict(overflow="auto", maxHeight=BOX)),
         sized_graph("heads"), minWidth="0", display="block" if info["attention"] or info["scan"] else "none")
 
 

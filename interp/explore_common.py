@@ -19,6 +19,15 @@ from .errors import UserError
 REFUSED = (UserError, AnalysisError, ConfigError)  # inputs a view refuses with a message, not a traceback
 RADIO = dict(marginLeft="8px", marginRight="2px")  # a radio button's spacing
 INLINE = dict(display="inline-block", marginRight="12px")
+CONFIG = dict(displaylogo=False)  # (its toolbar: ``PAGE_CSS`` hides it where there is no hover)
+# plotly shows its toolbar for good on a device without hover (a touch screen), over the top right of every figure,
+# where a title runs: there it is hidden (drag zooms, a double-click zooms out, "download numbers" saves the numbers)
+PAGE_CSS = "@media (hover: none) { .js-plotly-plot .modebar-container { display: none; } }"
+
+
+def styled_page(app) -> None:
+    """Both explorers' page: Dash's own, with ``PAGE_CSS``."""
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + PAGE_CSS + "</style>", 1)
 
 
 def message_figure(text: str, size: int = 15) -> go.Figure:
@@ -37,13 +46,13 @@ def panel(title: str, *children, **css) -> html.Div:
 def graph(id_: str, height: int) -> dcc.Loading:
     """A graph that fills a box of a fixed height and the full width of its panel; until its first figure arrives
     it says so (not empty axes), and a spinner shows while the view is recomputed."""
-    return dcc.Loading(dcc.Graph(id=id_, figure=message_figure("computing…"), config=dict(displaylogo=False),
+    return dcc.Loading(dcc.Graph(id=id_, figure=message_figure("computing…"), config=CONFIG,
                                  responsive=True, style=dict(height=f"{height}px")), type="dot", delay_show=400)
 
 
 def sized_graph(id_: str) -> dcc.Loading:
     """A graph whose figure sets its own size (the attention views grow with the sequence: every token is named)."""
-    return dcc.Loading(dcc.Graph(id=id_, figure=message_figure("computing…"), config=dict(displaylogo=False)),
+    return dcc.Loading(dcc.Graph(id=id_, figure=message_figure("computing…"), config=CONFIG),
                        type="dot", delay_show=400)
 
 

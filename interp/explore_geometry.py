@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import plotly.graph_objects as go
-from dash import Input, Output, dcc
+from dash import Input, Output, dcc, no_update
 
 from analyses import belief_state, style, value_manifold
 
@@ -55,6 +55,11 @@ class GeometryViews:
             styled.add(name)
         return figures[name]  # cached as shown: views never change a figure they return
 
+    def flat_entropy(self, index: int, choices: list[str]) -> bool:
+        """Whether the Bayes entropy is the same at every point of the geometry (known once it is computed)."""
+        cached = self._cache.get(("geometry", index, tuple(sorted(choices or []))))
+        return cached is not None and cached[2].get("entropy_std_bits", 1.0) < FLAT_BITS
+
     def belief_view(self, index: int, choices: list[str]) -> go.Figure:
         """belief-state's simplex by layer: the exact belief over the hidden states beside each layer's held-out
         linear read-out of it (a task that gives a belief beside its answers: the processes), cached like the PCA."""
@@ -71,6 +76,14 @@ class GeometryViews:
 
 
 
+def colour_options(task, flat: bool = False) -> list[dict]:
+    """The colour choices; ``flat``: the Bayes entropy colours nothing (the same everywhere), so it is not offered."""
+    entropy = ("coloured by Bayes entropy (the same at every point: nothing to colour by)" if flat else
+               "coloured by Bayes entropy")
+    return [{"label": entropy, "value": "entropy", "disabled": flat}, {"label": "by token position", "value": "position"}
+            ] + ([{"label": f"by the true {task.query_latent}", "value": "latent"}] if task.query_latent else [])
+
+
 def geometry_panel(explorer, info: dict):
     """The stream and the colour to show, and the figure (a row of three layers' PCAs at a time)."""
     return panel("geometry", dcc.RadioItems(id="stream", inline=True, value="residual", inputStyle=RADIO,
@@ -81,18 +94,20 @@ def geometry_panel(explorer, info: dict):
                                                   "value": "belief"}] if getattr(explorer.task, "belief_over", None)
                                                 else [])),
                  dcc.RadioItems(id="colour", inline=True, value="entropy", inputStyle=RADIO,
-                                options=[{"label": "coloured by Bayes entropy", "value": "entropy"},
-                                         {"label": "by token position", "value": "position"}] + (
-                                    [{"label": f"by the true {explorer.task.query_latent}", "value": "latent"}]
-                                    if explorer.task.query_latent else [])),
+                                options=colour_options(explorer.task)),
                  graph("geometry", 140 + 330 * math.ceil(info["n_layers"] / 3)))
 
 
 def register(app, explorer, ablations, chosen_ablations) -> None:
-    @app.callback(Output("geometry", "figure"), Input("step", "value"), *ablations, Input("stream", "value"),
-                  Input("colour", "value"))
+    @app.callback(Output("geometry", "figure"), Output("colour", "value"), Output("colour", "options"),
+                  Input("step", "value"), *ablations, Input("stream", "value"), Input("colour", "value"))
     def geometry(index, heads, blocks, mode, stream, colour):
+        """The figure; where the Bayes entropy is the same at every point the colour choice says so and shows
+        "by token position", which is what the figure is coloured by."""
         try:
-            return explorer.geometry_view(index, chosen_ablations(heads, blocks, mode), stream, colour)
+            choices = chosen_ablations(heads, blocks, mode)
+            fig = explorer.geometry_view(index, choices, stream, colour)
         except REFUSED as err:
-            return message_figure(str(err))
+            return message_figure(str(err)), no_update, no_update
+        flat = stream != "belief" and explorer.flat_entropy(index, choices)
+        return fig, "position" if flat and colour == "entropy" else no_update, colour_options(explorer.task, flat)

@@ -66,8 +66,9 @@ class Job:
     """One piece of background work: ``done`` of ``total`` steps, its state ("running", "done", "failed",
     "cancelled"), its result or its error's one line."""
 
-    def __init__(self, key, what: str, unit: str):
+    def __init__(self, key, what: str, unit: str, after: "Job | None" = None):
         self.key, self.what, self.unit, self.id = key, what, unit, next(_IDS)
+        self.after = after  # a cancelled job still finishing its step: this one starts when it has stopped
         self.done, self.total = 0, None
         self.state, self.result, self.error = "running", None, None
         self.started, self.ended = time.monotonic(), None
@@ -101,18 +102,37 @@ class Job:
     def line(self) -> str:
         """What the page shows: the work, its progress, the time so far and about how much is left."""
         if self.state == "done":
-            return f"{self.what}: done in {self.seconds():.0f} s"
+            return f"{self.what}: done in {duration(self.seconds())}"
         if self.state == "cancelled":
             return f"{self.what}: cancelled after {self.done} of {self.total or '?'} {self.unit}"
         if self.state == "failed":
             return f"{self.what}: {self.error}"
+        if self.after is not None and not self.after.wait(0):
+            return (f"{self.what}: starts once the cancelled one stops at the end of its step… "
+                    f"{duration(self.seconds())}")
         if self.total is None:
-            return f"{self.what}: preparing… {self.seconds():.0f} s"
+            return f"{self.what}: preparing… {duration(self.seconds())}"
         left = self.left_s()
-        estimate = f", about {left:.0f} s left" if left is not None else ""
+        estimate = (f", about {duration(left)} left" if left is not None else
+                    f"; the first of them is running (an estimate of the time left follows it)")
         cancelling = " (cancelling at the next step)" if self._cancel.is_set() else ""
         return (f"{self.what}: {self.done} of {self.total} {self.unit} ({self.done / self.total:.0%}), "
-                f"{self.seconds():.0f} s so far{estimate}{cancelling}")
+                f"{duration(self.seconds())} so far{estimate}{cancelling}")
+
+    def cancelling(self) -> bool:
+        """Cancelled while it runs: it stops at the end of its step."""
+        return self.state == "running" and self._cancel.is_set()
+
+
+def duration(seconds: float) -> str:
+    """A time as a person reads it: "42 s", "5 min 07 s", "5 h 07 min"."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 class Jobs:
@@ -133,23 +153,27 @@ class Jobs:
         return max(list(self._jobs.values()), key=lambda j: j.id, default=None)  # (a copy: start may add one)
 
     def running(self) -> Job | None:
-        return next((j for j in list(self._jobs.values()) if j.state == "running"), None)
+        """The job running (the one started last, where a cancelled one still finishes its step before it)."""
+        return max((j for j in list(self._jobs.values()) if j.state == "running"), key=lambda j: j.id, default=None)
 
     def start(self, key, what: str, work: Callable[[Job], Any], unit: str = "steps", take_turns: bool = False) -> Job:
         """The job of ``key``: the one there is (running or done), or a new one running ``work(job)`` in a thread;
         ``take_turns``: the work holds ``self.lock`` once and leaves nothing on the model between steps, so views
-        waiting for the lock run between them. A failed or cancelled job is started again."""
+        waiting for the lock run between them. A failed or cancelled job is started again, as is one being
+        cancelled: the new one waits for it to stop (the end of its step), and the running one being cancelled
+        does not refuse another."""
         from .errors import UserError
 
         with self._guard:
             job = self._jobs.get(key)
-            if job is not None and job.state in ("running", "done"):
+            if job is not None and (job.state == "done" or job.state == "running" and not job.cancelling()):
                 return job
             other = self.running()
-            if other is not None:
+            if other is not None and not other.cancelling():
                 raise UserError(f"{other.what} is still running ({other.line().split(': ', 1)[-1]}); "
                                 f"wait for it or cancel it first")
-            job = self._jobs[key] = Job(key, what, unit)
+            self._jobs.pop(key, None)  # (a new job of the key is the latest in the order kept)
+            job = self._jobs[key] = Job(key, what, unit, after=other)
             if take_turns and isinstance(self.lock, TakingTurns):
                 job._turns = self.lock.let_waiting_in
             while len(self._jobs) > self.keep:  # the oldest results go
@@ -157,6 +181,11 @@ class Jobs:
 
         def run():
             try:
+                if job.after is not None:
+                    job.after.wait()
+                    if job._cancel.is_set():
+                        raise Cancelled
+                    job.started = time.monotonic()  # its time and estimate from its own start
                 job.result = work(job)
                 job.state = "done"
             except Cancelled:

@@ -33,11 +33,11 @@ def __getattr__(name: str):
 
 
 OPENING_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>interp explore: opening {name}</title></head>
+<html><head><meta charset="utf-8"><title>interp explore: opening {name}</title><link rel="icon" href="data:,"></head>
 <body style="font-family: sans-serif; font-size: 15px; margin: 24px">
 <h2>interp explore: opening {name}</h2>
 <div id="what">starting…</div>
-<progress id="bar" max="1" value="0" style="width: 420px; margin: 10px 0"></progress>
+<progress id="bar" style="width: 420px; margin: 10px 0"></progress>
 <div id="time" style="color: #555"></div>
 <div id="error" style="color: #b00; margin-top: 10px"></div>
 <p style="color: #555">The explorer opens here by itself when the model is ready. A GGUF file is converted once
@@ -49,9 +49,10 @@ async function poll() {{
   catch (e) {{ document.getElementById("error").textContent = "the explorer stopped"; return; }}
   if (s.state === "ready") {{ location.reload(); return; }}
   document.getElementById("what").textContent = s.what;
-  document.getElementById("bar").max = s.total; document.getElementById("bar").value = s.done;
-  document.getElementById("time").textContent = "step " + (s.done + 1) + " of " + s.total + "; " +
-    Math.round(s.seconds) + " s so far (this step " + Math.round(s.step_seconds) + " s)";
+  const bar = document.getElementById("bar");  // moving (no value) until a step of a known number is done
+  if (s.total && s.done) {{ bar.max = s.total; bar.value = s.done; }} else {{ bar.removeAttribute("value"); }}
+  document.getElementById("time").textContent = (s.total ? "step " + (s.done + 1) + " of " + s.total + "; " : "") +
+    Math.round(s.seconds) + " s so far" + (s.total ? " (this step " + Math.round(s.step_seconds) + " s)" : "");
   if (s.state === "failed") {{ document.getElementById("error").textContent = s.error; return; }}
   setTimeout(poll, 500);
 }}
@@ -69,14 +70,17 @@ class Opening:
 
     def __init__(self, spec: str, open_model=None):
         self.spec, self.open_model = spec, open_model
-        self.what, self.done, self.total, self.state, self.error = STARTING, 0, 1, "opening", None
+        # no number of steps until the conversion says it has some (the libraries' loading is not one of them)
+        self.what, self.done, self.total, self.state, self.error = STARTING, 0, None, "opening", None
         self.started = self.step_started = time.monotonic()
         self.app = None  # the explorer's Flask server, once the model is open
 
     def report(self, what: str, done: int, total: int) -> None:
         if what != self.what:
             self.step_started = time.monotonic()
-        self.what, self.done, self.total = what, done, total  # (the terminal has the conversion's own bar)
+        # (the terminal has the conversion's own bar); a step alone ("reading x.gguf", 0 of 1) is not counted: the
+        # page's "step 1 of 1" would start again at "step 1 of 4" when the conversion's steps begin
+        self.what, self.done, self.total = what, done, total if total > 1 else None
 
     def open(self) -> None:
         """Open the model and build the explorer (in the thread ``start`` runs); a refusal is said in the page."""
@@ -115,6 +119,9 @@ class Opening:
         else:  # the page (a request for a view before the explorer exists gets the page too: it says why)
             body = OPENING_PAGE.format(name=html_escape(str(self.spec)), path=self.PATH).encode()
             kind = "text/html; charset=utf-8"
+        if environ.get("PATH_INFO") == "/favicon.ico":  # no icon, and no error for the browser to log
+            start_response("204 No Content", [("Cache-Control", "no-store")])
+            return [b""]
         status = "200 OK" if environ.get("PATH_INFO") in ("/", self.PATH) else "503 Service Unavailable"
         start_response(status, [("Content-Type", kind), ("Content-Length", str(len(body))),
                                 ("Cache-Control", "no-store")])

@@ -26,7 +26,7 @@ from tasks import prompts as prompt_tasks
 
 from . import explore_attention, explore_patching
 from .errors import UserError
-from .explore_common import INLINE, REFUSED, click_rule, graph, message_figure, panel, radios, sized_graph
+from .explore_common import INLINE, REFUSED, click_rule, graph, message_figure, panel, radios, sized_graph, styled_page
 from .explore_jobs import TakingTurns
 from .explore_lens import top_tokens_figure, top_tokens_height
 from .requests import MAX_CLICKS, Refused, guard, integer, one_of, scalar, text
@@ -143,6 +143,7 @@ class LanguageExplorer:
 def build_app(explorer: LanguageExplorer, initial: str = "The capital of France is") -> Dash:
     cfg = explorer.lm.model.cfg
     app = Dash(__name__, title=f"interp explore: {explorer.lm.name}")
+    styled_page(app)
     inline = INLINE
     patching = explore_patching.LanguagePairs(explorer)  # the patching panel's pairs: drawn prompts, one flipped
     app.layout = html.Div([
@@ -168,7 +169,7 @@ def build_app(explorer: LanguageExplorer, initial: str = "The capital of France 
                   id="scale", options=[{"label": "linear", "value": "linear"}, {"label": "log", "value": "log"}],
                   value="linear", inline=True, inputStyle=dict(marginLeft="6px", marginRight="2px"))],
                   style=dict(marginTop="4px")), minWidth="0"),
-        html.Div([panel("attention", html.Div(sized_graph("attention"), style=dict(overflowX="auto")), minWidth="0"),
+        html.Div([panel("attention", html.Div(sized_graph("attention"), style=dict(overflow="auto", maxHeight=explore_attention.BOX)), minWidth="0"),
                   panel("logit lens", graph("lens", top_tokens_height(cfg.n_layers)), minWidth="0")],
                  style=dict(display="grid", gridTemplateColumns="minmax(0, 3fr) minmax(0, 2fr)", alignItems="start")),
         panel("every head of the layer", sized_graph("grid"), minWidth="0"),

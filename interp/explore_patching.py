@@ -30,7 +30,7 @@ from tasks import ConfigError
 
 from .errors import UserError
 from .explore_ablation import chosen_ablations
-from .explore_common import REFUSED, message_figure
+from .explore_common import CONFIG, REFUSED, message_figure
 from .explore_jobs import Job, Jobs
 
 CORRUPTION_SEED = 0  # which corrupted value or symbol is drawn: fixed, so a view is reproducible
@@ -203,28 +203,35 @@ def panel(source) -> html.Div:
         ]),
         html.Div(id="patch-progress", style=dict(fontSize="13px", color="#555", margin="4px 0")),
         dcc.Store(id="patch-shown", data=None),
+        dcc.Store(id="patch-drawn", data=None),  # the job whose map this tab shows: not drawn twice
         html.Div(id="patch-pair", style=dict(fontFamily="monospace", fontSize="12px", margin="6px 0",
                                              overflowX="auto", whiteSpace="nowrap")),
         html.Div([
-            dcc.Loading(dcc.Graph(id="patch-map", config=dict(displaylogo=False), responsive=True,
+            dcc.Loading(dcc.Graph(id="patch-map", config=CONFIG, responsive=True,
                                   figure=message_figure("press patch: each site and position of the corrupted input "
                                                         "patched from the clean one"),
                                   style=dict(height="520px")), type="dot", delay_show=400),
-            dcc.Graph(id="patch-cell", config=dict(displaylogo=False), responsive=True, style=dict(height="520px"),
+            dcc.Graph(id="patch-cell", config=CONFIG, responsive=True, style=dict(height="460px"),
                       figure=message_figure("then click a cell of the map for that patch's answer")),
-        ], style=dict(display="grid", gridTemplateColumns="3fr 2fr", alignItems="start")),
+        ]),  # one above the other, each the panel's width: a map's 39 position labels and the bars have room
     ], style=dict(border="1px solid #ddd", borderRadius="6px", padding="8px", margin="6px",
                   display="block" if kinds else "none"))
 
 
 def pair_text(pair: P.Pair, source) -> list:
-    """The clean and the corrupted sequence, one line each, the changed tokens marked."""
+    """The clean and the corrupted sequence, one line each, the changed tokens marked: a run of unmarked tokens is
+    one piece of text (recall's 329 tokens a line are a few elements, not a thousand the page takes seconds over)."""
     lines = []
     for label, tokens in (("clean    ", pair.clean[0]), ("corrupted", pair.corrupted[0])):
-        names = source.names(tokens.cpu())
-        spans = [html.B(n, style=dict(color="#b00")) if i in pair.changed else
-                 html.U(n) if i == pair.query else html.Span(n) for i, n in enumerate(names)]
-        lines.append(html.Div([html.Span(label + "  ")] + [x for s in spans for x in (s, html.Span(" "))]))
+        pieces, plain = [html.Span(label + "  ")], []
+        for i, name in enumerate(source.names(tokens.cpu())):
+            if i in pair.changed or i == pair.query:
+                pieces += [html.Span(" ".join(plain) + " ")] if plain else []
+                plain = []
+                pieces += [html.B(name, style=dict(color="#b00")) if i in pair.changed else html.U(name), " "]
+            else:
+                plain.append(name)
+        lines.append(html.Div(pieces + ([html.Span(" ".join(plain))] if plain else [])))
     return lines + [html.Div(f"{pair.what}; the answer is read at position {pair.query} (underlined)",
                              style=dict(fontFamily="sans-serif", color="#555"))]
 
@@ -245,11 +252,19 @@ def cell_figure(pair: P.Pair, scorer: P.Scorer, subject: str, site: str, positio
         names = source_names(relevant.tolist())
         for name, vector in rows:
             fig.add_bar(x=names, y=vector[relevant].tolist(), name=name)
-        fig.update_layout(barmode="group", yaxis_title="probability", legend=dict(orientation="h", y=-0.25))
+        # the legend to the right of the plot, one answer a line: it covers no bar and no tick
+        fig.update_layout(barmode="group", bargroupgap=0.05, yaxis_title="probability",
+                          legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))
     score = scorer.both(answer)
-    fig.update_layout(title=f"{subject}: {site} at {position} patched<br><sup>Bayes scale {P.short(score['bayes'])}, "
-                            f"model scale {P.short(score['model'])}</sup>")
+    fig.update_layout(title=f"{subject}: {site} at {position} patched<br><sup>Bayes scale {number(score['bayes'])}, "
+                            f"model scale {number(score['model'])}</sup>")
     return style.apply(fig, subject=subject)
+
+
+def number(x: float | None) -> str:
+    """A score as the titles write it (``interventions.short``), never "-0.000"."""
+    text = P.short(x)
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text
 
 
 def rules(source) -> dict:
@@ -266,10 +281,13 @@ def rules(source) -> dict:
             ("patch-kind", "value"): one_of(*source.kinds) if source.kinds else one_of(None),
             ("patch-index", "value"): integer(0, 10 ** 6, optional=True),
             ("patch-map", "clickData"): click, ("patch-cancel", "n_clicks"): integer(0, MAX_CLICKS, optional=True),
-            ("patch-shown", "data"): integer(0, 10 ** 9, optional=True)}
+            ("patch-shown", "data"): integer(0, 10 ** 9, optional=True),
+            ("patch-drawn", "data"): integer(0, 10 ** 9, optional=True)}
 
 
 HIDDEN = dict(display="none")
+RUNNING = ("activation patching runs in the background (its progress above, with a cancel):<br>the map appears "
+           "here when it is done, and the other views answer meanwhile")
 CANCEL = dict(marginLeft="8px")
 
 
@@ -292,24 +310,24 @@ def register(app, source) -> None:
         return map_figure(pair, scorer, chosen, where, grid, source.subject), pair_text(pair, source), warning(scorer)
 
     @app.callback(Output("patch-map", "figure"), Output("patch-pair", "children"), Output("patch-message", "children"),
-                  Input("patch-run", "n_clicks"), *follows, *source.states,
+                  Output("patch-drawn", "data"), Input("patch-run", "n_clicks"), *follows, *source.states,
                   State("patch-kind", "value"), State("patch-index", "value"), prevent_initial_call=True)
     def patch_map(clicks, *values):
         """The press: the map at once if it is done within ``FIRST_WAIT_S`` (a small model's: the press waits for
-        it), else a line saying it runs; the progress line and the tick below deliver it when done."""
+        it), else a line saying it runs; the progress line and the tick below deliver it when done. The map drawn
+        here is not drawn again when the tick says its job ended (``patch-drawn``): a recall map's pair of 329
+        tokens a line is seconds of the page's time."""
         if not clicks:  # an ablation ticked before any map was asked for: nothing to redraw
-            return no_update, no_update, no_update
+            return no_update, no_update, no_update, no_update
         chosen_follows, state, kind, which = split(values)
         try:
             result = view.computed(kind, which, chosen_follows, *state,
                                    wait=FIRST_WAIT_S if source.background else None)
         except REFUSED as err:
-            return no_update, no_update, str(err)
+            return no_update, no_update, str(err), no_update
         if result is None:
-            return (message_figure("activation patching runs in the background (progress above, with a cancel); "
-                                   "the map appears here when it is done, and the other views answer meanwhile",
-                                   size=13), no_update, "")
-        return drawn(result)
+            return message_figure(RUNNING, size=13), no_update, "", no_update
+        return *drawn(result), view.jobs.get(view.key(kind, which, chosen_follows, state)).id
 
     @app.callback(Output("patch-progress", "children"), Output("patch-cancel", "style"), Output("patch-shown", "data"),
                   Input("tick", "n_intervals"), State("patch-shown", "data"), prevent_initial_call=True)
@@ -327,18 +345,21 @@ def register(app, source) -> None:
     @app.callback(Output("patch-map", "figure", allow_duplicate=True),
                   Output("patch-pair", "children", allow_duplicate=True),
                   Output("patch-message", "children", allow_duplicate=True),
-                  Input("patch-shown", "data"), *followed, *source.states, State("patch-kind", "value"),
-                  State("patch-index", "value"), prevent_initial_call=True)
-    def patch_ended(shown, *values):
-        """A job ended: its map, if it is this tab's pair (not another tab's, asked for with other controls), or
-        why there is none."""
+                  Output("patch-drawn", "data", allow_duplicate=True),
+                  Input("patch-shown", "data"), State("patch-drawn", "data"), *followed, *source.states,
+                  State("patch-kind", "value"), State("patch-index", "value"), prevent_initial_call=True)
+    def patch_ended(shown, shown_here, *values):
+        """A job ended: its map, if it is this tab's pair (not another tab's, asked for with other controls) and
+        not drawn here already (by the press), or why there is none."""
         job = view.jobs.latest()
         chosen_follows, state, kind, which = split(values)
-        if job is None or job.id != shown or job.key != view.key(kind, which, chosen_follows, state):
-            return no_update, no_update, no_update
+        if job is None or job.id != shown or job.id == shown_here or \
+                job.key != view.key(kind, which, chosen_follows, state):
+            return no_update, no_update, no_update, no_update
         if job.state == "done":
-            return drawn(job.result)
-        return no_update, no_update, job.error or ""
+            return *drawn(job.result), job.id
+        return message_figure(f"{job.line()}; press patch to start it again" if job.state == "cancelled" else
+                              "no map: " + (job.error or job.line()), size=13), no_update, job.error or "", job.id
 
     @app.callback(Output("patch-progress", "children", allow_duplicate=True), Input("patch-cancel", "n_clicks"),
                   prevent_initial_call=True)
@@ -385,8 +406,14 @@ def warning(scorer: P.Scorer) -> str:
 
 def map_figure(pair: P.Pair, scorer: P.Scorer, chosen, where, grid: dict, subject: str) -> go.Figure:
     """The fraction of the model's own effect each patch restores (0: its answer on the corrupted input, 1: on the
-    clean one), the Bayes scale in the hover, and where the model's two answers sit on it in the title."""
+    clean one), the Bayes scale in the hover, and where the model's two answers sit on it in the title; where the
+    model answers both inputs alike there is no fraction to draw, and the panel says so."""
     baselines, many = scorer.baselines(), len(pair.clean) > 1
+    if all(v is None for row in grid["model"] for v in row):
+        return message_figure(
+            f"no map to draw: the model's answer at position {pair.query} is the same on the clean and the corrupted "
+            f"input,<br>so no patch can restore a fraction of an effect it does not have (every cell would be 0 / 0)",
+            size=13)
     if many:  # a language model's prompts: the analysis's intervals over them, said in the title's last line
         baselines["intervals"] = scorer.baseline_intervals()
     fig = P.patching_map(pair, chosen, where, grid, baselines, "model",
@@ -394,5 +421,5 @@ def map_figure(pair: P.Pair, scorer: P.Scorer, chosen, where, grid: dict, subjec
                          f"corrupted answer, 1 = its clean one" + ("" if many else "; one input pair, computed "
                          "exactly: no sample, so no interval (interp run activation-patching gives intervals over "
                          "many pairs)") + "</sup>")
-    fig.update_layout(width=None, height=None)
+    fig.update_layout(width=None, height=None, xaxis_automargin=True, xaxis_tickfont_size=11)
     return style.apply(fig, subject=subject)

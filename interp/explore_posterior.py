@@ -17,6 +17,14 @@ from analyses.calibration import error_figure, measure, ratio_interval, staircas
 from .explore_common import REFUSED, ablation_text, graph, integer_ticks, message_figure, panel, with_interval
 
 
+TABLES_WIDTH = 0.86  # the share of the latent view's width its tables take: the rest is their colour bar's
+
+
+def latent_height(tables: bool, path) -> int:
+    """The latent view's height: the tables above the path where it has both, one row where not."""
+    return 640 if tables and path else 380
+
+
 class PosteriorViews:
     """The ``Explorer``'s posterior, calibration and latent views (a part of the class, see ``interp/explore.py``)."""
 
@@ -52,10 +60,11 @@ class PosteriorViews:
                                      intact=self.sequence_numbers(index, tokens, seed, [])["curves"]["per_position"]
                                      if choices else None),
             gap=error_figure(curves["per_position"]),
-            calibration=staircase_figure(held_out["per_position"], f"{self.n_calibration} held-out sequences: MAE "
-                                         + with_interval(held_out["entropy_mae_bits"],
-                                                         held_out["intervals"]["entropy_mae_bits"], unit=" bits")
-                                         + mark, intact=intact["per_position"] if choices else None),
+            calibration=staircase_figure(held_out["per_position"], f"{self.n_calibration} held-out sequences{mark}"
+                                         "<br><sup>MAE " + with_interval(held_out["entropy_mae_bits"],
+                                                                         held_out["intervals"]["entropy_mae_bits"],
+                                                                         unit=" bits") + "</sup>",  # fits half a page
+                                         intact=intact["per_position"] if choices else None),
             summary=self.calibration_summary(index, choices),
         )
         for fig in views.values():
@@ -107,8 +116,8 @@ class PosteriorViews:
             fig.add_scatter(x=labels, y=mean.tolist(), name=f"{name} mean ± σ", mode="lines+markers",
                             line_color=color, error_y=dict(type="data", array=sigma.tolist(), visible=True),
                             hovertemplate=f"%{{x}}<br>{name}: %{{y:.3f}} ± %{{error_y.array:.3f}}<extra></extra>")
-        fig.update_layout(title="predictive at each query: model against the exact Bayes predictive",
-                          xaxis_title="query position", yaxis_title="prediction", 
+        fig.update_layout(title="predictive at each query<br><sup>the model's against the exact Bayes predictive</sup>",
+                          xaxis_title="query position", yaxis_title="prediction",
                           width=None, height=360, margin=dict(t=60, b=40))
         return fig
 
@@ -122,11 +131,17 @@ class PosteriorViews:
             typed = bool((batch.targets[batch.query_mask] == -100).all())  # typed: its true answers are unknown
             return message_figure("a typed sequence keeps no latent truth: sample one by seed to see it" if typed
                                    else f"task {self.task.name!r} declares no latent table or path to draw")
-        fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels, horizontal_spacing=0.12)
+        # the tables side by side, the path below them across the width: each gets room, and the tables' colour
+        # bar stands beside them, on no plot
+        cols, below = max(len(tables), 1), bool(tables and path)
+        specs = [[{}] * cols] + ([[{"colspan": cols}] + [None] * (cols - 1)] if below else [])
+        fig = make_subplots(rows=1 + below, cols=cols, specs=specs, subplot_titles=panels, horizontal_spacing=0.16,
+                            vertical_spacing=0.22, row_heights=[0.42, 0.58] if below else None)
         for col, (title, (matrix, row_names, col_names)) in enumerate(tables.items(), start=1):
             fig.add_heatmap(z=matrix.float().tolist(), x=col_names, y=row_names, coloraxis="coloraxis", row=1,
                             col=col, hovertemplate=f"{title}<br>%{{y}} → %{{x}}: %{{z:.2f}}<extra></extra>")
             fig.update_yaxes(autorange="reversed", title_text="from" if col == 1 else None, row=1, col=col)
+        at = dict(row=1 + below, col=1)  # the path's plot
         if path:
             rows = batch.query_mask[0].nonzero().flatten().tolist()
             labels = [self.names(tokens)[i] for i in rows]
@@ -142,17 +157,23 @@ class PosteriorViews:
                 lines = (("true", path[1], "#000000", "circle"),
                          ("Bayes MAP", belief[0, rows].argmax(-1).tolist(), "#2ca02c", "x"))
             for name, values, color, symbol in lines:
-                fig.add_scatter(x=labels, y=[classes[v] for v in values], mode="markers", name=name, row=1,
-                                col=len(panels), marker=dict(color=color, symbol=symbol, size=9))
-            fig.update_yaxes(categoryorder="array", categoryarray=classes, row=1, col=len(panels),
-                             title_text="class")
-            fig.update_xaxes(title_text="query position", tickangle=-45, tickfont=dict(size=10), row=1, col=len(panels))
-        # the tables' colour bar beside the last table, not beside the path (which has no colour scale)
-        last_table = fig.layout[f"xaxis{len(tables) if len(tables) > 1 else ''}"].domain[1] if tables else 1.0
-        fig.update_layout(title="latent truth of this sequence", width=None, height=360,
+                fig.add_scatter(x=labels, y=[classes[v] for v in values], mode="markers", name=name,
+                                marker=dict(color=color, symbol=symbol, size=9), **at)
+            fig.update_yaxes(categoryorder="array", categoryarray=classes, title_text="class", **at)
+            fig.update_xaxes(title_text="query position", tickangle=-45, tickfont=dict(size=10), **at)
+        # the tables' colour bar beside the last table, over the tables' row only: the tables leave it room
+        for i in range(1, len(tables) + 1):
+            axis = fig.layout[f"xaxis{i if i > 1 else ''}"]
+            axis.domain = [d * TABLES_WIDTH for d in axis.domain]
+        last = fig.layout[f"xaxis{len(tables) if len(tables) > 1 else ''}"] if tables else None
+        low, high = fig.layout.yaxis.domain if tables else (0, 1)
+        fig.update_layout(title="latent truth of this sequence", width=None, height=latent_height(bool(tables), path),
                           coloraxis=dict(colorscale="Blues", cmin=0, colorbar=dict(
-                              title="p", x=last_table + 0.005, xanchor="left", thickness=12, len=0.8)),
-                          legend=dict(orientation="h", y=-0.32), margin=dict(t=70, b=100))
+                              title="p", x=(last.domain[1] if last else 1.0) + 0.01, xanchor="left", thickness=12,
+                              y=(low + high) / 2, yanchor="middle", len=high - low)),
+                          legend=dict(orientation="v", x=1.01, xanchor="left", yanchor="top", y=fig.layout[
+                              f"yaxis{len(tables) + 1 if tables else ''}"].domain[1] if path else 1),
+                          margin=dict(t=70, b=90))
         return fig
 
 
@@ -201,12 +222,15 @@ class PosteriorViews:
 def panels(explorer, info: dict, ablation_map, lens) -> html.Div:
     """The posterior panel (this sequence's answers and entropies) beside held-out calibration, with the
     head-ablation map, this sequence's logit lens (``lens``) and its latent truth below it."""
-    n_queries = int(held_out_batch(explorer.task, 1, 0).query_mask.sum())
+    sample = held_out_batch(explorer.task, 1, 0)
+    n_queries = int(sample.query_mask.sum())
+    latent = latent_height(bool(explorer.task.latent_tables(sample, 0)), explorer.task.latent_path(sample, 0))
     return html.Div([
-        panel("posterior", graph("posterior", min(max(160 + 18 * n_queries, 300), 800)), graph("entropy", 320),
+        panel("posterior", graph("posterior", 240 if explorer.task.continuous else  # a continuous task: one sentence
+                                 min(max(160 + 18 * n_queries, 300), 800)), graph("entropy", 320),
               graph("gap", 320), minWidth="0"),
         panel("held-out calibration", graph("calibration", 320), ablation_map,
-              html.H3("this sequence", style=dict(margin="4px 0")), lens, graph("latent", 360), minWidth="0"),
+              html.H3("this sequence", style=dict(margin="4px 0")), lens, graph("latent", latent), minWidth="0"),
     ], style=dict(display="grid", gridTemplateColumns="1fr 1fr", alignItems="start"))
 
 

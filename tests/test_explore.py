@@ -817,10 +817,12 @@ def test_ablated_posteriors_integer_ticks_the_hmm_path_and_the_head_ablation_map
         assert intact[view].layout.xaxis.dtick == 1 and intact[view].layout.xaxis.tickformat == "d", view
     hmm = small_run(tmp_path, tasks.make("hmm", S=3, O=2, K=5))
     latent = hmm.posterior_views(0, hmm.sample(0), 0, [])["latent"]
-    path_axis = latent.layout.xaxis3  # transition table, emission table, then the path
+    path_axis = latent.layout.xaxis3  # transition table, emission table, then the path below them
     assert path_axis.showticklabels is not False and path_axis.title.text == "query position"
     bar = latent.layout.coloraxis.colorbar
-    assert latent.layout.xaxis2.domain[1] <= bar.x < latent.layout.xaxis3.domain[0]  # beside the tables it belongs to
+    tables_row = latent.layout.yaxis.domain  # beside the tables it belongs to, not on the path below them
+    assert latent.layout.xaxis2.domain[1] <= bar.x < 1 and tables_row[0] <= bar.y <= tables_row[1]
+    assert bar.y - bar.len / 2 >= latent.layout.yaxis3.domain[1]
     fig = explorer.ablation_map_view(1, "zero")
     title = " ".join(fig.layout.title.text.replace("<br>", " ").split())
     assert "20 sequences, seed 1234" in title and "interp run head-ablation uses 1,000 sequences unless given --n 20" in title
