@@ -162,16 +162,34 @@ def check_weights(model, weights: dict[str, torch.Tensor], where) -> None:
 
 
 def build_from_meta(meta: dict, where: Path, weights: dict[str, torch.Tensor] | None = None):
-    """The model ``meta`` describes; with ``weights``, checked against them before any memory is spent."""
+    """The model ``meta`` describes. With ``weights``: built on the meta device (shapes only, no memory, no random
+    initialisation that the weights would overwrite), checked against them, then given them as they are, so a loaded
+    model holds exactly the file's numbers; without, freshly initialised from its seed."""
     try:
         task = tasks.from_config(meta["task"])
-        if weights is not None:
-            with torch.device("meta"):
-                skeleton = models.build(meta["arch"], task, config=meta["model"], seed=meta.get("seed", 0))
-            check_weights(skeleton, weights, where)
-        return models.build(meta["arch"], task, config=meta["model"], seed=meta.get("seed", 0))
+        build = lambda: models.build(meta["arch"], task, config=meta["model"], seed=meta.get("seed", 0))  # noqa: E731
+        if weights is None:
+            return build()
+        with models.on_meta():
+            skeleton = build()
     except (ConfigError, TypeError, ValueError) as err:
         raise UserError(f"{where}: invalid config: {err}") from None
+    check_weights(skeleton, weights, where)
+    expected = skeleton.state_dict()
+    skeleton.load_state_dict({k: w.to(expected[k].dtype) for k, w in weights.items()}, assign=True)
+    if any(t.is_meta for t in tensors_of(skeleton)):  # something the file does not hold: build it for real
+        model = build()
+        model.load_state_dict(weights)
+        return model
+    return skeleton
+
+
+def tensors_of(model):
+    """Every tensor a model holds: its parameters and buffers (persistent or not) and plain tensor attributes."""
+    for module in model.modules():
+        yield from (v for v in vars(module).values() if isinstance(v, torch.Tensor))
+        yield from (t for t in module._parameters.values() if t is not None)
+        yield from (t for t in module._buffers.values() if t is not None)
 
 
 def checkpoint_digest(file: Path) -> str:
@@ -200,7 +218,6 @@ def load(path: str | Path, task: str | None = None, device: str | None = None):
                         f"rename it to {checkpoint_name(meta['step'])} or move it out of the run")
     weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
     model = build_from_meta(meta, file, weights)
-    model.load_state_dict(weights)
     model.eval()
     run_dir = file.parent.parent if file.parent.name == "checkpoints" else None
     series = tuple(list_checkpoints(run_dir)) if run_dir is not None else ()

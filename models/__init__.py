@@ -17,10 +17,13 @@ one.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import fields
 from functools import lru_cache
 
 import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
 
 import tasks
 from tasks import ConfigError, Task
@@ -80,7 +83,9 @@ def model_config(arch: str, preset: str | None = None, task: Task | str | None =
         if preset is None or task is None:
             raise ConfigError(f"{arch}: d_model is not set; give it (-M d_model=...) or a preset and a task")
         target = _reference_params(preset, json.dumps(task.config(), sort_keys=True))
-        base["d_model"] = matched_width(lambda d: cls(cls.config_class.from_dict(base | {"d_model": d}), task), target)
+        with on_meta():
+            base["d_model"] = matched_width(lambda d: cls(cls.config_class.from_dict(base | {"d_model": d}), task),
+                                            target)
     return cls.config_class.from_dict(base).to_dict()
 
 
@@ -117,9 +122,45 @@ def n_params(model) -> int:
 def count_params(arch: str, task: Task, config: dict) -> int:
     """The parameter count of the model ``config`` describes, built on the meta device (no memory, no init)."""
     cls = architecture(arch)
-    with torch.device("meta"):
+    with on_meta():
         return n_params(cls(cls.config_class.from_dict(config), task))
 
 
+# What initialises a tensor's values and nothing else: on the meta device, where there are no values, a no-op.
+_INITIALISERS = frozenset({getattr(nn.init, name) for name in dir(nn.init) if name.endswith("_")
+                           and not name.startswith("_")} |
+                          {getattr(torch.Tensor, name) for name in ("normal_", "uniform_", "zero_", "fill_",
+                                                                    "random_", "bernoulli_", "exponential_",
+                                                                    "cauchy_", "log_normal_", "geometric_", "copy_")})
+_RANDOM = {torch.randn: torch.empty, torch.rand: torch.empty, torch.randn_like: torch.empty_like,
+           torch.rand_like: torch.empty_like}
+
+
+class _NoInit(TorchFunctionMode):
+    """Random initialisation skipped: an initialiser returns its tensor as it is, a random factory an empty tensor.
+    Only ever active on the meta device (``on_meta``): torch draws meta random numbers through its Python reference
+    implementations, whose first use imports torch._dynamo, seconds spent on numbers that do not exist."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _INITIALISERS:
+            target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+            if isinstance(target, torch.Tensor) and target.is_meta:
+                return target
+        if func in _RANDOM:
+            like = func in (torch.randn_like, torch.rand_like)
+            device = kwargs.get("device") or (args[0].device if like else "meta")  # the default device is meta here
+            if torch.device(device).type == "meta":
+                return _RANDOM[func](*args, **{k: v for k, v in kwargs.items() if k != "generator"})
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def on_meta():
+    """Build models on the meta device, shapes only: no memory, and no time spent initialising them."""
+    with torch.device("meta"), _NoInit():
+        yield
+
+
 __all__ = ["ARCHS", "REFERENCE", "REGISTRY", "Provenance", "architecture", "build", "model_config", "presets",
-           "n_params", "count_params", "task_settings"]
+           "n_params", "count_params", "on_meta", "task_settings"]
