@@ -7,12 +7,14 @@ HTML page and a JSON), started as a user starts it, a new process each time. `im
 same way, in fresh processes, since it is most of a cold start and no change here can make it faster; the difference
 is what the toolkit itself costs (its other imports, loading the model, the analysis, the export, the browser start
 that draws the PDF). Medians are printed with the load average, since a busy machine moves all three: on a shared
-machine compare the difference, not the totals, and rerun when the load is high.
+machine compare the difference, not the totals, and rerun when the load is high. The CPU seconds each process used
+(user and system, the browser's included) are printed beside the wall times: other processes' load moves them less.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,10 +27,16 @@ TARGET_S, OVER_IMPORT_TARGET_S = 8.0, 3.0
 MAIN_JOB = ["run", "key-orthogonality", "--ckpt", "models/pretrained/bijection-transformer-cpu"]
 
 
-def timed(cmd: list[str]) -> float:
-    start = time.perf_counter()
+def cpu_seconds() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of ``cmd`` run to its end (the CPU time of every process it waited for)."""
+    start, cpu = time.perf_counter(), cpu_seconds()
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, cpu_seconds() - cpu
 
 
 def main() -> None:
@@ -42,12 +50,16 @@ def main() -> None:
         for i in range(args.repeat):
             imports.append(timed([sys.executable, "-c", "import transformer_lens"]))
             runs.append(timed([sys.executable, "-m", "interp", *MAIN_JOB, "--out", out]))
-            print(f"run {i + 1}: main job {runs[-1]:.2f} s, import transformer_lens {imports[-1]:.2f} s")
-    run, tl = statistics.median(runs), statistics.median(imports)
+            print(f"run {i + 1}: main job {runs[-1][0]:.2f} s ({runs[-1][1]:.2f} CPU s), "
+                  f"import transformer_lens {imports[-1][0]:.2f} s ({imports[-1][1]:.2f} CPU s)")
+    (run, run_cpu), (tl, tl_cpu) = ([statistics.median(t[k] for t in times) for k in (0, 1)]
+                                    for times in (runs, imports))
     print(f"main job (pdf, html, json): {run:.2f} s median ({run / TARGET_S:.2f} of the {TARGET_S:.0f} s target)")
     print(f"import transformer_lens:    {tl:.2f} s median")
     print(f"over the import:            {run - tl:.2f} s ({(run - tl) / OVER_IMPORT_TARGET_S:.2f} of the "
           f"{OVER_IMPORT_TARGET_S:.0f} s target)")
+    print(f"CPU seconds: main job {run_cpu:.2f}, import {tl_cpu:.2f}, over the import {run_cpu - tl_cpu:.2f}; "
+          f"main job / import: {run / tl:.2f} wall, {run_cpu / tl_cpu:.2f} CPU")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
