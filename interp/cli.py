@@ -367,6 +367,11 @@ def reproduce(preset, only, archs, runs, out, device):
               "stop a point at the first evaluation that reaches it [default: the primitive's threshold, no stop]")
 @click.option("--eval-every", type=click.IntRange(1), help="steps between a point's evaluations while it trains, "
               "on the task's own held-out format [default: the preset's]")
+@click.option("--decay", type=float, help="the share of every point's steps, after the warm-up, over which its rate "
+              "anneals to zero; it holds at the peak before [default: the preset's]")
+@click.option("--axis-with", "axis_with", multiple=True, metavar="SETTING=V1,V2,...",
+              help="a task setting that moves with the axis, one value per axis value, e.g. --axis N=4,8,16 "
+                   "--axis-with pool=8,16,32")
 @click.option("--jobs", type=click.IntRange(1), default=1, show_default=True,
               help="points trained at once, each in a process of one thread (more sweeps on the same --out, "
                    "e.g. on machines sharing it, share the points too)")
@@ -379,8 +384,8 @@ def reproduce(preset, only, archs, runs, out, device):
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of every init and training batch")
 @click.option("--out", type=click.Path(path_type=Path), help="sweep folder [sweeps/TASK-SETTING]")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
-def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, seeds, threshold, eval_every, jobs,
-          curriculum, task_options, model_options, n_eval, seed, out, device):
+def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, seeds, threshold, eval_every, decay,
+          axis_with, jobs, curriculum, task_options, model_options, n_eval, seed, out, device):
     """Difficulty curves: train every architecture at every axis value with one budget, measure the
     task's primitive metric, and write OUT/sweep.json (curves, break points) and sweep.pdf/html/png.
     Rerunning resumes: finished points are read back."""
@@ -401,7 +406,8 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, s
                 batch_size, parse_assignments(task_options, "task option"),
                 parse_assignments(model_options, "model option"), n_eval, seed, device, run_names, lr=lr,
                 curriculum=parse_curriculum(curriculum), seeds=split(seeds) if seeds else (), threshold=threshold,
-                eval_every=eval_every, jobs=jobs)
+                eval_every=eval_every, jobs=jobs,
+                paired=dict(spec.partition("=")[::2] for spec in axis_with), decay=decay)
     summary = job.execute()
     for arch, by_curve in summary.get("chosen", {}).items():
         if len(summary["lrs"]) > 1 or len(summary["seeds"]) > 1:

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 import models
 import tasks
+from tasks.base import stage_options
 
 from .checkpoint import pick_device
 from .errors import UserError
@@ -128,13 +129,25 @@ class Sweep:
                  task_options: dict | None = None, model_options: dict | None = None, n: int = 1000,
                  seed: int = 0, device: str | None = None, runs: tuple[str, ...] = (),
                  lr: float | tuple | str | None = None, curriculum: list | str | None = None, seeds: tuple = (),
-                 threshold: float | None = None, eval_every: int | None = None, jobs: int = 1):
+                 threshold: float | None = None, eval_every: int | None = None, jobs: int = 1,
+                 paired: dict | None = None, decay: float | None = None):
         # what a worker process needs to build the same sweep (jobs > 1)
         self.arguments = dict(task=task, axis=axis, archs=tuple(archs), out=Path(out), widths=tuple(widths),
                               preset=preset, steps=steps, batch_size=batch_size, task_options=task_options,
                               model_options=model_options, n=n, seed=seed, device=device, runs=tuple(runs), lr=lr,
-                              curriculum=curriculum, seeds=tuple(seeds), threshold=threshold, eval_every=eval_every)
+                              curriculum=curriculum, seeds=tuple(seeds), threshold=threshold, eval_every=eval_every,
+                              paired=paired, decay=decay)
         self.setting, self.values = parse_axis(axis)
+        self.on_eval = None  # on_eval(point, step, metrics) at each evaluation of a training point: progress
+        # task settings that move with the axis, one value per axis value (e.g. recall's key pool with N)
+        self.paired = {}
+        for name, spec in (paired or {}).items():
+            values = [int(v) if str(v).strip().lstrip("-").isdigit() else v
+                      for v in (spec if isinstance(spec, (list, tuple)) else str(spec).split(","))]
+            if len(values) != len(self.values):
+                raise UserError(f"--axis-with {name}: give one value per axis value ({len(self.values)}: "
+                                f"{', '.join(map(str, self.values))}), got {len(values)}")
+            self.paired[name] = dict(zip(self.values, values))
         self.lrs = parse_numbers(lr) if lr is not None else ()
         self.seeds = parse_numbers(seeds, int, "--seeds") if seeds else (seed,)
         if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -153,7 +166,7 @@ class Sweep:
         self._loaded = {}  # an evaluated sweep's model in use (points come run by run)
         if self.runs:
             if (widths or steps or batch_size or task_options or model_options or lr or curriculum is not None or seeds
-                    or threshold is not None or eval_every or jobs > 1):
+                    or threshold is not None or eval_every or jobs > 1 or paired or decay is not None):
                 raise UserError("an evaluated sweep (--runs) measures the runs as trained; drop --widths, --steps, "
                                 "--batch-size, --lr, --curriculum, --seeds, --threshold, --eval-every, --jobs, -T and "
                                 "-M, or drop --runs to train one model per point")
@@ -183,7 +196,8 @@ class Sweep:
                             f"{', '.join(sorted(known))}")
         reference = models.REFERENCE or models.ARCHS[0]
         given = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=self.lrs[0] if self.lrs else None,
-                                       curriculum=curriculum, eval_every=eval_every).items() if v is not None}
+                                       curriculum=curriculum, eval_every=eval_every, decay=decay).items()
+                 if v is not None}
         self.curriculum_name = curriculum if isinstance(curriculum, str) else None  # built for each point's task
         budget = resolve(self.task_at(self.points()[0]), reference, preset,
                          train_options=given | {"seed": self.seeds[0]}).train
@@ -227,7 +241,9 @@ class Sweep:
                     raise UserError(f"{self.setting}={point.value} {reason}; leave the value out, or drop --runs "
                                     f"and train one model per point")
                 return task
-            return tasks.for_preset(self.task_name, self.preset, **(self.task_options | {self.setting: point.value}))
+            paired = {name: by_value[point.value] for name, by_value in self.paired.items()}
+            return tasks.for_preset(self.task_name, self.preset,
+                                    **(self.task_options | paired | {self.setting: point.value}))
         except tasks.ConfigError as err:
             raise UserError(f"{self.setting}={point.value}: {err}") from None
 
@@ -236,8 +252,9 @@ class Sweep:
             return [Point(r["arch"], value, run=name) for name, r in self.runs.items() for value in self.values]
         lrs = self.lrs if len(self.lrs) > 1 else (None,)
         seeds = self.seeds if len(self.seeds) > 1 else (None,)
-        return [Point(arch, value, width, lr=lr, seed=seed) for arch in self.archs
-                for width in (self.widths or (None,)) for value in self.values for lr in lrs for seed in seeds]
+        # the easiest cell first for every architecture, so a sweep stopped early has whole cells
+        return [Point(arch, value, width, lr=lr, seed=seed) for value in self.values for arch in self.archs
+                for width in (self.widths or (None,)) for lr in lrs for seed in seeds]
 
     def run_dir(self, point: Point) -> Path:
         """The point's run folder; the rate and seed are in its name only when the sweep has several (so a
@@ -266,9 +283,16 @@ class Sweep:
         fixed = {k: v for k, v in self.model_options.items() if k in known}
         width = {"d_model": point.width} if point.width else {}
         try:
-            return resolve(task, point.arch, self.preset, model_options=fixed | width).model
+            config = resolve(task, point.arch, self.preset, model_options=fixed | width).model
         except UserError as err:
             raise UserError(f"{point.arch} at {self.setting}={point.value}: {err}") from None
+        if "n_ctx" in config and "n_ctx" not in fixed:  # a context that holds every stage the point trains on
+            longest = max((tasks.from_config(task.config() | option).seq_len
+                           for _, settings in self.point_budget(point).curriculum
+                           for option in stage_options(settings)), default=0)
+            if longest > (config["n_ctx"] or task.seq_len):
+                config["n_ctx"] = longest
+        return config
 
     def stop_at_threshold(self, step: int, metrics: dict) -> str | None:
         """A trained point's stop rule: the first evaluation that reaches the threshold ends its run."""
@@ -298,12 +322,14 @@ class Sweep:
         task = self.task_at(point)
         record = run_dir / "run.json"
         stop = self.stop_at_threshold if self.stops else None
+        report = (lambda step, metrics: self.on_eval(point, step, metrics)) if self.on_eval else None
         try:
             if record.exists() and json.loads(record.read_text()).get("status") != "finished":
-                Trainer(run_dir, resume=True, device=self.device, progress=False, root=self.out, stop=stop).run()
+                Trainer(run_dir, resume=True, device=self.device, progress=False, root=self.out, stop=stop,
+                        on_eval=report).run()
             elif not record.exists():
                 Trainer(run_dir, task.config(), point.arch, self.model_config(point, task), self.point_budget(point),
-                        device=self.device, progress=False, root=self.out, stop=stop).run()
+                        device=self.device, progress=False, root=self.out, stop=stop, on_eval=report).run()
         except UserError as err:
             if not str(err).startswith("loss became"):
                 raise
@@ -406,6 +432,9 @@ class Sweep:
                 bar.update(1)
                 self.write(self.finished_points())
 
+            metric = self.primitive.metric
+            self.on_eval = lambda point, step, metrics: bar.set_postfix_str(
+                f"{self.label(point)}: step {step}, {metric} {metrics.get(metric, float('nan')):.3f}")
             self.work(on_point=finished, on_start=lambda point: bar.set_postfix_str(self.label(point)))
         return self.write(self.finished_points())
 
@@ -575,6 +604,7 @@ class Sweep:
                     curriculum_name=getattr(self, "curriculum_name", None), chosen=chosen,
                     ratios=self.ratios(chosen) if chosen else {},
                     budget=budget, fixed_task_settings=self.task_options,
+                    paired_task_settings={k: {str(v): x for v, x in by.items()} for k, by in self.paired.items()},
                     model_options=self.model_options, n_sequences=self.n, definition=DEFINITION,
                     points=results, break_points=breaks, complete=len(results) == len(self.points()))
 
@@ -604,7 +634,11 @@ def _worker(arguments: dict, log: str) -> None:
     with open(log, "a", buffering=1) as stream:
         sys.stdout = sys.stderr = stream
         try:
-            Sweep(**arguments).work(on_start=lambda point: print(f"{time.strftime('%H:%M:%S')} training {point}"))
+            sweep = Sweep(**arguments)
+            metric = sweep.primitive.metric
+            sweep.on_eval = lambda point, step, metrics: print(
+                f"{time.strftime('%H:%M:%S')} {sweep.label(point)}: step {step}, {metric} {metrics.get(metric)}")
+            sweep.work(on_start=lambda point: print(f"{time.strftime('%H:%M:%S')} training {sweep.label(point)}"))
         except UserError as err:
             print(f"error: {err}")
             raise SystemExit(1) from None

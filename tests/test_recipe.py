@@ -37,3 +37,21 @@ def test_what_cannot_be_resolved_is_one_line(kwargs, message):
     with pytest.raises(UserError) as err:
         recipe.resolve(**kwargs)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_named_curriculum_is_built_by_the_task_for_the_run_and_a_wrong_name_is_one_line():
+    from interp.cli import parse_curriculum
+
+    assert parse_curriculum("dense-mix") == "dense-mix" and parse_curriculum('[[5, {"N": 2}]]') == [[5, {"N": 2}]]
+    with pytest.raises(UserError, match="--curriculum must be JSON"):
+        parse_curriculum("dense-mix", named=False)  # a search's curricula are JSON only
+    spec = recipe.resolve("recall", "transformer", "cpu", train_options=dict(curriculum="dense-mix", steps=300))
+    ((end, mixture),) = spec.train.curriculum
+    # the paper's 64-pair table: dense tables of 8, 16 and 32 pairs, the dense full table, then the task itself
+    assert end == 300 and [stage.get("N") for stage in mixture] == [8, 16, 32, None, None] and mixture[-1] == {}
+    assert mixture[0] == dict(N=8, N_min=8, slots=8, fillers=4, queries=8, gap=0, ask="every", p_unbound=0.0)
+    with pytest.raises(UserError, match="has no curriculum named 'sparse'"):
+        recipe.resolve("recall", "transformer", "cpu", train_options=dict(curriculum="sparse"))
+    with pytest.raises(UserError, match="dense-mix curriculum needs layout='paper'"):
+        recipe.resolve("recall", "transformer", "cpu", task_options=dict(layout="compact", N_min=None),
+                train_options=dict(curriculum="dense-mix"))

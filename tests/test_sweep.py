@@ -247,6 +247,19 @@ def test_the_binding_recipe_is_built_for_each_points_table(tmp_path):
         assert end == 10 and [stage.get("N") for stage in mixture] == sizes + [None, None]
         assert mixture[-1] == {} and mixture[-2] == dict(queries=value, gap=0, ask="every", p_unbound=0.0)
         assert all(stage["ask"] == "every" and stage["queries"] == stage["N"] for stage in mixture[:-2])
+    # the key pool moves with the table (--axis-with), and a model with a position table gets one that holds the
+    # longest stage (the full dense table asks all 16 keys: 116 tokens against the task's 106)
+    ladder = Sweep("recall", "N=4,16", ("transformer",), tmp_path, steps=10, curriculum="dense-mix", decay=0.25,
+                   task_options=dict(N_min=None, fillers=4, gap=2, queries=8), paired={"pool": "8,32"},
+                   model_options=dict(positional="learned", shift=None))
+    small, large = (next(p for p in ladder.points() if p.value == v) for v in (4, 16))
+    assert ladder.task_at(small).pool == 8 and ladder.task_at(large).pool == 32 and ladder.budget.decay == 0.25
+    task = ladder.task_at(large)
+    assert task.seq_len == 106 and ladder.model_config(large, task)["n_ctx"] == 116
+    assert ladder.model_config(small, ladder.task_at(small))["n_ctx"] is None  # the task's own length holds them all
+    assert ladder.summary([])["paired_task_settings"] == {"pool": {"4": 8, "16": 32}}
+    with pytest.raises(UserError, match="--axis-with pool: give one value per axis value"):
+        Sweep("recall", "N=4,16", ("transformer",), tmp_path, steps=10, paired={"pool": "8"})
     with pytest.raises(UserError, match="task 'bijection' has no curriculum named 'dense-mix' \\(it names none\\)"):
         Sweep("bijection", "V=3", ("mlp",), tmp_path / "b", steps=10, curriculum="dense-mix")
 
