@@ -87,8 +87,8 @@ def size_of(labels: list[str]) -> tuple[int, int]:
 
 
 FIT_TOKENS = 100  # a longer sequence's map fits in FIT_SIDE pixels, its labels shown as zooming in makes room
-FIT_SIDE = 440  # with its title, ticks and colour bar on a 1280x800 screen, in its box
-BOX = "90vh"  # the attention view's scrolling box: at most this tall, so its sideways scrollbar is on screen
+FIT_SIDE = 400  # with its title, ticks and colour bar in its box on a 1280x800 screen (a 650-pixel window)
+BOX = "92vh"  # the attention view's scrolling box: at most this tall, so its sideways scrollbar is on screen
 ZOOM_NOTE = "drag a box to zoom in: every token is named once there is room; double-click zooms out"
 
 
@@ -110,7 +110,7 @@ def pattern_figure(pattern: torch.Tensor, labels: list[str], title: str, log: bo
                                               constrain="domain", constraintoward="left", **every),
                       yaxis=dict(title="query position", range=[n - 0.5, -0.5], scaleanchor="x", constrain="domain",
                                  constraintoward="top", **every),  # square cells, against their labels
-                      width=side + 330, height=side + 250, margin=dict(t=70, l=60, r=40, b=60))
+                      width=side + 330, height=side + (200 if fitted else 250), margin=dict(t=70, l=60, r=40, b=60))
     return style.plain_numbers(style.use_template(fig))
 
 
@@ -241,7 +241,7 @@ def attention_panel(info: dict):
         html.Div([html.Label("colour "), dcc.RadioItems(
             id="scale", options=[{"label": "linear", "value": "linear"}, {"label": "log", "value": "log"}],
             value="linear", inline=True, inputStyle=RADIO)], style=INLINE)]),
-        html.Div(sized_graph("attention"), style=dict(overflow="auto", maxHeight=BOX)),
+        html.Div(sized_graph("attention"), id="attention-box", style=dict(overflow="auto", maxHeight=BOX)),
         sized_graph("heads"), minWidth="0", display="block" if info["attention"] or info["scan"] else "none")
 
 

@@ -675,7 +675,9 @@ def serve_in_thread(explorer):
     from werkzeug.serving import make_server
     import threading
 
-    server = make_server("127.0.0.1", free_port(), build_app(explorer).server, threaded=True)
+    app = build_app(explorer)
+    server = make_server("127.0.0.1", free_port(), app.server, threaded=True)
+    server.dash_app = app  # (what it runs in the background: app.patching_jobs)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -832,3 +834,178 @@ def test_ablated_posteriors_integer_ticks_the_hmm_path_and_the_head_ablation_map
     assert "on 20 held-out sequences" in str(map_panel(explorer.layout_info(1), 20, 1234).children[0].children)
     assert "interp run head-ablation --ckpt" in explorer.equivalent_code(1, tokens, 0, []) and \
         "--n 20 --seed 1234" in explorer.equivalent_code(1, tokens, 0, [])
+
+
+# --- a new user's screen: 1280x800, every view legible --------------------------------------------------
+SCREEN = (1280, 800)
+
+
+def boxes(driver, selector: str) -> list[dict]:
+    """The page rectangles (left, top, right, bottom, in page pixels) of the elements ``selector`` finds."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => { const r = e.getBoundingClientRect();"
+        " return {left: r.left + scrollX, top: r.top + scrollY, right: r.right + scrollX, bottom: r.bottom + scrollY};"
+        "})", selector)
+
+
+def overlap(a: dict, b: dict) -> bool:
+    return a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] and b["top"] < a["bottom"]
+
+
+def titles_fit(driver, graph: str) -> bool:
+    """Whether every line of the graph's title lies inside the graph (not cut off at its right edge)."""
+    frame = boxes(driver, f"#{graph} .main-svg")[0]
+    return all(frame["left"] <= b["left"] and b["right"] <= frame["right"] + 1
+               for b in boxes(driver, f"#{graph} .infolayer .gtitle"))
+
+
+@pytest.fixture
+def screen(shared_browser):
+    """The shared browser at a laptop's 1280x800 (restored after)."""
+    before = shared_browser.get_window_size()
+    shared_browser.set_window_size(*SCREEN)
+    yield shared_browser
+    shared_browser.set_window_size(before["width"], before["height"])
+
+
+@pytest.mark.slow
+def test_a_recall_page_fits_the_screen_and_its_patch_map_arrives_when_its_job_is_done(screen, monkeypatch):
+    """recall's 329 tokens: the attention map fits a bounded box on a 1280x800 screen (not 6,000 pixels of it), its
+    labels against the map; the geometry's colour choice says what the figure is coloured by; a patch press draws
+    its map when the job is done, once (the pair drawn as a few pieces of text, not a thousand elements the page
+    takes seconds over, twice)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from interp import explore_patching
+
+    drawn, pair_text = [], explore_patching.pair_text
+    monkeypatch.setattr(explore_patching, "pair_text", lambda *a: drawn.append(1) or pair_text(*a))
+    explorer = Explorer(locate("recall-transformer-plain-mix"))
+    server = serve_in_thread(explorer)
+    try:
+        browser, wait = screen, WebDriverWait(screen, 180, poll_frequency=0.1)
+        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        for graph in GRAPHS:
+            wait.until(lambda d: computed(d, graph), message=f"{graph} drawn")
+        n = len(explorer.sample(0))
+        assert n > 300 and f"{n} tokens: drag a box to zoom in" in figure(browser, "attention")["title"]
+        box = boxes(browser, "#attention-box")[0]
+        plot = boxes(browser, "#attention .main-svg")[0]
+        assert plot["bottom"] - plot["top"] <= box["bottom"] - box["top"] <= SCREEN[1]  # all of it on screen at once
+        area = boxes(browser, "#attention .nsewdrag")[0]
+        labels = boxes(browser, "#attention .yaxislayer-above .ytick text")
+        assert max(b["right"] for b in labels) > area["left"] - 12  # the labels against the map: no blank band
+        assert browser.execute_script("return document.body.scrollHeight") < 4 * 1100  # was 11 screens
+        colour = browser.find_element(By.CSS_SELECTOR, "#colour input[value='entropy']")
+        wait.until(lambda d: browser.find_element(By.CSS_SELECTOR, "#colour input[value='position']").is_selected(),
+                   message="the colour choice says the figure is coloured by position")
+        assert not colour.is_enabled() and "nothing to colour by" in browser.find_element(By.ID, "colour").text
+
+        browser.find_element(By.ID, "patch-run").click()
+        wait.until(lambda d: (figure(d, "patch-map") or {}).get("data"), message="patch map drawn")
+        seen = time.monotonic()
+        job = server.dash_app.patching_jobs.latest()
+        # the map is there as soon as the job is done (it was 14-28 s on a busy machine: the page drew the pair's
+        # thousand elements twice, sending no request meanwhile)
+        assert job.state == "done" and seen - job.ended < 3, (seen - job.ended, job.line())
+        wait.until(lambda d: "done in" in d.find_element(By.ID, "patch-progress").text, message="the line says done")
+        time.sleep(1.5)  # three more ticks: the map is not drawn again
+        assert len(drawn) == 1
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#patch-pair *")) < 40
+    finally:
+        server.shutdown()
+
+
+def click_cell(driver, graph: str, column: int, columns: int, row: int, rows: int) -> None:
+    """A click on cell (``row``, ``column``) of a heat map of ``rows`` x ``columns`` cells."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    area = driver.find_element("css selector", f"#{graph} .nsewdrag")
+    width, height = area.size["width"], area.size["height"]
+    ActionChains(driver).move_to_element_with_offset(area, int((column + 0.5) / columns * width - width / 2),
+                                                     int((row + 0.5) / rows * height - height / 2)).click().perform()
+
+
+@pytest.mark.slow
+def test_the_patch_map_and_a_patch_s_answers_have_room_on_the_screen(screen):
+    """bijection's map of 39 positions: its slanted position labels do not run into each other; a clicked cell's
+    answers: bars of some width in a plot of some height, the legend covering no bar and no tick, the titles whole."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = serve_in_thread(Explorer(SHIPPED))
+    try:
+        browser, wait = screen, WebDriverWait(screen, 120, poll_frequency=0.2)
+        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        wait.until(lambda d: computed(d, "posterior"), message="posterior drawn")
+        browser.find_element(By.ID, "patch-run").click()
+        wait.until(lambda d: (figure(d, "patch-map") or {}).get("data"), message="patch map drawn")
+        heat = figure(browser, "patch-map")["data"][0]
+        assert len(boxes(browser, "#patch-map .xtick text")) == len(heat["x"]) >= 30  # every position named
+        apart = browser.execute_script("const el = document.querySelector('#patch-map .js-plotly-plot');"
+                                       "return el._fullLayout.xaxis._length / el.data[0].x.length")
+        assert apart >= 14  # 11-pixel text slanted at 60°: apart (was 11 pixels)
+        assert titles_fit(browser, "patch-map")
+        browser.execute_script("document.getElementById('patch-map').scrollIntoView()")
+        click_cell(browser, "patch-map", len(heat["x"]) - 1, len(heat["x"]), 0, len(heat["y"]))
+        wait.until(lambda d: (figure(d, "patch-cell") or {}).get("data"), message="a patch's answers drawn")
+        area = boxes(browser, "#patch-cell .nsewdrag")[0]
+        assert area["bottom"] - area["top"] >= 200  # was 70 pixels
+        legend = boxes(browser, "#patch-cell .legend")[0]
+        for part in boxes(browser, "#patch-cell .point") + boxes(browser, "#patch-cell .ytick text") + [area]:
+            assert not overlap(legend, part)
+        assert min(b["right"] - b["left"] for b in boxes(browser, "#patch-cell .point")) >= 4  # not hairlines
+        assert titles_fit(browser, "patch-cell")
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.slow
+def test_the_hmm_latent_view_and_the_regression_views_are_legible(screen):
+    """The HMM's path has a plot of its own below the tables, their colour bar on neither it nor its ticks; an
+    unknown token's hint names tokens one can type; regression's posterior box is the size of its sentence, a
+    map with nothing to draw says why, and titles (the ablated calibration's too) are whole, no toolbar over them."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    server = serve_in_thread(Explorer(locate("hmm-transformer-cpu")))
+    try:
+        browser, wait = screen, WebDriverWait(screen, 120, poll_frequency=0.2)
+        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        wait.until(lambda d: computed(d, "latent"), message="latent truth drawn")
+        path = boxes(browser, "#latent .nsewdrag[data-subplot='x3y3']")[0]
+        assert path["bottom"] - path["top"] >= 150 and path["right"] - path["left"] >= 200  # was 70 pixels tall
+        bar = boxes(browser, "#latent .colorbar")[0]
+        assert not overlap(bar, path)
+        ticks = sorted(boxes(browser, "#latent .yaxislayer-above .y3tick text"), key=lambda b: b["top"])
+        assert all(a["bottom"] <= b["top"] for a, b in zip(ticks, ticks[1:]))  # the states' names apart
+        text = browser.find_element(By.ID, "tokens-text")
+        text.send_keys(Keys.CONTROL, "a")
+        text.send_keys("zz")
+        browser.find_element(By.ID, "apply").click()
+        wait.until(lambda d: "unknown token" in d.find_element(By.ID, "message").text)
+        assert "such as TRANS EMIT SEP or ids" in browser.find_element(By.ID, "message").text  # not 0.00 0.01 0.02
+    finally:
+        server.shutdown()
+    server = serve_in_thread(Explorer(locate("regression-mlp-cpu")))
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        for graph in ("posterior", "calibration", "latent"):
+            wait.until(lambda d: computed(d, graph), message=f"{graph} drawn")
+        posterior = boxes(browser, "#posterior .main-svg")[0]
+        assert posterior["bottom"] - posterior["top"] <= 300  # one sentence, not an 800-pixel box
+        assert titles_fit(browser, "latent")
+        browser.find_element(By.CSS_SELECTOR, "#ablate-blocks input[value='B0']").click()
+        wait.until(lambda d: "(ablated)" in (figure(d, "calibration")["title"] or ""), message="ablated calibration")
+        wait.until(lambda d: d.execute_script("return !document.querySelector('[data-dash-is-loading]')"))
+        assert titles_fit(browser, "calibration")
+        assert all(not e.is_displayed() for e in browser.find_elements(By.CSS_SELECTOR, ".modebar-container"))
+        browser.find_element(By.CSS_SELECTOR, "#ablate-blocks input[value='B0']").click()  # intact again
+        browser.find_element(By.ID, "patch-run").click()
+        wait.until(lambda d: "no map to draw" in ((figure(d, "patch-map") or {}).get("notes") or ""),
+                   message="the patch map says why it is empty")
+        assert "on the Bayes scale" not in (figure(browser, "patch-map")["title"] or "")
+    finally:
+        server.shutdown()

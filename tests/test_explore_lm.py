@@ -284,3 +284,118 @@ def test_patching_in_the_background_in_chromium(explorer, monkeypatch):
     finally:
         browser.quit()
         server.shutdown()
+
+
+def test_times_are_written_as_a_person_reads_them():
+    from interp.explore_jobs import duration
+
+    assert [duration(s) for s in (0.4, 59.4, 60, 427, 3599, 18417)] == [
+        "0 s", "59 s", "1 min 00 s", "7 min 07 s", "59 min 59 s", "5 h 07 min"]
+
+
+@pytest.mark.slow
+def test_a_press_while_a_cancel_is_pending_starts_the_job_again_in_chromium(explorer, monkeypatch):
+    """Until its first site is done the line says an estimate follows it (not "0 of N (0%)" alone); "patch" pressed
+    while a cancel is pending starts the job again once the cancelled one stops (it did nothing, the map saying it
+    ran), and the map's "runs in the background" is whole, not cut at both ends."""
+    import threading
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from werkzeug.serving import make_server
+
+    from analyses import interventions
+    from tests.test_explore import boxes, chromium_driver, computed, figure, free_port
+
+    slow, calls = interventions.patched_answers, []
+
+    def patched_answers(*args, **kwargs):  # the first site takes a while, the others less, as on a real model
+        calls.append(1)
+        time.sleep(3 if len(calls) == 1 else 0.6)
+        return slow(*args, **kwargs)
+
+    monkeypatch.setattr(interventions, "patched_answers", patched_answers)
+    app = build_app(explorer, TEXT)
+    server = make_server("127.0.0.1", free_port(), app.server, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    browser = chromium_driver()
+    try:
+        browser.set_window_size(1280, 800)
+        wait = WebDriverWait(browser, 120, poll_frequency=0.1)
+        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        wait.until(lambda d: computed(d, "attention"), message="attention drawn")
+        browser.find_element(By.ID, "patch-run").click()
+        progress = lambda d: d.find_element(By.ID, "patch-progress").text  # noqa: E731
+        wait.until(lambda d: "the first of them is running (an estimate of the time left follows it)" in progress(d),
+                   message="the line before the first site is done")
+        wait.until(lambda d: "runs in the background" in ((figure(d, "patch-map") or {}).get("notes") or ""))
+        frame = boxes(browser, "#patch-map .main-svg")[0]
+        note = boxes(browser, "#patch-map .annotation")[0]
+        assert frame["left"] <= note["left"] and note["right"] <= frame["right"]  # the sentence whole
+        wait.until(lambda d: "s left" in progress(d), message="an estimate once a site is done")
+        first = app.patching_jobs.latest()
+        browser.find_element(By.ID, "patch-cancel").click()
+        wait.until(lambda d: "cancelling at the next step" in progress(d))
+        browser.find_element(By.ID, "patch-run").click()  # while the cancel is pending
+        wait.until(lambda d: app.patching_jobs.latest() is not first, message="a new job")
+        assert first.state == "running" or "starts once the cancelled one stops" in progress(browser)
+        wait.until(lambda d: (figure(d, "patch-map") or {}).get("data"), message="the map of the job started again")
+        assert first.state == "cancelled" and app.patching_jobs.latest().state == "done"
+        wait.until(lambda d: "done in" in progress(d))
+    finally:
+        browser.quit()
+        server.shutdown()
+
+
+@pytest.mark.slow
+def test_the_opening_page_counts_the_conversion_s_steps_once_in_chromium(tmp_path, monkeypatch):
+    """The opening page in the browser: no "step 1 of 1" before the conversion's "step 1 of 4", a moving bar while no
+    step is done (the dequantising step is a minute), no error for the browser's favicon request."""
+    import threading
+    import urllib.request
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+    from werkzeug.serving import make_server
+
+    from interp.explore_lm import Opening
+    from models import gguf_model
+    from tests.test_explore import chromium_driver, free_port
+
+    tokenizer, go_on = word_tokenizer(), threading.Event()
+
+    def read_gguf(path):
+        assert go_on.wait(120)
+        return tiny("llama-gqa", len(tokenizer)), tokenizer
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(gguf_model, "read_gguf", read_gguf)
+    monkeypatch.setattr(gguf_model, "check_gguf", lambda path: None)
+    (tmp_path / "tiny.gguf").write_bytes(b"GGUF not a real one: its reading is replaced")
+    opening = Opening(str(tmp_path / "tiny.gguf"))
+    server = make_server("127.0.0.1", free_port(), opening, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    browser = chromium_driver()
+    try:
+        browser.get(url + "/")
+        shown = []
+        opening.start()
+        wait = WebDriverWait(browser, 120, poll_frequency=0.05)
+
+        def seen(d):
+            shown.append(d.find_element(By.ID, "time").text)
+            return "dequantising" in d.find_element(By.ID, "what").text
+        wait.until(seen, message="the dequantising step shown")
+        time.sleep(1)
+        assert "step 1 of 4" in browser.find_element(By.ID, "time").text
+        assert not any(" of 1;" in line for line in shown), shown  # no count that starts again
+        assert browser.execute_script("return document.getElementById('bar').hasAttribute('value')") is False  # moving
+        with urllib.request.urlopen(url + "/favicon.ico") as answer:
+            assert answer.status == 204
+        go_on.set()
+        wait.until(lambda d: d.find_elements(By.ID, "attention"), message="the page becomes the explorer")
+    finally:
+        go_on.set()
+        browser.quit()
+        server.shutdown()
