@@ -99,6 +99,21 @@ class Reproduction:
             raise UserError(f"unknown architecture(s) {', '.join(bad)} in --archs; valid: {', '.join(models.ARCHS)}")
         self.preset, self.runs, self.out, self.device = preset, runs, out, pick_device(device)
         self.steps = plan(only, archs)
+        self.variants = self.find_variants()
+
+    def find_variants(self) -> dict[tuple[str, str], list[Path]]:
+        """(task, arch) -> the other shipped models of the cell, for rows that ask for them (``PaperRow.variants``):
+        only with ``--runs shipped``, where every model is finished and its budget is in its run.json."""
+        from .catalog import PRETRAINED_DIR
+
+        if Path(self.runs).resolve() != PRETRAINED_DIR.resolve():
+            return {}
+        found = {}
+        for task, arch in dict.fromkeys(tuple(s[1:3]) for s in self.steps):
+            if any(r.variants for r in rows((task,), (arch,))):
+                found[(task, arch)] = sorted(folder for folder in self.runs.glob(f"{task}-{arch}-*")
+                                             if folder != self.run_dir(task, arch) and (folder / "run.json").exists())
+        return found
 
     def run_dir(self, task: str, arch: str) -> Path:
         return self.runs / f"{task}-{arch}-{self.preset}"
@@ -147,9 +162,9 @@ class Reproduction:
                               root=self.runs)
         trainer.run()
 
-    def analyse(self, task: str, arch: str, name: str) -> dict:
+    def analyse(self, task: str, arch: str, name: str, run_dir: Path | None = None) -> dict:
         """The analysis's JSON for the run's final checkpoint, computed unless already written for it."""
-        run_dir = self.run_dir(task, arch)
+        run_dir = run_dir or self.run_dir(task, arch)
         file = resolve(run_dir)
         folder = self.out / run_dir.name
         saved = results.reusable(folder, name, file)
@@ -174,7 +189,8 @@ class Reproduction:
         training = [self.run_dir(*c).name for c in cells if (self.record(*c) or {}).get("status") != "finished"]
         if training:
             check_writes(self.runs, folders=training)
-        check_writes(self.out, folders=[self.run_dir(*c).name for c in cells])
+        check_writes(self.out, folders=[self.run_dir(*c).name for c in cells]
+                     + [folder.name for folders in self.variants.values() for folder in folders])
         for step in self.steps:  # before hours of training: every run there to reuse must fit the preset
             if step[0] == "train" and (record := self.record(step[1], step[2])):
                 self.check_recipe(step[1], step[2], record)
@@ -185,14 +201,18 @@ class Reproduction:
                 self.train(step[1], step[2])
             else:
                 self.analyse(*step[1:])
+                for folder in self.variants.get(tuple(step[1:3]), ()):
+                    if any(r.variants and r.analysis == step[3] for r in rows(tuple(step[1:2]), tuple(step[2:3]))):
+                        bar.set_postfix_str(f"{folder.name} {step[3]}")
+                        self.analyse(*step[1:], run_dir=folder)
         bar.close()
         table = self.write_table()
         if progress:
             tqdm.write(text(table), end="")
         return table
 
-    def saved(self, task: str, arch: str, name: str) -> dict:
-        return results.read(self.out / self.run_dir(task, arch).name / f"{name}.json", name)
+    def saved(self, task: str, arch: str, name: str, run_dir: Path | None = None) -> dict:
+        return results.read(self.out / (run_dir or self.run_dir(task, arch)).name / f"{name}.json", name)
 
     def write_table(self) -> dict:
         done = {(s[1], s[2]) for s in self.steps}
@@ -201,18 +221,23 @@ class Reproduction:
         table = rows(tuple(dict.fromkeys(t for t, _ in in_order)), tuple(dict.fromkeys(a for _, a in in_order)))
         # an analysis's rows are shown in percent when the paper gives any of them in percent (recall's accuracy)
         percent = {(r.task, r.analysis) for r in table if r.paper_text.strip().endswith("%")}
-        for row in table:
-            if (row.task, row.arch) not in done:
-                continue
-            run_dir = self.run_dir(row.task, row.arch)
-            record = self.record(row.task, row.arch) or {}
-            saved = self.saved(row.task, row.arch, row.analysis)
+        cells = [(row, self.run_dir(row.task, row.arch), False) for row in table if (row.task, row.arch) in done]
+        for row, run_dir, _ in list(cells):  # each other shipped model of the cell below the preset's row
+            if row.variants:
+                at = next(i for i, cell in enumerate(cells) if cell[:2] == (row, run_dir)) + 1
+                cells[at:at] = [(row, folder, True) for folder in self.variants.get((row.task, row.arch), ())]
+        for row, run_dir, variant in cells:
+            record = (read_json(run_dir / "run.json", "run record") if variant else self.record(row.task, row.arch)) or {}
+            saved = self.saved(row.task, row.arch, row.analysis, run_dir)
             ours = dig(saved["metrics"], row.metric)
             # a ratio only beside a number the paper states ("5 clusters, one per hidden state" is none), and
             # none for a claim (">10x": it holds or fails)
             ratio = ours / row.paper if isinstance(ours, (int, float)) and row.paper and row.claim == "value" \
                 and numeric(row.paper_text) else None
-            table_rows.append(dict(experiment=row.experiment, task=row.task, arch=row.arch, paper=row.paper,
+            train = record.get("train") or {}
+            table_rows.append(dict(experiment=f"  the same, {run_dir.name}" if variant else row.experiment,
+                             task=row.task, arch=row.arch, paper=row.paper, variant=variant,
+                             train_batch_size=train.get("batch_size"), continued=bool(train.get("init")),
                              paper_text=row.paper_text, ours=ours, ratio=ratio, claim=row.claim,
                              unit="percent" if (row.task, row.analysis) in percent else None,
                              claim_holds=(ours > row.paper) if row.claim == "over" and ours is not None else None,
@@ -222,7 +247,7 @@ class Reproduction:
                              figure=f"{run_dir.name}/{row.analysis}.pdf",
                              png=f"{run_dir.name}/{row.analysis}-{saved['figures'][0]}.png"
                              if saved.get("figures") else None))
-        cells = sorted(done)
+        cells = sorted(done)  # the table's training time: the preset's runs (a variant's is on its own row)
         train_s = sum((self.record(*cell) or {}).get("wall_time_s", 0) for cell in cells)
         analyse_s = sum(self.saved(*s[1:]).get("seconds", 0) for s in self.steps if s[0] == "analyse")
         table = dict(preset=self.preset, rows=table_rows, runs=len(cells), train_minutes=train_s / 60,
@@ -263,13 +288,22 @@ def metric_name(r: dict) -> str:
     return f"{r['analysis']}: {r['metric']}"
 
 
+def training_text(r: dict) -> str:
+    """A row's budget: its steps and batch, and whether it went on from another run's weights (a lineage)."""
+    if not r["train_steps"]:
+        return "–"
+    batch = f" x {r['train_batch_size']}" if r.get("train_batch_size") else ""
+    return (f"{r['train_minutes']:.1f} min, {r['train_steps']:,} steps{batch}"
+            + (", continued from another run's weights" if r.get("continued") else ""))
+
+
 def markdown(table: dict) -> str:
     lines = [f"# Reproduction (`{table['preset']}` preset)", "",
              "| experiment | arch | paper | ours | ours / paper | metric (analysis: key) | params | training | figure |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in table["rows"]:
         params = f"{r['n_params']:,}" if r["n_params"] else "–"
-        training = f"{r['train_minutes']:.1f} min, {r['train_steps']:,} steps" if r["train_steps"] else "–"
+        training = training_text(r)
         experiment = r["experiment"].replace("|", "\\|")  # a literal | would end the table cell
         figures = f"[pdf]({r['figure']})" + (f" · [png]({r['png']})" if r.get("png") else "")
         lines.append(f"| {experiment} | {r['arch']} | {r['paper_text']} | {fmt(r['ours'], r.get('unit'))} | "
@@ -289,9 +323,9 @@ def text(table: dict) -> str:
     unit, the comparison and the metric read."""
     import textwrap
 
-    head = ("experiment", "arch", "paper", "ours", "ours / paper", "metric (analysis: key)")
-    body = [(r["experiment"], r["arch"], r["paper_text"], fmt(r["ours"], r.get("unit")), comparison(r), metric_name(r))
-            for r in table["rows"]]
+    head = ("experiment", "arch", "paper", "ours", "ours / paper", "training", "metric (analysis: key)")
+    body = [(r["experiment"], r["arch"], r["paper_text"], fmt(r["ours"], r.get("unit")), comparison(r),
+             training_text(r).partition(" min, ")[2] or "–", metric_name(r)) for r in table["rows"]]
     widths = [EXPERIMENT_WIDTH] + [max(len(line[i]) for line in [head, *body]) for i in range(1, len(head) - 1)]
     out = []
     for line in [head, *body]:

@@ -207,6 +207,9 @@ class PaperRow:
     paper_text: str
     claim: str = "value"
     options: dict = field(default_factory=dict)
+    # Also measured on every other shipped model of the task and architecture (``interp reproduce --runs
+    # shipped``), each row with its own budget and recipe: where the preset's budget is not the whole story.
+    variants: bool = False
 
 
 @dataclass(frozen=True)

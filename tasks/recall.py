@@ -164,7 +164,8 @@ class Recall(Task):
                                                             train=dict(lr=3e-3))})}
     # Accuracy on the paper's task itself: every table full (64 pairs), whatever range a preset trains on.
     paper_rows = (*(PaperRow("associative recall (64 pairs from pools of 256, fillers, 3 queries), accuracy", arch,
-                             "content-addressing", "accuracy_full_table", paper, text, options=FULL_TABLE)
+                             "content-addressing", "accuracy_full_table", paper, text, options=FULL_TABLE,
+                             variants=True)
                     for arch, paper, text in (("transformer", 1.0, "100%"), ("mamba", 0.978, "97.8%"),
                                               ("lstm", 0.005, "0.5%"), ("mlp", None, "–"))),
                   PaperRow("  the same, worst of the 64 table slots (content, not position)", "transformer",

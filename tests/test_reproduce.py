@@ -134,7 +134,7 @@ def shipped_like_table(tmp_path, monkeypatch):
     values = {"accuracy_full_table": 0.0127, "per_slot_min": 0.979, "purity": 0.343, "entropy_mae_bits": 0.00091,
               "hypothesis_frame_head.mae_ratio_to_intact": 31.2, "min_block_ratio": 9.0}
 
-    def saved(self, task, arch, name):
+    def saved(self, task, arch, name, run_dir=None):
         metrics = {}
         for row in rows((task,), (arch,)):
             if row.analysis == name:
@@ -172,9 +172,38 @@ def test_the_table_shows_paper_and_ours_in_one_unit_and_no_ratio_for_words(shipp
         line = next(line for line in out.splitlines() if "5 clusters" in line)
         assert "0.343" in line and "x " not in line.replace("0.343", "") and "belief-clusters: purity" in line
         assert "claim holds (31.2 > 10)" in out and "claim fails (9 <= 10)" in out
-    assert shown.splitlines()[0].split() == ["experiment", "arch", "paper", "ours", "ours", "/", "paper", "metric",
-                                             "(analysis:", "key)"]
+    assert shown.splitlines()[0].split() == ["experiment", "arch", "paper", "ours", "ours", "/", "paper", "training",
+                                             "metric", "(analysis:", "key)"]
     assert max(len(line.split("  ")[0]) for line in shown.splitlines()) <= 52  # the experiment column wraps
+
+
+def test_every_shipped_binding_model_answers_the_paper_s_row_with_its_own_budget(tmp_path, monkeypatch):
+    """--runs shipped: the row that asks for variants is measured on every other shipped model of the cell too,
+    each listed below the preset's with its steps, batch and whether it went on from another run's weights."""
+    from interp.catalog import PRETRAINED_DIR
+    from interp.reproduce import markdown, text
+
+    job = Reproduction("cpu", PRETRAINED_DIR, tmp_path / "out", ("recall",), ("transformer", "mamba", "lstm"))
+    assert {cell: [f.name for f in found] for cell, found in job.variants.items()} == {
+        ("recall", "transformer"): ["recall-transformer-plain-mix"],
+        ("recall", "mamba"): ["recall-mamba-plain-mix", "recall-mamba-shift-mix"], ("recall", "lstm"): []}
+    assert Reproduction("cpu", tmp_path, tmp_path / "o", ("recall",), ("mamba",)).variants == {}  # a user's runs
+
+    def saved(self, task, arch, name, run_dir=None):
+        value = {"recall-mamba-plain-mix": 0.92}.get(getattr(run_dir, "name", None), 0.0127)
+        return dict(metrics=dict(accuracy_full_table=value, per_slot_min=0.5), figures=["f"], seconds=1.0)
+
+    monkeypatch.setattr(Reproduction, "saved", saved)
+    table = job.write_table()
+    mamba = [r for r in table["rows"] if r["arch"] == "mamba"]
+    assert [r["experiment"].strip()[:30] for r in mamba] == [
+        "associative recall (64 pairs f", "the same, recall-mamba-plain-m", "the same, recall-mamba-shift-m"]
+    preset, plain = mamba[0], mamba[1]
+    assert (preset["train_steps"], preset["train_batch_size"], preset["continued"]) == (2000, 64, False)
+    assert plain["ours"] == 0.92 and plain["ratio"] == pytest.approx(0.92 / 0.978) and plain["continued"] is True
+    line = next(line for line in markdown(table).splitlines() if "recall-mamba-plain-mix" in line)
+    assert "92%" in line and "continued from another run's weights" in line and " x 64" in line
+    assert any("recall-mamba-plain-mix" in line and "92%" in line for line in text(table).splitlines())
 
 
 def test_the_listing_says_which_metric_its_numbers_are():
