@@ -316,7 +316,7 @@ def list_command():
 
 @main.command()
 @click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
-@click.option("--only", help="comma-separated tasks [default: every task of `interp list`]")
+@click.option("--only", help="comma-separated tasks [default: every task with rows in the paper's table]")
 @click.option("--archs", help="comma-separated architectures [default: every architecture of `interp list`]")
 @click.option("--runs", type=click.Path(path_type=Path), default=Path("runs"), show_default=True,
               help="where the runs live (RUNS/TASK-ARCH-PRESET, as `interp train` names them); `shipped`: the "
@@ -329,7 +329,7 @@ def reproduce(preset, only, archs, runs, out, device):
     import models
     import tasks
 
-    from .reproduce import Reproduction
+    from .reproduce import Reproduction, paper_tasks
     from .recipe import PRESETS
 
     if preset not in PRESETS:
@@ -342,7 +342,7 @@ def reproduce(preset, only, archs, runs, out, device):
         from .catalog import PRETRAINED_DIR
 
         runs = PRETRAINED_DIR
-    job = Reproduction(preset, runs, out, split(only) if only else tasks.NAMES,
+    job = Reproduction(preset, runs, out, split(only) if only else paper_tasks(),
                        split(archs) if archs else models.ARCHS, device=device)
     table = job.execute()
     click.echo(f"wrote {out / 'reproduction.md'} and {out / 'reproduction.json'} ({len(table['rows'])} rows)")

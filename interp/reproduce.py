@@ -52,6 +52,12 @@ class Row:
 MEASUREMENT_ONLY = ("checkpoint_every", "eval_every", "eval_size", "resume_every")
 
 
+def paper_tasks() -> tuple[str, ...]:
+    """The tasks with rows in the paper's table, what ``interp reproduce`` measures by default (a process such
+    as Mess3 has none, and its shipped models were trained on their own search's rate, not the preset's)."""
+    return tuple(name for name in tasks.NAMES if tasks.REGISTRY[name].paper_rows)
+
+
 def rows(only: tuple[str, ...], archs: tuple[str, ...]) -> list[Row]:
     """The paper's table (each task's ``paper_rows``, in task order) for the cells reproduced; a row
     for every architecture (``arch`` None) is repeated once per architecture."""

@@ -343,6 +343,26 @@ class Sweep:
         atomic_write_json(saved, result, self.out)
         return result
 
+    # what a point may differ in from the run already in its folder: which checkpoints it keeps and how often it
+    # saves its resume state (its weights and curve are the same)
+    BOOKKEEPING = ("checkpoint_every", "resume_every")
+
+    def check_recipe(self, point: Point, task, record: dict) -> None:
+        """Refuse to resume or reuse a point's run trained on other settings than this sweep gives it (another
+        command on the same --out): its numbers would stand in for the point's silently."""
+        from .recipe import recorded_model, recorded_train
+
+        want = dict(task=task.config(), model=self.model_config(point, task),
+                    train=recorded_settings(asdict(self.point_budget(point))))
+        have = dict(task=tasks.from_config(record.get("task", {})).config() if record.get("task") else {},
+                    model=recorded_model(point.arch, record.get("model", {})), train=recorded_train(record))
+        diff = [f"{part}.{key}: {have[part].get(key)!r} in the run, {value!r} now" for part in ("task", "model", "train")
+                for key, value in want[part].items()
+                if have[part].get(key) != value and key not in self.BOOKKEEPING]
+        if diff:
+            raise UserError(f"{self.run_dir(point)} was trained with other settings than this sweep gives it "
+                            f"({'; '.join(diff[:3])}); give the command it was started with, or another --out")
+
     def learning_curve(self, run_dir: Path, batch_size: int) -> list[list]:
         """[[training sequences, metric], ...] at every evaluation the run logged (the task's own held-out
         format, the run's evaluation draw)."""
@@ -425,6 +445,9 @@ class Sweep:
                     self.write(results)
                     bar.update(1)
                 return self.write(results)
+            for point in self.points():  # before any training: every run already there is this sweep's
+                if (record := self.run_dir(point) / "run.json").exists():
+                    self.check_recipe(point, self.task_at(point), json.loads(record.read_text()))
             if self.jobs > 1:
                 return self.execute_in_workers(bar)
 

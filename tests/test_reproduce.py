@@ -1,5 +1,6 @@
 """interp reproduce: reuses finished runs, fills the paper's rows from the analyses, resumes."""
 import json
+from pathlib import Path
 
 import pytest
 
@@ -216,3 +217,16 @@ def test_the_listing_says_which_metric_its_numbers_are():
     assert "entropy_mae_bits" in head and "accuracy_full_table" in head and "interp reproduce" in head
     recall = next(line for line in listing.splitlines() if line.startswith("  recall-mamba-cpu"))
     assert "eval MAE" in recall and "eval accuracy" in recall
+
+
+def test_the_default_table_is_the_paper_s_tasks_and_every_shipped_model_there_fits_the_preset():
+    """`interp reproduce --runs shipped` with no --only: the tasks with paper rows, whose shipped models were
+    trained on the cpu preset (the process tasks' shipped models were trained at their own search's rate)."""
+    from interp.catalog import PRETRAINED_DIR
+    from interp.reproduce import paper_tasks
+
+    assert "mess3" not in paper_tasks() and {"bijection", "hmm", "recall", "regression"} <= set(paper_tasks())
+    job = Reproduction("cpu", PRETRAINED_DIR, Path("unused"), paper_tasks(), models.ARCHS)
+    for step in job.steps:
+        if step[0] == "train":
+            job.check_recipe(step[1], step[2], job.record(step[1], step[2]))

@@ -185,6 +185,10 @@ def test_a_grid_of_rates_and_seeds_stops_each_point_at_the_threshold_and_keeps_i
         assert (Path(point["run"]) / "checkpoints" / "step-00000004.safetensors").exists()
     assert {Path(p["run"]).name for p in summary["points"]} == {
         f"mlp-V3-lr{lr}-seed{seed}" for lr in ("0.001", "0.003") for seed in (0, 1)}
+    with pytest.raises(UserError, match="trained with other settings than this sweep gives it \\(train.decay: 1.0 in "
+                                        "the run, 0.5 now\\)"):  # another command on the same folder
+        Sweep("bijection", "V=3", ("mlp",), out, steps=12, batch_size=8, task_options=dict(L=2), n=16, decay=0.5,
+              lr="1e-3,3e-3", seeds=(0, 1), threshold=50.0, eval_every=4, curriculum=[]).execute(progress=False)
     cell = summary["chosen"]["mlp"]["preset"]["3"]
     assert set(cell["by_lr"]) == {"0.001", "0.003"} and len(cell["metrics"]) == 2
     assert (out / "sweep-learning.png").stat().st_size > 0
