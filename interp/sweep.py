@@ -815,10 +815,12 @@ def learning_figure(summary: dict) -> go.Figure:
             if len(runs) > 1:
                 add_band(fig, x, low, high, colour, row=1, col=col)
             fig.add_scatter(x=x, y=mean, mode="lines", line=dict(color=colour), legendgroup=arch, showlegend=col == 1,
-                            name=f"{arch} (lr {cell['lr']:g})" if len(values) == 1 else arch, row=1, col=col)
-        fig.update_xaxes(title_text="training sequences", row=1, col=len(values) // 2 + 1)
+                            name=f"{arch} (lr {cell['lr']:g})" if len(values) == 1 else arch,
+                            hovertemplate=f"{arch}, lr {cell['lr']:g}: %{{y:.3f}} at %{{x:,}} sequences<extra></extra>",
+                            row=1, col=col)
     for col in range(1, len(values) + 1):
         fig.add_hline(y=summary["threshold"], line_dash="dash", line_color="grey", row=1, col=col)
+        fig.update_xaxes(title_text="training sequences", tickformat="~s", row=1, col=col)
     fig.update_yaxes(title_text=metric, row=1, col=1)
     seeds = len(summary.get("seeds") or [])
     fig.update_layout(title=f"{summary['primitive']} ({summary['task']}): {metric} while training, each architecture "

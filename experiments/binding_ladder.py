@@ -1,0 +1,69 @@
+"""Copy the binding ladder's sweeps (experiments/binding-ladder.sh) into figures/readme/binding-ladder/: each sweep's
+sweep.json and figures, and summary.json with what the results page reads: per cell, each architecture's chosen
+rate, accuracy and sequences to 90% (each seed), Mamba's sequences over the transformer's, and each architecture's
+training speed. Run it whenever the ladder has moved on; an unfinished sweep is copied as it stands (its
+``complete`` says so).
+
+    python experiments/binding_ladder.py [--runs runs/binding-ladder]
+"""
+import argparse
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "figures" / "readme" / "binding-ladder"
+FIGURES = ("sweep-learning.png", "sweep-curves.png", "sweep.pdf")
+
+
+def cell_rows(sweep: dict) -> list[dict]:
+    """One row per architecture and cell: its chosen rate and what the seeds reached there."""
+    rows = []
+    for arch, by_curve in sweep["chosen"].items():
+        for value, cell in by_curve.get("preset", {}).items():
+            rows.append(dict(arch=arch, N=int(value), lr=cell["lr"], accuracy=cell["metric"], accuracies=cell["metrics"],
+                             sequences_to_90=cell["sequences_to_threshold"],
+                             rates_tried={lr: dict(accuracy=c["metric"], sequences_to_90=c["sequences_to_threshold"],
+                                                   diverged=c["diverged"]) for lr, c in cell["by_lr"].items()}))
+    return sorted(rows, key=lambda r: (r["N"], sweep["archs"].index(r["arch"])))
+
+
+def speeds(sweep: dict) -> dict:
+    """Median training sequences per second of each architecture over its points (one thread each; the machine
+    may have been shared, so a ratio between architectures of one sweep says more than the number)."""
+    found = {}
+    for point in sweep["points"]:
+        if point.get("sequences_per_s"):
+            found.setdefault(point["arch"], []).append(point["sequences_per_s"])
+    return {arch: round(statistics.median(values)) for arch, values in found.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "binding-ladder")
+    args = parser.parse_args()
+    summary = {}
+    for name in ("plain", "shift", "controls"):
+        source = args.runs / name / "sweep.json"
+        if not source.exists():
+            continue
+        sweep = json.loads(source.read_text())["metrics"]
+        target = OUT / name
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target / "sweep.json")
+        for figure in FIGURES:
+            if (args.runs / name / figure).exists():
+                shutil.copy2(args.runs / name / figure, target / figure)
+        done = len(sweep["points"])
+        planned = len(sweep["values"]) * len(sweep["archs"]) * max(1, len(sweep["lrs"])) * len(sweep["seeds"])
+        summary[name] = dict(complete=sweep["complete"], points_done=done, points_planned=planned,
+                             cells=cell_rows(sweep), ratios=sweep.get("ratios", {}), speeds=speeds(sweep),
+                             budget_sequences=sweep["budget"]["steps"] * sweep["budget"]["batch_size"])
+    (OUT / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    for name, part in summary.items():
+        print(f"{name}: {part['points_done']} of {part['points_planned']} points")
+
+
+if __name__ == "__main__":
+    main()
