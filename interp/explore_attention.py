@@ -3,7 +3,8 @@ model): the figures, in the way of circuitsvis's attention views, and the wind-t
 (``AttentionViews``: the patterns of a sequence, hypothesis marks, its panel and callbacks).
 
 - ``pattern_figure``: one head's pattern with every token named on both axes (no tick is skipped: the figure
-  grows with the sequence, ``PX_PER_TOKEN`` pixels a token, and the page scrolls);
+  grows with the sequence, ``PX_PER_TOKEN`` pixels a token, in a box at most ``BOX`` tall that scrolls); a
+  sequence of more than ``FIT_TOKENS`` tokens is drawn whole in ``FIT_SIDE`` pixels, named as zooming in makes room;
 - ``heads_figure``: every head of a layer side by side, one small map each, hover naming both tokens; a click
   on a head's map picks it for ``pattern_figure``;
 - either on a linear or a log colour scale (``log``): plotly has no log colour scale, so the colour is

@@ -10,8 +10,10 @@ and a second tab, are served while the job runs, never blanked until it ends.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
+from contextlib import contextmanager
 from typing import Any, Callable
 
 _IDS = itertools.count(1)
@@ -69,6 +71,8 @@ class Job:
     def __init__(self, key, what: str, unit: str, after: "Job | None" = None):
         self.key, self.what, self.unit, self.id = key, what, unit, next(_IDS)
         self.after = after  # a cancelled job still finishing its step: this one starts when it has stopped
+        self.delivering = 0  # presses drawing its result now (``delivered``)
+        self.delivered = None  # when a press last drew its result
         self.done, self.total = 0, None
         self.state, self.result, self.error = "running", None, None
         self.started, self.ended = time.monotonic(), None
@@ -118,6 +122,22 @@ class Job:
         cancelling = " (cancelling at the next step)" if self._cancel.is_set() else ""
         return (f"{self.what}: {self.done} of {self.total} {self.unit} ({self.done / self.total:.0%}), "
                 f"{duration(self.seconds())} so far{estimate}{cancelling}")
+
+    @contextmanager
+    def delivery(self):
+        """A press waits for the job and draws its result in the block (``quiet``)."""
+        self.delivering += 1
+        try:
+            yield
+        finally:
+            self.delivered = time.monotonic()
+            self.delivering -= 1
+
+    def quiet(self, for_s: float) -> bool:
+        """Ended ``for_s`` seconds ago and no press has drawn its result since (nor is drawing it): the page's tick
+        may say so, and draw its result where no press did, without drawing it twice in a tab whose press did."""
+        last = max(self.ended or math.inf, self.delivered or 0)
+        return self.state != "running" and not self.delivering and time.monotonic() - last >= for_s
 
     def cancelling(self) -> bool:
         """Cancelled while it runs: it stops at the end of its step."""

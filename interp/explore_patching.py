@@ -145,6 +145,7 @@ class SiteAnswers(dict):
 
 
 FIRST_WAIT_S = 1.0  # how long a background job's press waits before answering with its progress instead
+QUIET_S = 1.0  # how long after a job ends (or a press drew it) the tick draws its map in the tabs that asked
 
 
 class PatchingView:
@@ -305,29 +306,29 @@ def register(app, source) -> None:
         chosen_follows, (*state, kind, which) = values[:n_follows], values[n_follows:]
         return tuple(chosen_follows), tuple(state), kind, which
 
-    def drawn(result):
+    def drawn(result, job: Job):
         pair, scorer, chosen, where, grid, _ = result
-        return map_figure(pair, scorer, chosen, where, grid, source.subject), pair_text(pair, source), warning(scorer)
+        fig = map_figure(pair, scorer, chosen, where, grid, source.subject).update_layout(meta=dict(job=job.id))
+        return fig, pair_text(pair, source), warning(scorer)
 
     @app.callback(Output("patch-map", "figure"), Output("patch-pair", "children"), Output("patch-message", "children"),
-                  Output("patch-drawn", "data"), Input("patch-run", "n_clicks"), *follows, *source.states,
+                  Input("patch-run", "n_clicks"), *follows, *source.states,
                   State("patch-kind", "value"), State("patch-index", "value"), prevent_initial_call=True)
     def patch_map(clicks, *values):
         """The press: the map at once if it is done within ``FIRST_WAIT_S`` (a small model's: the press waits for
         it), else a line saying it runs; the progress line and the tick below deliver it when done. The map drawn
-        here is not drawn again when the tick says its job ended (``patch-drawn``): a recall map's pair of 329
-        tokens a line is seconds of the page's time."""
+        here is not drawn again when the tick says its job ended (``patch-drawn``)."""
         if not clicks:  # an ablation ticked before any map was asked for: nothing to redraw
-            return no_update, no_update, no_update, no_update
+            return no_update, no_update, no_update
         chosen_follows, state, kind, which = split(values)
         try:
-            result = view.computed(kind, which, chosen_follows, *state,
-                                   wait=FIRST_WAIT_S if source.background else None)
+            job = view.start(kind, which, chosen_follows, *state)
+            with job.delivery():  # the tick leaves the drawing to this press
+                result = view.computed(kind, which, chosen_follows, *state,
+                                       wait=FIRST_WAIT_S if source.background else None)
+                return (message_figure(RUNNING, size=13), no_update, "") if result is None else drawn(result, job)
         except REFUSED as err:
-            return no_update, no_update, str(err), no_update
-        if result is None:
-            return message_figure(RUNNING, size=13), no_update, "", no_update
-        return *drawn(result), view.jobs.get(view.key(kind, which, chosen_follows, state)).id
+            return no_update, no_update, str(err)
 
     @app.callback(Output("patch-progress", "children"), Output("patch-cancel", "style"), Output("patch-shown", "data"),
                   Input("tick", "n_intervals"), State("patch-shown", "data"), prevent_initial_call=True)
@@ -340,12 +341,12 @@ def register(app, source) -> None:
             return no_update, no_update, no_update
         if job.state == "running":
             return job.line(), CANCEL, no_update
-        return job.line(), HIDDEN, job.id
+        # ended: said at once, its map left a moment to a press drawing it (then not drawn twice, see patch-drawn)
+        return job.line(), HIDDEN, job.id if job.quiet(QUIET_S) else no_update
 
     @app.callback(Output("patch-map", "figure", allow_duplicate=True),
                   Output("patch-pair", "children", allow_duplicate=True),
                   Output("patch-message", "children", allow_duplicate=True),
-                  Output("patch-drawn", "data", allow_duplicate=True),
                   Input("patch-shown", "data"), State("patch-drawn", "data"), *followed, *source.states,
                   State("patch-kind", "value"), State("patch-index", "value"), prevent_initial_call=True)
     def patch_ended(shown, shown_here, *values):
@@ -355,11 +356,17 @@ def register(app, source) -> None:
         chosen_follows, state, kind, which = split(values)
         if job is None or job.id != shown or job.id == shown_here or \
                 job.key != view.key(kind, which, chosen_follows, state):
-            return no_update, no_update, no_update, no_update
+            return no_update, no_update, no_update
         if job.state == "done":
-            return *drawn(job.result), job.id
+            return drawn(job.result, job)
         return message_figure(f"{job.line()}; press patch to start it again" if job.state == "cancelled" else
-                              "no map: " + (job.error or job.line()), size=13), no_update, job.error or "", job.id
+                              "no map: " + (job.error or job.line()), size=13), no_update, job.error or ""
+
+    # the job whose map this tab shows, read in the page from the map itself (no request): the tick's "it ended"
+    # does not draw again what the press drew (a recall pair's 329 tokens a line are seconds of the page's time)
+    app.clientside_callback("function (figure) { return (figure && figure.layout && figure.layout.meta &&"
+                            " figure.layout.meta.job) || null; }", Output("patch-drawn", "data"),
+                            Input("patch-map", "figure"))
 
     @app.callback(Output("patch-progress", "children", allow_duplicate=True), Input("patch-cancel", "n_clicks"),
                   prevent_initial_call=True)

@@ -215,6 +215,7 @@ class PosteriorViews:
         fig.update_layout(title="answer distribution at each query position", coloraxis=dict(colorscale="Blues",
                           cmin=0, colorbar=dict(title="p")), yaxis=dict(autorange="reversed", title="query position"),
                           height=160 + 18 * len(rows), margin=dict(t=70, b=40))
+        fig.update_annotations(font_size=12)  # the two panels' titles side by side in half a page, apart
         return fig
 
 

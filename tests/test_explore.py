@@ -156,6 +156,7 @@ def test_bad_checkpoint_is_one_line(capsys, tmp_path):
 # --- end to end, in a real headless Chromium --------------------------------------------------------
 CHROMEDRIVER = shutil.which("chromedriver")
 CHROMIUM = shutil.which("chromium")
+SCREEN = (1280, 800)  # a laptop's window: the README's picture, and the tests of what fits on a screen
 
 
 @pytest.fixture
@@ -254,7 +255,9 @@ def test_end_to_end_in_chromium(server, browser, tmp_path):
     # UPDATE_README_FIGURES=1 it also replaces the README's picture (a plain test run leaves the tree alone)
     shot = Path(os.environ.get("EXPLORE_ARTIFACTS", tmp_path)) / "explorer.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
+    browser.set_window_size(*SCREEN)  # as a laptop shows it
     wait.until(lambda d: d.execute_script("return !document.querySelector('[data-dash-is-loading]')"))
+    time.sleep(1)  # the graphs redrawn at the new width
     browser.execute_script("window.scrollTo(0, 0)")  # the page from its top (the clicks above scrolled it)
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
     if os.environ.get("UPDATE_README_FIGURES") == "1":
@@ -837,7 +840,6 @@ def test_ablated_posteriors_integer_ticks_the_hmm_path_and_the_head_ablation_map
 
 
 # --- a new user's screen: 1280x800, every view legible --------------------------------------------------
-SCREEN = (1280, 800)
 
 
 def boxes(driver, selector: str) -> list[dict]:

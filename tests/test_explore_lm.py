@@ -307,11 +307,11 @@ def test_a_press_while_a_cancel_is_pending_starts_the_job_again_in_chromium(expl
     from analyses import interventions
     from tests.test_explore import boxes, chromium_driver, computed, figure, free_port
 
-    slow, calls = interventions.patched_answers, []
+    slow, calls, hold = interventions.patched_answers, [], threading.Event()
 
-    def patched_answers(*args, **kwargs):  # the first site takes a while, the others less, as on a real model
+    def patched_answers(*args, **kwargs):  # the first site takes a while; the second one until the test lets it end
         calls.append(1)
-        time.sleep(3 if len(calls) == 1 else 0.6)
+        time.sleep(3) if len(calls) == 1 else hold.wait(60)
         return slow(*args, **kwargs)
 
     monkeypatch.setattr(interventions, "patched_answers", patched_answers)
@@ -338,11 +338,14 @@ def test_a_press_while_a_cancel_is_pending_starts_the_job_again_in_chromium(expl
         wait.until(lambda d: "cancelling at the next step" in progress(d))
         browser.find_element(By.ID, "patch-run").click()  # while the cancel is pending
         wait.until(lambda d: app.patching_jobs.latest() is not first, message="a new job")
-        assert first.state == "running" or "starts once the cancelled one stops" in progress(browser)
+        assert app.patching_jobs.latest().after is first and first.state == "running"
+        wait.until(lambda d: "starts once the cancelled one stops" in progress(d), message="the new job waits")
+        hold.set()  # the cancelled job's site ends: it stops, and the new job runs
         wait.until(lambda d: (figure(d, "patch-map") or {}).get("data"), message="the map of the job started again")
         assert first.state == "cancelled" and app.patching_jobs.latest().state == "done"
         wait.until(lambda d: "done in" in progress(d))
     finally:
+        hold.set()
         browser.quit()
         server.shutdown()
 
