@@ -43,6 +43,7 @@ from .style import error_bars
 
 KEYS = ("kl_bits", "entropy_mae_bits", "agreement")
 CHUNK = 64  # fitting sequences per forward pass (the backward passes hold its graph)
+CHUNK_BYTES = 2 ** 28  # what one batch of the fit's backward passes may hold of residual-stream gradients
 
 _COMMON = """
  J_l = mean over fitting sequences of (1/|V|) sum_{t in V} sum_{t' in V, t' >= t} d h_{L-1,t'} / d h_{l,t}, with
@@ -110,46 +111,72 @@ def jacobian_sums(model, tokens: torch.Tensor, skip_first: int = 0, layers: list
     dimension i), and the number of sequences summed (0 when T leaves V empty). ``same_position``: instead
     the same-position Jacobian d h_{L-1,t} / d h_{l,t} at one position t of V per sequence, sequence b (counted
     from ``offset``) taking the (b mod |V|)-th, so a fit over a multiple of |V| sequences averages every
-    position of V equally (the cross-position effects that TransformerLens's sum includes left out)."""
+    position of V equally (the cross-position effects that TransformerLens's sum includes left out).
+
+    How: a zero probe p_l [d] is added to h_l at the source positions (every t in V, or each sequence's own t), so
+    d (sum of h_{L-1,i} over the target positions) / d p_l is row i of the sum above times |V|, summed over the
+    sequences. One forward pass, then the d rows' backward passes in batches of cotangents (``torch.autograd.grad``
+    with ``is_grads_batched``, a vmap over the backward pass), as many at once as ``CHUNK_BYTES`` allows."""
     n_layers, d = model.cfg.n_layers, model.cfg.d_model
     layers = list(range(n_layers - 1)) if layers is None else sorted(layers)
-    T = tokens.shape[1]
+    B, T = tokens.shape
     valid = torch.arange(min(skip_first, T - 1), T - 1, device=tokens.device)  # empty (never a bad range) when short
     if not len(valid) or not layers:
         return {l: torch.zeros(d, d, dtype=torch.float64) for l in layers}, 0
+    rows = torch.arange(B, device=tokens.device)
+    own = valid[(offset + rows) % len(valid)]  # same_position: each sequence's one target and source position
+    where = torch.zeros(B, T, 1, device=tokens.device)  # the source (and target) positions
+    if same_position:
+        where[rows, own] = 1.0
+    else:
+        where[:, valid] = 1.0
     names = [act_name("resid_post", l) for l in [*layers, n_layers - 1]]
-    captured = {}
+    probes, captured = {}, {}
 
     def capture(name: str):  # keyed by the name asked for (a bridge's hook calls itself blocks.{l}.hook_out)
         def hook(resid, hook):
             if name == names[0]:  # the graph starts here: nothing before the first source layer is needed
-                resid = resid.detach().requires_grad_(True)
+                resid = resid.detach()
+            if name != names[-1]:
+                probes[name] = torch.zeros(d, dtype=resid.dtype, device=resid.device, requires_grad=True)
+                resid = resid + where.to(resid.dtype) * probes[name]
             captured[name] = resid
             return resid
         return hook
 
+    sums, batched = {l: torch.zeros(d, d, dtype=torch.float64) for l in layers}, True
+    per_source = 1.0 if same_position else 1.0 / len(valid)
     with torch.enable_grad(), _Frozen(model), model.hooks(fwd_hooks=[(name, capture(name)) for name in names]):
         model(tokens)
-        target = captured[act_name("resid_post", n_layers - 1)]
-        sources = [captured[act_name("resid_post", l)] for l in layers]
-        sums = {l: torch.zeros(d, d, dtype=torch.float64) for l in layers}
-        cotangent = torch.zeros_like(target)
-        rows = torch.arange(len(tokens), device=tokens.device)
-        own = valid[(offset + rows) % len(valid)]  # same_position: each sequence's one target and source position
-        # one backward pass per output dimension: minutes on a language model, so a bar per batch of sequences
-        for i in tqdm(range(d), desc=f"jacobian lens: fit on {len(tokens)} sequences", unit="dim", leave=False,
-                      disable=None):
-            cotangent.zero_()
-            if same_position:
-                cotangent[rows, own, i] = 1.0
-            else:
-                cotangent[:, valid, i] = 1.0
-            grads = torch.autograd.grad(target, sources, cotangent, retain_graph=i < d - 1, allow_unused=True)
+        target, sources = captured[names[-1]], [probes[name] for name in names[:-1]]
+        # the vmapped backward holds a few of the residual stream's gradients per cotangent, for every layer
+        chunk = max(1, min(d, CHUNK_BYTES // (target.numel() * target.element_size() * (n_layers + 4))))
+        for start in tqdm(range(0, d, chunk), desc=f"jacobian lens: fit on {B} sequences",
+                          unit=f"{chunk} dims", leave=False, disable=None):
+            dims = torch.arange(start, min(start + chunk, d), device=tokens.device)
+            cotangents = torch.zeros(len(dims), *target.shape, dtype=target.dtype, device=target.device)
+            cotangents[torch.arange(len(dims)), ..., dims] = where[..., 0].to(target.dtype)
+            grads, batched = backward(target, sources, cotangents, batched)
             for l, grad in zip(layers, grads):
                 if grad is not None:  # None: no path from this source to the output (a model that ignores it)
-                    picked = grad[rows, own] if same_position else grad[:, valid].mean(1)
-                    sums[l][i] = picked.double().sum(0).cpu()
-    return sums, len(tokens)
+                    sums[l][start:start + len(dims)] = grad.double().cpu() * per_source
+    return sums, B
+
+
+def backward(target: torch.Tensor, sources: list[torch.Tensor], cotangents: torch.Tensor,
+             batched: bool) -> tuple[list[torch.Tensor | None], bool]:
+    """The gradients of ``target`` with respect to ``sources`` for each of ``cotangents`` [k, *target.shape],
+    stacked [k, *source.shape] (None: no path), and whether they were computed in one batched backward pass:
+    where the backward has no vmap rule (Mamba's C++ kernels), one pass per cotangent, and so on after."""
+    if batched:
+        try:
+            return list(torch.autograd.grad(target, sources, cotangents, retain_graph=True, allow_unused=True,
+                                            is_grads_batched=True)), True
+        except RuntimeError:
+            pass
+    each = [torch.autograd.grad(target, sources, cotangent, retain_graph=True, allow_unused=True)
+            for cotangent in cotangents]
+    return [None if grads[0] is None else torch.stack(grads) for grads in zip(*each)], False
 
 
 def check_fit(model, longest: int, skip_first: int, sequences: str) -> None:
