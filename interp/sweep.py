@@ -451,9 +451,12 @@ class Sweep:
             if self.jobs > 1:
                 return self.execute_in_workers(bar)
 
-            def finished(point):
-                bar.update(1)
-                self.write(self.finished_points())
+            def finished(point):  # this process's point or another's: the bar counts every measured point
+                done = self.finished_points()
+                bar.update(len(done) - bar.n)
+                self.write(done)
+
+            bar.update(len(self.finished_points()))
 
             metric = self.primitive.metric
             self.on_eval = lambda point, step, metrics: bar.set_postfix_str(
