@@ -3,8 +3,9 @@
 # plain transformer and Mamba as the paper builds them, the same recipe, batch and budget (100,000 steps x 64, the
 # rate held, then annealed over the last quarter), each at the rate the shipped lineages found (transformer 1e-3,
 # Mamba 1.6e-3 at batch 64). Evaluated every 1,000 steps on the paper's format itself, full tables (64 pairs from
-# pools of 256, fillers, 3 queries; N_min=null: the cpu preset's task otherwise mixes in 1-64 pairs). One thread each, both at once; run it again to resume where they stopped. DEVICE=cuda runs them on
-# a GPU (same recipe; bf16 autocast there). About 3 steps/s each on one CPU thread: some 9 hours each.
+# pools of 256, fillers, 3 queries; N_min=null: the cpu preset's task otherwise mixes in 1-64 pairs). One thread
+# each, both at once; run it again to resume where they stopped. DEVICE=cuda runs them on a GPU (same recipe; bf16
+# autocast there). About 3 steps/s each on one CPU thread: some 9 hours each.
 set -eu
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-runs/binding-paper}
