@@ -15,7 +15,8 @@ positions, attention sinks of long text, and the last one; our sequences are sho
 ``skip_first`` defaults to 0). The effects on every later target position are summed, the source positions
 and the sequences averaged, each sequence with equal weight. Its estimator is theirs: one forward pass per
 batch, then one backward pass per output dimension with a one-hot cotangent planted at every position of V
-at once (the models are causal, so the gradient at t is already the sum over t' >= t). The lens reads
+at once (the models are causal, so the gradient at t is already the sum over t' >= t); here those backward passes
+run many at once (``jacobian_sums``), which gives the same numbers (tests/test_jacobian_batched.py). The lens reads
 h_l as unembed(ln_final(J_l h_l)), the final norm's statistics recomputed on J_l h_l; the last block's
 transport is the identity, so its lens is the model's output; J_l = I everywhere is the logit lens.
 
