@@ -244,12 +244,14 @@ class Reproduction:
             table_rows.append(dict(experiment=f"  the same, {run_dir.name}" if variant else row.experiment,
                              task=row.task, arch=row.arch, paper=row.paper, variant=variant,
                              train_batch_size=train.get("batch_size"), continued=bool(train.get("init")),
+                             sequences_before=(record.get("init") or {}).get("sequences"),
                              paper_text=row.paper_text, ours=ours, ratio=ratio, claim=row.claim,
                              unit="percent" if (row.task, row.analysis) in percent else None,
                              claim_holds=(ours > row.paper) if row.claim == "over" and ours is not None else None,
                              analysis=row.analysis, metric=row.metric, run=str(run_dir),
                              n_params=record.get("n_params"), train_minutes=record.get("wall_time_s", 0) / 60,
-                             train_steps=(record.get("train") or {}).get("steps"),
+                             # a run shipped as it stood at a checkpoint trained that many of its planned steps
+                             train_steps=record.get("stopped_at") or train.get("steps"),
                              figure=f"{run_dir.name}/{row.analysis}.pdf",
                              png=f"{run_dir.name}/{row.analysis}-{saved['figures'][0]}.png"
                              if saved.get("figures") else None))
@@ -299,8 +301,9 @@ def training_text(r: dict) -> str:
     if not r["train_steps"]:
         return "–"
     batch = f" x {r['train_batch_size']}" if r.get("train_batch_size") else ""
+    before = f" (which had seen {r['sequences_before']:,} sequences)" if r.get("sequences_before") else ""
     return (f"{r['train_minutes']:.1f} min, {r['train_steps']:,} steps{batch}"
-            + (", continued from another run's weights" if r.get("continued") else ""))
+            + (f", continued from another run's weights{before}" if r.get("continued") else ""))
 
 
 def markdown(table: dict) -> str:

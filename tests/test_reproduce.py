@@ -202,6 +202,9 @@ def test_every_shipped_binding_model_answers_the_paper_s_row_with_its_own_budget
     preset, plain = mamba[0], mamba[1]
     assert (preset["train_steps"], preset["train_batch_size"], preset["continued"]) == (2000, 64, False)
     assert plain["ours"] == 0.92 and plain["ratio"] == pytest.approx(0.92 / 0.978) and plain["continued"] is True
+    assert plain["sequences_before"] == 2_982_400  # what the weights it went on from had seen
+    transformer = next(r for r in table["rows"] if r["experiment"].strip() == "the same, recall-transformer-plain-mix")
+    assert transformer["train_steps"] == 3200  # shipped as it stood at a checkpoint, not its planned 100,000
     line = next(line for line in markdown(table).splitlines() if "recall-mamba-plain-mix" in line)
     assert "92%" in line and "continued from another run's weights" in line and " x 64" in line
     assert any("recall-mamba-plain-mix" in line and "92%" in line for line in text(table).splitlines())
