@@ -252,9 +252,10 @@ class Sweep:
             return [Point(r["arch"], value, run=name) for name, r in self.runs.items() for value in self.values]
         lrs = self.lrs if len(self.lrs) > 1 else (None,)
         seeds = self.seeds if len(self.seeds) > 1 else (None,)
-        # the easiest cell first for every architecture, so a sweep stopped early has whole cells
-        return [Point(arch, value, width, lr=lr, seed=seed) for value in self.values for arch in self.archs
-                for width in (self.widths or (None,)) for lr in lrs for seed in seeds]
+        # the easiest cell first, its architectures side by side at each rate and seed, so a sweep stopped early
+        # has whole cells and comparable architectures
+        return [Point(arch, value, width, lr=lr, seed=seed) for value in self.values
+                for width in (self.widths or (None,)) for lr in lrs for seed in seeds for arch in self.archs]
 
     def run_dir(self, point: Point) -> Path:
         """The point's run folder; the rate and seed are in its name only when the sweep has several (so a
