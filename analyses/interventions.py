@@ -420,7 +420,11 @@ def patching_map(pair, chosen, where, grid: dict, baselines: dict, scale: str, t
 
 
 def short(x: float | None) -> str:
-    return "–" if x is None else f"{x:.3f}"
+    """Three decimals; a value that rounds to zero is shown as 0.000, never -0.000."""
+    if x is None or x != x:  # None or NaN: nothing to show
+        return "–"
+    text = f"{x:.3f}"
+    return "0.000" if text == "-0.000" else text
 
 
 def interval_line(numbers: list[tuple[str, float | None, list[float] | None]], n: int) -> str:

@@ -429,3 +429,10 @@ def test_the_explorer_patches_the_sequence_shown_and_a_click_draws_that_interven
                          inputs=[dict(id="patch-map", property="clickData", value={"points": "x"})], state=intact + common,
                          changedPropIds=["patch-map.clickData"]))
     assert client.post("/_dash-update-component", json=bad["body"]).status_code == 400
+
+
+def test_a_title_number_that_rounds_to_zero_is_never_negative_zero_and_nan_is_a_dash():
+    from analyses.interventions import short
+
+    assert short(-0.0001) == "0.000" and short(-0.0) == "0.000" and short(0.0004) == "0.000"
+    assert short(-10.4921) == "-10.492" and short(None) == "–" and short(float("nan")) == "–"
