@@ -31,6 +31,7 @@ import re
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -181,10 +182,39 @@ def converted(path: Path, progress: bool = True, report: Report | None = None) -
         report(f"reading {path.name}", 0, 1)
     folder = cache_folder() / f"{path.stem}-{file_digest(path)[:16]}"
     if not _complete(folder):
-        check_gguf(path)
-        writable_cache(folder.parent)
-        convert(path, folder, progress=progress, report=report)
+        with parsed_once():
+            check_gguf(path)
+            writable_cache(folder.parent)
+            convert(path, folder, progress=progress, report=report)
     return folder
+
+
+@contextmanager
+def parsed_once():
+    """While it lasts, each GGUF file is parsed once (``gguf.GGUFReader`` answers every later reading of the same file
+    with the same reader), by a reader that slices the file as a plain array. transformers parses a file for its
+    config, again for its weights and again for its tokenizer, and gguf's own reader slices a numpy memmap, whose
+    Python-level __getitem__ and __array_finalize__ run for each metadata value: a 262,144-token vocabulary with its
+    scores and merges is millions of them, most of Gemma 3's first conversion (20 CPU minutes, against about one)."""
+    import gguf
+    import numpy as np
+
+    original, readers = gguf.GGUFReader, {}
+
+    class PlainReader(original):
+        data = property(lambda self: self._data, lambda self, value: setattr(self, "_data", value.view(np.ndarray)))
+
+    def reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = PlainReader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
 
 
 def writable_cache(root: Path) -> None:
@@ -225,10 +255,10 @@ def check_gguf(path: Path) -> None:
     if n_tensors * MIN_TENSOR_INFO + n_metadata * MIN_METADATA > size - GGUF_HEADER:
         raise ConfigError(f"{path.name}: its header claims {n_tensors:,} tensors and {n_metadata:,} metadata entries, "
                           f"more than its {size:,} bytes can hold; the file is truncated or corrupt")
-    from gguf import GGUFReader
+    import gguf
 
     try:  # a parser of hostile bytes fails in many ways (struct, numpy, index errors): each is a broken file
-        tensors = GGUFReader(path).tensors
+        tensors = gguf.GGUFReader(path).tensors
         end = max((int(t.data_offset) + int(t.n_bytes) for t in tensors), default=0)
     except Exception:
         raise ConfigError(f"{path.name} is not a whole GGUF file: its metadata or tensor table does not parse "
