@@ -39,6 +39,23 @@ def speeds(sweep: dict) -> dict:
     return {arch: round(statistics.median(values)) for arch, values in found.items()}
 
 
+def same_rate_ratios(sweep: dict, arch: str = "mamba", reference: str = "transformer") -> dict:
+    """N -> rate -> ``arch``'s mean sequences to 90% over ``reference``'s at that same rate, over the seeds of
+    each that reached it so far (their counts beside it): a first reading while the chosen rates' ratios
+    (the sweep's ``ratios``, every seed needed) are still open."""
+    found = {}
+    for value, cell in sweep["chosen"].get(arch, {}).get("preset", {}).items():
+        theirs = sweep["chosen"].get(reference, {}).get("preset", {}).get(value)
+        for lr, ours in cell["by_lr"].items():
+            a = [s for s in ours["sequences_to_threshold"] if s is not None]
+            b = [s for s in ((theirs or {}).get("by_lr", {}).get(lr) or {}).get("sequences_to_threshold", [])
+                 if s is not None]
+            if a and b:
+                found.setdefault(value, {})[lr] = dict(ratio=statistics.fmean(a) / statistics.fmean(b),
+                                                       seeds=[len(a), len(b)])
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "binding-ladder")
@@ -59,6 +76,7 @@ def main() -> None:
         planned = len(sweep["values"]) * len(sweep["archs"]) * max(1, len(sweep["lrs"])) * len(sweep["seeds"])
         summary[name] = dict(complete=sweep["complete"], points_done=done, points_planned=planned,
                              cells=cell_rows(sweep), ratios=sweep.get("ratios", {}), speeds=speeds(sweep),
+                             same_rate_ratios=same_rate_ratios(sweep),
                              budget_sequences=sweep["budget"]["steps"] * sweep["budget"]["batch_size"])
     (OUT / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     for name, part in summary.items():
