@@ -150,8 +150,9 @@ def jacobian_sums(model, tokens: torch.Tensor, skip_first: int = 0, layers: list
     with torch.enable_grad(), _Frozen(model), model.hooks(fwd_hooks=[(name, capture(name)) for name in names]):
         model(tokens)
         target, sources = captured[names[-1]], [probes[name] for name in names[:-1]]
-        # the vmapped backward holds a few of the residual stream's gradients per cotangent, for every layer
-        chunk = max(1, min(d, CHUNK_BYTES // (target.numel() * target.element_size() * (n_layers + 4))))
+        # per cotangent the vmapped backward holds a few gradients the size of the residual stream (or an MLP's
+        # wider hidden layer) at a time: the probes' are [d] each
+        chunk = max(1, min(d, CHUNK_BYTES // (target.numel() * target.element_size() * 8)))
         for start in tqdm(range(0, d, chunk), desc=f"jacobian lens: fit on {B} sequences",
                           unit=f"{chunk} dims", leave=False, disable=None):
             dims = torch.arange(start, min(start + chunk, d), device=tokens.device)
