@@ -6,8 +6,8 @@ For each packaged model that is installed (``interp list`` names them): its firs
 bridged and parity-checked, in a fresh cache folder), a cached load, one forward pass over the default prompts (the
 two-label task, mixed words, 50 prompts per number of shown examples, seed 0; equal-length batches of 64, no
 gradients), then every analysis that runs on language models at its defaults (``analyses.run(NAME, lm)``). Each is
-printed in wall and CPU seconds (this process's, all threads) and as a ratio to the forward pass's, so a slow
-analysis is told apart from a slow machine: on a shared machine the ratios are what to compare. ``--out`` writes the
+printed in wall and CPU seconds (this process's, all threads) and as ratios to the forward pass's, so a slow
+analysis is told apart from a slow machine: on a shared machine the CPU ratios are what to compare. ``--out`` writes the
 numbers as JSON.
 """
 from __future__ import annotations
@@ -52,7 +52,8 @@ def profile(name: str, names: list[str]) -> dict:
     def row(what: str, wall: float, cpu: float) -> None:
         rows[what] = dict(wall_s=round(wall, 2), cpu_s=round(cpu, 2))
         base = rows.get("forward pass")
-        ratio = f"  {wall / base['wall_s']:7.1f} x forward" if base and what != "forward pass" else ""
+        ratio = (f"  {wall / base['wall_s']:7.1f} x forward (wall), {cpu / base['cpu_s']:.1f} x (CPU)"
+                 if base and what != "forward pass" else "")
         print(f"  {what:<28} {wall:8.1f} s wall {cpu:8.1f} s CPU{ratio}", flush=True)
 
     saved = os.environ.get("XDG_CACHE_HOME")
@@ -73,9 +74,10 @@ def profile(name: str, names: list[str]) -> dict:
     for analysis in names:
         _, wall, cpu = timed(lambda: analyses.run(analysis, lm))
         row(analysis, wall, cpu)
-    forward = rows["forward pass"]["wall_s"]
+    forward = rows["forward pass"]
     for values in rows.values():
-        values["x_forward"] = round(values["wall_s"] / forward, 1)
+        values.update(x_forward_wall=round(values["wall_s"] / forward["wall_s"], 1),
+                      x_forward_cpu=round(values["cpu_s"] / forward["cpu_s"], 1))
     return rows
 
 
