@@ -7,8 +7,8 @@ bridged and parity-checked, in a fresh cache folder), a cached load, one forward
 two-label task, mixed words, 50 prompts per number of shown examples, seed 0; equal-length batches of 64, no
 gradients), then every analysis that runs on language models at its defaults (``analyses.run(NAME, lm)``). Each is
 printed in wall and CPU seconds (this process's, all threads) and as ratios to the forward pass's, so a slow
-analysis is told apart from a slow machine: on a shared machine the CPU ratios are what to compare. ``--out`` writes the
-numbers as JSON.
+analysis is told apart from a slow machine: on a shared machine the CPU ratios are what to compare. ``--out`` writes
+the numbers as JSON.
 """
 from __future__ import annotations
 
