@@ -2,7 +2,7 @@
 
     python benchmarks/lm_time.py [--models smollm2-135m,gemma3-270m] [--analyses NAME,...] [--out FILE.json]
 
-For each packaged model that is installed (``interp list`` names them): its first conversion (the GGUF dequantised,
+For each packaged model that is installed (``models.gguf_model.PACKAGED``): its first conversion (the GGUF dequantised,
 bridged and parity-checked, in a fresh cache folder), a cached load, one forward pass over the default prompts (the
 two-label task, mixed words, 50 prompts per number of shown examples, seed 0; equal-length batches of 64, no
 gradients), then every analysis that runs on language models at its defaults (``analyses.run(NAME, lm)``). Each is
