@@ -165,11 +165,14 @@ class Sweep:
         self.runs = self.read_runs(runs, task) if runs else {}
         self._loaded = {}  # an evaluated sweep's model in use (points come run by run)
         if self.runs:
-            if (widths or steps or batch_size or task_options or model_options or lr or curriculum is not None or seeds
-                    or threshold is not None or eval_every or jobs > 1 or paired or decay is not None):
-                raise UserError("an evaluated sweep (--runs) measures the runs as trained; drop --widths, --steps, "
-                                "--batch-size, --lr, --curriculum, --seeds, --threshold, --eval-every, --jobs, -T and "
-                                "-M, or drop --runs to train one model per point")
+            given = [name for name, value in (
+                ("--widths", widths), ("--steps", steps), ("--batch-size", batch_size), ("--lr", lr),
+                ("--decay", decay is not None), ("--curriculum", curriculum is not None), ("--seeds", seeds),
+                ("--threshold", threshold is not None), ("--eval-every", eval_every), ("--axis-with", paired),
+                ("--jobs", jobs > 1), ("-T", task_options), ("-M", model_options)) if value]
+            if given:
+                raise UserError(f"an evaluated sweep (--runs) measures the runs as trained; drop {', '.join(given)}, "
+                                f"or drop --runs to train one model per point")
             task = next(iter(self.runs.values()))["task"]["name"]
             archs = tuple(dict.fromkeys(r["arch"] for r in self.runs.values()))
         if task not in tasks.NAMES:

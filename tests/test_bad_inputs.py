@@ -177,8 +177,19 @@ CATALOGUE = [
          "interp: error: --runs: notes.txt is not a run folder (no readable run.json); pass run folders or shipped "
          "model names (`interp list`)"),
     Case("sweep of trained runs with a training budget", "interp sweep --runs tiny --axis L=3,4 --steps 5 --out sweep",
-         "interp: error: an evaluated sweep (--runs) measures the runs as trained; drop --widths, --steps, "
-         "--batch-size, --lr, --curriculum, -T and -M, or drop --runs to train one model per point"),
+         "interp: error: an evaluated sweep (--runs) measures the runs as trained; drop --steps, or drop --runs "
+         "to train one model per point"),
+    Case("sweep with a learning rate that is not a number",
+         "interp sweep --task recall --axis N=4,8 --lr 1e-3,fast --out sweep",
+         "interp: error: --lr must be one or more comma-separated numbers, e.g. --lr 1e-3,3.2e-3,1e-2; got "
+         "'1e-3,fast'"),
+    Case("sweep with a setting that moves with the axis, one value short",
+         "interp sweep --task recall --axis N=4,8 --axis-with pool=8 --out sweep",
+         "interp: error: --axis-with pool: give one value per axis value (2: 4, 8), got 1"),
+    Case("sweep with a curriculum name the task does not have",
+         "interp sweep --task bijection --axis V=3,4 --curriculum dense-mix --out sweep",
+         "interp: error: task 'bijection' has no curriculum named 'dense-mix' (it names none); give the stages "
+         "as JSON instead, e.g. '[[2000, {...}]]'"),
     Case("--out is a file", f"interp train --out notes.txt {TINY_RUN}",
          'interp: error: cannot write to notes.txt: notes.txt is a file, not a folder; choose another folder with --out'),
     Case("output folder that cannot be written", f"interp train --out read-only/run {TINY_RUN}",

@@ -89,7 +89,7 @@ def test_a_grid_sweep_takes_one_lr_and_curriculum_for_every_point_and_draws_each
     cell = {(p["width"], p["value"]): p["metric"] for p in summary["points"]}
     assert [list(row) for row in heat.z] == [[cell[(w, v)] for v in (3, 4)] for w in (8, 16)]
     assert heat.text[1][0] == f"{cell[(16, 3)]:.3f}"
-    with pytest.raises(UserError, match="drop --widths, --steps, --batch-size, --lr"):
+    with pytest.raises(UserError, match="measures the runs as trained; drop --lr, or drop --runs"):
         Sweep(None, "N=1,2", (), out, runs=("recall-mlp-cpu",), lr=1e-3)
 
 
