@@ -108,7 +108,11 @@ def test_reproduce_from_the_shipped_models_trains_nothing(tmp_path, capsys):
     done = run_cli(capsys, "reproduce", "--runs", "shipped", "--only", "recall", "--archs", "transformer",
                    "--out", tmp_path)
     assert done.code == 0, done.err
-    accuracy, worst_slot = json.loads((tmp_path / "reproduction.json").read_text())["rows"]
+    accuracy, long_run, worst_slot = json.loads((tmp_path / "reproduction.json").read_text())["rows"]
+    assert long_run["variant"] and long_run["run"].endswith("recall-transformer-plain-mix")  # the lineage's row too
+    assert long_run["ours"] == json.loads((PRETRAINED_DIR.parent.parent / "figures" / "readme" / "reproduction" /
+                                           "recall-transformer-plain-mix" / "content-addressing.json").read_text()
+                                          )["metrics"]["accuracy_full_table"]
     shipped = json.loads((PRETRAINED_DIR.parent.parent / "figures" / "readme" / "reproduction" / "recall-transformer-cpu" /
                           "content-addressing.json").read_text())["metrics"]
     assert accuracy["metric"] == "accuracy_full_table" and accuracy["ours"] == shipped["accuracy_full_table"]
