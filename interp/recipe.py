@@ -130,7 +130,7 @@ class TrainSettings:
 # The generic training recipes that go with the model presets of the same name. A task declares its
 # own variant of a preset (``tasks.base.Preset``: its ``train`` settings, then those for one
 # architecture) in its module. The cpu schedules are sized for about 3 hours of training for all
-# 16 task x architecture models on a 2-core CPU (measured per run; see docs/results/index.md).
+# 16 task x architecture models on a 2-core CPU (measured per run; see docs/results/paper-table.md).
 PRESETS = {
     "cpu": TrainSettings(),
     "paper": TrainSettings(steps=50_000, batch_size=256, lr=3e-4, warmup=2000, betas=(0.9, 0.999),
