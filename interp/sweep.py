@@ -776,6 +776,7 @@ def add_band(fig: go.Figure, x: list, low: list, high: list, colour: str, **wher
         return
     xs = [a for a, _, _ in keep]
     fig.add_scatter(x=xs + xs[::-1], y=[hi for *_, hi in keep] + [lo for _, lo, _ in keep][::-1], fill="toself",
+                    mode="lines",
                     fillcolor=colour, opacity=0.18, line=dict(width=0), hoverinfo="skip", showlegend=False, **where)
 
 
@@ -827,7 +828,8 @@ def learning_figure(summary: dict) -> go.Figure:
                             row=1, col=col)
     for col in range(1, len(values) + 1):
         fig.add_hline(y=summary["threshold"], line_dash="dash", line_color="grey", row=1, col=col)
-        fig.update_xaxes(title_text="training sequences", tickformat="~s", row=1, col=col)
+        fig.update_xaxes(title_text="training sequences", type="linear", tickmode="auto", nticks=5, tickangle=0,
+                         row=1, col=col)
     fig.update_yaxes(title_text=metric, row=1, col=1)
     seeds = len(summary.get("seeds") or [])
     fig.update_layout(title=f"{summary['primitive']} ({summary['task']}): {metric} while training, each architecture "
