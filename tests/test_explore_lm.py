@@ -3,6 +3,7 @@ word-level tokenizer, checked against the model's own hooks and logits, and its 
 import json
 import re
 import time
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -13,6 +14,26 @@ from interp.requests import Refused, check_request
 from models.language_model import LanguageModel, from_hugging_face
 from tests.cli import run_cli
 from tests.tiny_language_models import tiny, word_tokenizer
+
+
+@contextmanager
+def in_chromium(wsgi):
+    """``wsgi`` served on a free local port in a thread, and a headless Chromium to drive it: (browser, url).
+    Both end with the block, however it ends."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    from tests.test_explore import chromium_driver, free_port
+
+    server = make_server("127.0.0.1", free_port(), wsgi, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    browser = chromium_driver()
+    try:
+        yield browser, f"http://127.0.0.1:{server.server_port}"
+    finally:
+        browser.quit()
+        server.shutdown()
 
 TEXT = "cat -> blue river -> green bread ->"
 
@@ -246,14 +267,11 @@ def test_the_lens_writes_its_tokens_readably_and_the_grid_frames_the_head_shown(
 def test_patching_in_the_background_in_chromium(explorer, monkeypatch):
     """In the browser: "patch" shows the job's progress with a cancel, another layer's attention is drawn while the
     job runs (the views are not held up until it ends), and the map arrives by itself when the job is done."""
-    import threading
-
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    from werkzeug.serving import make_server
 
     from analyses import interventions
-    from tests.test_explore import chromium_driver, computed, figure, free_port
+    from tests.test_explore import computed, figure
 
     slow = interventions.patched_answers
 
@@ -263,12 +281,9 @@ def test_patching_in_the_background_in_chromium(explorer, monkeypatch):
 
     monkeypatch.setattr(interventions, "patched_answers", patched_answers)
     app = build_app(explorer, TEXT)
-    server = make_server("127.0.0.1", free_port(), app.server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    browser = chromium_driver()
-    try:
+    with in_chromium(app.server) as (browser, url):
         wait = WebDriverWait(browser, 120, poll_frequency=0.2)
-        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        browser.get(url + "/")
         wait.until(lambda d: computed(d, "attention"), message="attention drawn")
         browser.find_element(By.ID, "patch-run").click()
         wait.until(lambda d: " sites (" in d.find_element(By.ID, "patch-progress").text, message="progress shown")
@@ -281,9 +296,6 @@ def test_patching_in_the_background_in_chromium(explorer, monkeypatch):
                    and figure(d, "patch-map")["data"][0].get("y", [None])[0] == "resid before L0", message="map arrived")
         assert "done in" in browser.find_element(By.ID, "patch-progress").text
         assert not browser.find_element(By.ID, "patch-cancel").is_displayed()
-    finally:
-        browser.quit()
-        server.shutdown()
 
 
 def test_times_are_written_as_a_person_reads_them():
@@ -302,10 +314,9 @@ def test_a_press_while_a_cancel_is_pending_starts_the_job_again_in_chromium(expl
 
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    from werkzeug.serving import make_server
 
     from analyses import interventions
-    from tests.test_explore import boxes, chromium_driver, computed, figure, free_port
+    from tests.test_explore import boxes, computed, figure
 
     slow, calls, hold = interventions.patched_answers, [], threading.Event()
 
@@ -316,38 +327,34 @@ def test_a_press_while_a_cancel_is_pending_starts_the_job_again_in_chromium(expl
 
     monkeypatch.setattr(interventions, "patched_answers", patched_answers)
     app = build_app(explorer, TEXT)
-    server = make_server("127.0.0.1", free_port(), app.server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    browser = chromium_driver()
-    try:
-        browser.set_window_size(1280, 800)
-        wait = WebDriverWait(browser, 120, poll_frequency=0.1)
-        browser.get(f"http://127.0.0.1:{server.server_port}/")
-        wait.until(lambda d: computed(d, "attention"), message="attention drawn")
-        browser.find_element(By.ID, "patch-run").click()
-        progress = lambda d: d.find_element(By.ID, "patch-progress").text  # noqa: E731
-        wait.until(lambda d: "the first of them is running (an estimate of the time left follows it)" in progress(d),
-                   message="the line before the first site is done")
-        wait.until(lambda d: "runs in the background" in ((figure(d, "patch-map") or {}).get("notes") or ""))
-        frame = boxes(browser, "#patch-map .main-svg")[0]
-        note = boxes(browser, "#patch-map .annotation")[0]
-        assert frame["left"] <= note["left"] and note["right"] <= frame["right"]  # the sentence whole
-        wait.until(lambda d: "s left" in progress(d), message="an estimate once a site is done")
-        first = app.patching_jobs.latest()
-        browser.find_element(By.ID, "patch-cancel").click()
-        wait.until(lambda d: "cancelling at the next step" in progress(d))
-        browser.find_element(By.ID, "patch-run").click()  # while the cancel is pending
-        wait.until(lambda d: app.patching_jobs.latest() is not first, message="a new job")
-        assert app.patching_jobs.latest().after is first and first.state == "running"
-        wait.until(lambda d: "starts once the cancelled one stops" in progress(d), message="the new job waits")
-        hold.set()  # the cancelled job's site ends: it stops, and the new job runs
-        wait.until(lambda d: (figure(d, "patch-map") or {}).get("data"), message="the map of the job started again")
-        assert first.state == "cancelled" and app.patching_jobs.latest().state == "done"
-        wait.until(lambda d: "done in" in progress(d))
-    finally:
-        hold.set()
-        browser.quit()
-        server.shutdown()
+    with in_chromium(app.server) as (browser, url):
+        try:
+            browser.set_window_size(1280, 800)
+            wait = WebDriverWait(browser, 120, poll_frequency=0.1)
+            browser.get(url + "/")
+            wait.until(lambda d: computed(d, "attention"), message="attention drawn")
+            browser.find_element(By.ID, "patch-run").click()
+            progress = lambda d: d.find_element(By.ID, "patch-progress").text  # noqa: E731
+            wait.until(lambda d: "the first of them is running (an estimate of the time left follows it)" in progress(d),
+                       message="the line before the first site is done")
+            wait.until(lambda d: "runs in the background" in ((figure(d, "patch-map") or {}).get("notes") or ""))
+            frame = boxes(browser, "#patch-map .main-svg")[0]
+            note = boxes(browser, "#patch-map .annotation")[0]
+            assert frame["left"] <= note["left"] and note["right"] <= frame["right"]  # the sentence whole
+            wait.until(lambda d: "s left" in progress(d), message="an estimate once a site is done")
+            first = app.patching_jobs.latest()
+            browser.find_element(By.ID, "patch-cancel").click()
+            wait.until(lambda d: "cancelling at the next step" in progress(d))
+            browser.find_element(By.ID, "patch-run").click()  # while the cancel is pending
+            wait.until(lambda d: app.patching_jobs.latest() is not first, message="a new job")
+            assert app.patching_jobs.latest().after is first and first.state == "running"
+            wait.until(lambda d: "starts once the cancelled one stops" in progress(d), message="the new job waits")
+            hold.set()  # the cancelled job's site ends: it stops, and the new job runs
+            wait.until(lambda d: (figure(d, "patch-map") or {}).get("data"), message="the map of the job started again")
+            assert first.state == "cancelled" and app.patching_jobs.latest().state == "done"
+            wait.until(lambda d: "done in" in progress(d))
+        finally:
+            hold.set()  # a job still waiting on it ends
 
 
 @pytest.mark.slow
@@ -359,11 +366,9 @@ def test_the_opening_page_counts_the_conversion_s_steps_once_in_chromium(tmp_pat
 
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
-    from werkzeug.serving import make_server
 
     from interp.explore_lm import Opening
     from models import gguf_model
-    from tests.test_explore import chromium_driver, free_port
 
     tokenizer, go_on = word_tokenizer(), threading.Event()
 
@@ -376,29 +381,24 @@ def test_the_opening_page_counts_the_conversion_s_steps_once_in_chromium(tmp_pat
     monkeypatch.setattr(gguf_model, "check_gguf", lambda path: None)
     (tmp_path / "tiny.gguf").write_bytes(b"GGUF not a real one: its reading is replaced")
     opening = Opening(str(tmp_path / "tiny.gguf"))
-    server = make_server("127.0.0.1", free_port(), opening, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    browser = chromium_driver()
-    try:
-        browser.get(url + "/")
-        shown = []
-        opening.start()
-        wait = WebDriverWait(browser, 120, poll_frequency=0.05)
+    with in_chromium(opening) as (browser, url):
+        try:
+            browser.get(url + "/")
+            shown = []
+            opening.start()
+            wait = WebDriverWait(browser, 120, poll_frequency=0.05)
 
-        def seen(d):
-            shown.append(d.find_element(By.ID, "time").text)
-            return "dequantising" in d.find_element(By.ID, "what").text
-        wait.until(seen, message="the dequantising step shown")
-        time.sleep(1)
-        assert "step 1 of 4" in browser.find_element(By.ID, "time").text
-        assert not any(" of 1;" in line for line in shown), shown  # no count that starts again
-        assert browser.execute_script("return document.getElementById('bar').hasAttribute('value')") is False  # moving
-        with urllib.request.urlopen(url + "/favicon.ico") as answer:
-            assert answer.status == 204
-        go_on.set()
-        wait.until(lambda d: d.find_elements(By.ID, "attention"), message="the page becomes the explorer")
-    finally:
-        go_on.set()
-        browser.quit()
-        server.shutdown()
+            def seen(d):
+                shown.append(d.find_element(By.ID, "time").text)
+                return "dequantising" in d.find_element(By.ID, "what").text
+            wait.until(seen, message="the dequantising step shown")
+            time.sleep(1)
+            assert "step 1 of 4" in browser.find_element(By.ID, "time").text
+            assert not any(" of 1;" in line for line in shown), shown  # no count that starts again
+            assert browser.execute_script("return document.getElementById('bar').hasAttribute('value')") is False  # moving
+            with urllib.request.urlopen(url + "/favicon.ico") as answer:
+                assert answer.status == 204
+            go_on.set()
+            wait.until(lambda d: d.find_elements(By.ID, "attention"), message="the page becomes the explorer")
+        finally:
+            go_on.set()  # the conversion thread is never left waiting
