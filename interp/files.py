@@ -438,3 +438,19 @@ class RunFolder:
             self.checkpoints.rmdir()  # only when empty
         except OSError:
             pass
+
+
+def logged_lines(path: Path) -> list[dict]:
+    """The evaluations in a trial's metrics log (none without a log), read without following a link; a line a
+    kill cut short is skipped (a resume drops it too)."""
+    if kind_of(path) is None:
+        return []
+    lines = []
+    for line in read_regular(path).decode(errors="replace").splitlines():
+        try:
+            logged = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(logged, dict) and isinstance(logged.get("step"), int):
+            lines.append(logged)
+    return lines

@@ -41,8 +41,8 @@ import tasks
 from tasks.base import stage_options
 
 from .checkpoint import pick_device
-from .errors import UserError
-from .files import Lock, atomic_write_json, check_writes
+from .errors import Diverged, UserError
+from .files import Lock, atomic_write_json, check_writes, logged_lines
 from .recipe import recorded_settings, resolve
 from .train import Trainer
 
@@ -334,9 +334,7 @@ class Sweep:
             elif not record.exists():
                 Trainer(run_dir, task.config(), point.arch, self.model_config(point, task), self.point_budget(point),
                         device=self.device, progress=False, root=self.out, stop=stop, on_eval=report).run()
-        except UserError as err:
-            if not str(err).startswith("loss became"):
-                raise
+        except Diverged as err:
             # a rate too high for this architecture: a result of the grid, not a failure of the sweep
             result = self.point_record(point, None, {}, dict(task=task.config()), str(run_dir)) | dict(
                 diverged=str(err).split(";")[0])
@@ -371,12 +369,7 @@ class Sweep:
         """[[training sequences, metric], ...] at every evaluation the run logged (the task's own held-out
         format, the run's evaluation draw)."""
         key, curve = f"eval_{self.primitive.metric}", []
-        metrics = run_dir / "metrics.jsonl"
-        for line in (metrics.read_text().splitlines() if metrics.exists() else ()):
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # a line cut by an interruption
+        for row in logged_lines(run_dir / "metrics.jsonl"):
             if row.get(key) is not None and (not curve or row["step"] * batch_size > curve[-1][0]):
                 curve.append([row["step"] * batch_size, row[key]])
         return curve

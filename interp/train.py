@@ -38,7 +38,7 @@ from tasks.base import curriculum_choice, stage_options
 
 from . import checkpoint, distributed
 from .checkpoint import pick_device
-from .errors import UserError
+from .errors import Diverged, UserError
 from .files import RunFolder, append_regular, atomic_write_bytes, atomic_write_json, read_json, read_regular
 from .recipe import TrainSettings, bf16_on, recorded_train
 
@@ -591,7 +591,7 @@ class Trainer:
                             "the run was removed")
                     retry = ("Try a lower --lr" if self.fresh and not self.progress_saved else  # the run is gone
                              "Try a lower --lr in a new run (--resume keeps a run's settings): another --out")
-                    raise UserError(f"loss became {loss_value.item()} at step {self.step}; stopped without saving it "
+                    raise Diverged(f"loss became {loss_value.item()} at step {self.step}; stopped without saving it "
                                     f"({kept}). {retry}")
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()

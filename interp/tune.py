@@ -67,7 +67,7 @@ from analyses.base import Result
 
 from . import results as store
 from .files import (Lock, atomic_write_bytes, atomic_write_json, check_writes, child, component, kind_of,
-                    open_regular, probe_writable, read_json, read_regular, refuse_in_the_way)
+                    logged_lines, open_regular, probe_writable, read_json, read_regular, refuse_in_the_way)
 from . import checkpoint
 from .recipe import TrainSettings, fitted_curriculum, recorded_settings, resolve
 from .train import Trainer, model_context, stage_tasks
@@ -566,22 +566,6 @@ def trial_record(folder: Path) -> dict:
         return read_json(folder / "run.json", "run record")
     except UserError as err:
         raise UserError(f"{err}; move {folder} away to train the trial again") from None
-
-
-def logged_lines(path: Path) -> list[dict]:
-    """The evaluations in a trial's metrics log (none without a log), read without following a link; a line a
-    kill cut short is skipped (a resume drops it too)."""
-    if kind_of(path) is None:
-        return []
-    lines = []
-    for line in read_regular(path).decode(errors="replace").splitlines():
-        try:
-            logged = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(logged, dict) and isinstance(logged.get("step"), int):
-            lines.append(logged)
-    return lines
 
 
 def first_line(err: BaseException) -> str:
