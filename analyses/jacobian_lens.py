@@ -73,11 +73,14 @@ first layer whose Jacobian-lens KL is at most twice the output's.
 """.split())
 
 LANGUAGE_DEFINITION = " ".join(_COMMON + """
- On a language model, J is fitted on the prompts of a prompt task (two-label, coin) drawn with seed + 1 and
-measured on those drawn with seed. At each prompt's last position (where one of the answer tokens is
+ On a language model, J is fitted on fit_per_shot prompts per number of shown examples of a prompt task
+(two-label, coin) drawn with seed + 1 and measured on per_shot per number drawn with seed. At each prompt's last position (where one of the answer tokens is
 predicted), each lens's next-token distribution renormalised over the answer tokens is scored against the
 exact Bayes predictive: kl_bits, entropy_mae_bits and agreement (over prompts where Bayes is not a tie) as on
-a wind tunnel, the means over prompts per layer, with 95% bootstrap intervals over prompts.
+a wind tunnel, the means over prompts per layer, with 95% bootstrap intervals over prompts. The fit's
+stability: fit_halves_kl_bits, per layer the Jacobian lens's KL with J fitted on each of two halves of the
+fitting prompts (whole equal-length batches, split by count), and fit_halves_max_gap_bits, the largest
+difference between the two over layers (small against kl_gain_bits: the fit has enough prompts).
 """.split())
 
 DESCRIPTIONS = {
@@ -86,6 +89,9 @@ DESCRIPTIONS = {
     "kl_gain_bits": "per layer: logit-lens KL minus Jacobian-lens KL (bits), and its paired 95% interval",
     "transport_distance": "per layer: ||J_l - I||_F / sqrt(d_model)",
     "first_layer_within_twice_final": "the first layer whose Jacobian-lens KL is at most twice the output's",
+    "fit_halves_kl_bits": "language models: per half of the fitting prompts, the Jacobian lens's KL per layer with J "
+                          "fitted on that half alone",
+    "fit_halves_max_gap_bits": "language models: the largest difference of the two halves' KL over layers",
 }
 
 
@@ -193,17 +199,26 @@ def check_fit(model, longest: int, skip_first: int, sequences: str) -> None:
                             f"--skip-first {max(longest - 2, 0)} leaves one)")
 
 
-def fit(model, batches, skip_first: int = 0, same_position: bool = False) -> dict[int, torch.Tensor]:
+def fit(model, batches, skip_first: int = 0, same_position: bool = False,
+        halves: bool = False) -> dict[int, torch.Tensor] | tuple[dict[int, torch.Tensor], ...]:
     """J_l (float64 [d, d]) for every layer below the last, over ``batches`` (an iterable of token tensors
-    [B, T], one length each), each sequence weighted equally (``same_position``: see ``jacobian_sums``)."""
-    total, count = None, 0
+    [B, T], one length each), each sequence weighted equally (``same_position``: see ``jacobian_sums``).
+    ``halves``: also the J fitted on each of two halves of the batches (each batch goes whole to the half with
+    fewer sequences so far), at no extra cost: (J, J_first_half, J_second_half)."""
+    parts, counts, count = [None, None], [0, 0], 0
     for tokens in batches:
         sums, n = jacobian_sums(model, tokens, skip_first, same_position=same_position, offset=count)
-        total = sums if total is None else {l: total[l] + sums[l] for l in total}
+        half = int(counts[1] < counts[0])
+        parts[half] = sums if parts[half] is None else {l: parts[half][l] + sums[l] for l in sums}
+        counts[half] += n
         count += n
     if not count:
         raise AnalysisError(f"no fitting sequence is longer than skip_first + 1 = {skip_first + 1} tokens")
-    return {l: s / count for l, s in total.items()}
+    total = parts[0] if parts[1] is None else {l: parts[0][l] + parts[1][l] for l in parts[0]}
+    whole = {l: s / count for l, s in total.items()}
+    if not halves:
+        return whole
+    return (whole,) + tuple(None if not n else {l: s / n for l, s in part.items()} for part, n in zip(parts, counts))
 
 
 def lens_logits(model, resid: torch.Tensor, jacobian: torch.Tensor | None) -> torch.Tensor:
@@ -286,22 +301,26 @@ def compute(model, n: int = 500, n_fit: int = 200, skip_first: int = 0, same_pos
 
 
 def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int,
-                      skip_first: int) -> Result:
-    """Both lenses at each prompt's answer position, J fitted on prompts drawn with seed + 1."""
+                      skip_first: int, fit_per_shot: int) -> Result:
+    """Both lenses at each prompt's answer position, J fitted on ``fit_per_shot`` prompts per number of shown
+    examples drawn with seed + 1: the fit costs one backward pass per residual dimension for every fitting token
+    (hours for a few hundred prompts on a CPU), so it is fitted on a few prompts and its stability is reported,
+    as the lens of J fitted on each half of them."""
     model = lm.model.eval()
-    fitting = activations.prompt_set(lm, prompts, words, per_shot, alpha, (seed + 1) % SEED_LIMIT)
+    fitting = activations.prompt_set(lm, prompts, words, fit_per_shot, alpha, (seed + 1) % SEED_LIMIT)
     longest = max(len(p.tokens) for p in fitting.prompts)
     check_fit(model, longest, skip_first, f"the fitting prompts (the longest has {longest} tokens)")
-    jacobians = fit(model, (tokens for _, tokens in activations.equal_length_batches(lm, fitting, chunk=16)),
-                    skip_first)
+    jacobians, *halves = fit(model, (tokens for _, tokens in activations.equal_length_batches(lm, fitting, chunk=16)),
+                             skip_first, halves=True)
     measured = activations.prompt_set(lm, prompts, words, per_shot, alpha, seed)
     L, n, answers = model.cfg.n_layers, len(measured.prompts), list(measured.answers)
-    probs = {lens: torch.zeros(L, n, len(answers), dtype=torch.float64) for lens in ("jacobian", "logit")}
+    lenses = {"jacobian": jacobians, "logit": None} | {f"half_{i}": J for i, J in enumerate(halves) if J}
+    probs = {lens: torch.zeros(L, n, len(answers), dtype=torch.float64) for lens in lenses}
     names = [act_name("resid_post", l) for l in range(L)]
     with torch.no_grad():
         for rows, tokens in activations.equal_length_batches(lm, measured):
             _, cache = model.run_with_cache(tokens, names_filter=names)
-            for lens, J in (("jacobian", jacobians), ("logit", None)):
+            for lens, J in lenses.items():
                 for l in range(L):
                     logits = lens_logits(model, cache[names[l]][:, -1:], None if J is None or l == L - 1 else J[l])
                     probs[lens][l, rows] = torch.softmax(logits[:, -1, answers].double(), -1).cpu()
@@ -312,11 +331,14 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
     for lens in sums:
         sums[lens]["agreement"] = sums[lens]["agreement"] * decided
     ones = torch.ones(n, dtype=torch.float64)
+    half_kls = [(sums.pop(lens)["kl_bits"].sum(1) / n).tolist() for lens in [k for k in sums if k.startswith("half_")]]
     metrics = summarise(sums, {"kl_bits": ones, "entropy_mae_bits": ones, "agreement": decided}, L)
     metrics.update(layers=list(range(L)), transport_distance=transport_distance(jacobians, L), n_prompts=n,
                    n_fit_prompts=len(fitting.prompts), skip_first=skip_first, seed=seed,
                    prompts=measured.description, final_kl_bits=metrics["jacobian"]["kl_bits"][-1],
-                   bayes_entropy_bits=entropy_bits(bayes).mean().item())
+                   bayes_entropy_bits=entropy_bits(bayes).mean().item(), fit_halves_kl_bits=half_kls,
+                   fit_halves_max_gap_bits=(max(abs(a - b) for a, b in zip(*half_kls)) if len(half_kls) == 2
+                                            else None))
     return Result("jacobian-lens", LANGUAGE_DEFINITION, metrics,
                   {"by-layer": layer_figure(metrics, f"{measured.description}, last position")},
                   descriptions=DESCRIPTIONS)
@@ -354,4 +376,8 @@ ANALYSIS = Analysis(
                                 "instead (one position per fitting sequence, cycling), without the effects on later "
                                 "positions that TransformerLens's lens sums"), seed_option()),
     requires=("discrete",), order=13, on_language_model=on_language_model,
-    language_options=activations.language_options(SKIP_FIRST), language_definition=LANGUAGE_DEFINITION)
+    language_options=activations.language_options(
+        SKIP_FIRST, Option("fit_per_shot", 2, "prompts per number of shown examples J is fitted on (drawn with seed + 1;"
+                           " the fit's time grows with their tokens: about 5 minutes for 2 on a 2-core CPU)",
+                           low=1, high=100_000)),
+    language_definition=LANGUAGE_DEFINITION)

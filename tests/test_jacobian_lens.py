@@ -119,8 +119,29 @@ def test_it_runs_on_a_bridged_language_model():
     tokenizer = word_tokenizer()
     lm = LanguageModel(from_hugging_face(tiny("llama-gqa", vocab_size=len(tokenizer))), "tiny", tokenizer)
     m = analyses.run("jacobian-lens", lm, per_shot=3).metrics
-    assert m["n_prompts"] == 15 and len(m["jacobian"]["kl_bits"]) == 2
+    assert m["n_prompts"] == 15 and m["n_fit_prompts"] == 10 and len(m["jacobian"]["kl_bits"]) == 2
     assert m["jacobian"]["kl_bits"][-1] == pytest.approx(m["logit"]["kl_bits"][-1], abs=1e-9)
+    # the two halves' lenses: the last layer is the output for both, so only the layers below can differ
+    first, second = m["fit_halves_kl_bits"]
+    assert first[-1] == pytest.approx(second[-1], abs=1e-9)
+    assert m["fit_halves_max_gap_bits"] == pytest.approx(max(abs(a - b) for a, b in zip(first, second)))
+
+
+def test_the_fit_on_halves_is_the_fit_on_each_half_alone():
+    """fit(halves=True): each half's J is what fitting its batches alone gives, and the whole J their average
+    weighted by sequences (the batches alternate between halves by count)."""
+    from analyses.jacobian_lens import fit
+
+    task = tasks.make("bijection", V=5, L=4)
+    model = models.build("transformer", task, SMALL["transformer"], seed=1).eval()
+    tokens = task.sample(7, generator=torch.Generator().manual_seed(3)).tokens
+    batches = [tokens[:3], tokens[3:4], tokens[4:7]]  # 3 sequences to the first half, then 1 and 3 to the second
+    whole, first, second = fit(model, iter(batches), halves=True)
+    alone_first, alone_second = fit(model, iter(batches[:1])), fit(model, iter(batches[1:]))
+    for l in whole:
+        torch.testing.assert_close(first[l], alone_first[l], rtol=0, atol=1e-12)
+        torch.testing.assert_close(second[l], alone_second[l], rtol=0, atol=1e-12)
+        torch.testing.assert_close(whole[l], (3 * first[l] + 4 * second[l]) / 7, rtol=0, atol=1e-12)
 
 
 PROMPTS = ["cat -> blue river -> green bread -> blue", "river -> green cat -> blue bread -> green stone -> blue",

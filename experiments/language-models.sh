@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Paper III's measurements on a packaged language model, at the analyses' defaults (50 prompts per number of shown
+# examples, alpha 0.9, seed 0, 200 bootstrap resamples, 10 random axes), into figures/readme/MODEL/:
+#   two-label-mixed/  calibration, value-manifold, key-orthogonality, attention-focusing, entropy-axis (last layer)
+#   coin/             calibration, value-manifold, attention-focusing, entropy-axis
+#   two-label-math/   calibration, value-manifold
+#   two-label-mixed-layer15/ (SmolLM2) or -layerN/ (the middle layer of any other model): entropy-axis there
+# Each file is OUT/<prompts>/MODEL/<analysis>.json with its PNG figures beside it; the language-models results page
+# reads them. Usage: experiments/language-models.sh smollm2-135m|gemma3-270m. Time on the 2-core development CPU:
+# about 20 minutes per model (each run loads the cached model: about 10 s).
+set -eu
+cd "$(dirname "$0")/.."
+M=${1:?usage: experiments/language-models.sh MODEL (smollm2-135m or gemma3-270m)}
+O=figures/readme/$M
+middle=$(python -c "import interp; print(interp.load_language_model('$M').model.cfg.n_layers // 2)")
+for a in calibration value-manifold key-orthogonality attention-focusing entropy-axis; do
+  interp run $a --model "$M" --prompts two-label --words mixed --format json,png --out "$O/two-label-mixed"; done
+for a in calibration value-manifold attention-focusing entropy-axis; do
+  interp run $a --model "$M" --prompts coin --format json,png --out "$O/coin"; done
+for a in calibration value-manifold; do
+  interp run $a --model "$M" --prompts two-label --words math --format json,png --out "$O/two-label-math"; done
+interp run entropy-axis --model "$M" --layer "$middle" --format json,png --out "$O/two-label-mixed-layer$middle"
