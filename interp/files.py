@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import stat
 import tempfile
 import time
@@ -389,27 +390,91 @@ def checkpoint_name(step: int) -> str:
 
 
 class RunFolder:
-    """Every file a training run writes, in one place: ``run.json`` (the record), ``metrics.jsonl`` (the
-    curve), ``resume.safetensors`` (weights and optimizer, to continue), ``checkpoints/step-*.safetensors``,
-    and the lock that keeps a second trainer out. The trainer asks it for paths, to check them before the
-    first byte (no link or special file among them), to clear a killed write's temp files, and to undo a
-    fresh run that failed before its first resume state (only the files a run writes, never others)."""
+    """A training run's folder, and the one place that knows its files: ``run.json`` (the record: the recipe, the
+    machine, the outcome), ``metrics.jsonl`` (the curve), ``resume.safetensors`` (weights and optimizer, to
+    continue), ``checkpoints/step-*.safetensors`` (the series), and the lock that keeps a second trainer out.
+
+    Every question about a run's files is asked here. The trainer asks for paths, to check them before the first
+    byte (no link or special file among them), to clear a killed write's temp files and to undo a fresh run that
+    failed before its first resume state (only the files a run writes, never others); everything else asks for
+    the record (``read_record``), the checkpoints (``saved``, ``latest``, ``of_checkpoint``: the run a checkpoint
+    file belongs to) and the evaluations logged (``logged_lines``)."""
+
+    RECORD, METRICS, RESUME, CHECKPOINTS = "run.json", "metrics.jsonl", "resume.safetensors", "checkpoints"
+    SERIES = "step-*.safetensors"  # every checkpoint's name (``checkpoint_name``)
+    STEP_FILE = re.compile(r"step-(\d{8})\.safetensors$")
 
     def __init__(self, root: str | Path, named: str | Path | None = None):
         self.root = Path(root)
         # The folder the user named (a search's or a sweep's folder, holding this run below it; by default the
         # run folder itself): every level below it is checked, the run's own subfolders included.
         self.named = self.root if named is None else Path(named)
-        self.record, self.metrics = self.root / "run.json", self.root / "metrics.jsonl"
-        self.resume, self.checkpoints = self.root / "resume.safetensors", self.root / "checkpoints"
+        self.record, self.metrics = self.root / self.RECORD, self.root / self.METRICS
+        self.resume, self.checkpoints = self.root / self.RESUME, self.root / self.CHECKPOINTS
         self.lock = RunLock(self.root)
+
+    # -- the checkpoints -------------------------------------------------------------------------
+    @classmethod
+    def of_checkpoint(cls, path: str | Path) -> "RunFolder | None":
+        """The run a checkpoint file belongs to (it lies in a run's checkpoints folder); None for a file on its own."""
+        path = Path(path)
+        return cls(path.parent.parent) if path.parent.name == cls.CHECKPOINTS else None
+
+    @classmethod
+    def step_named(cls, path: str | Path) -> int | None:
+        """The step a checkpoint's file name says (``checkpoint_name``); None for any other name."""
+        found = cls.STEP_FILE.search(Path(path).name)
+        return int(found.group(1)) if found else None
 
     def checkpoint(self, step: int) -> Path:
         return self.checkpoints / checkpoint_name(step)
 
+    def saved(self) -> list[tuple[int, Path]]:
+        """(step, path) of every checkpoint of the run, in step order (the step its name says)."""
+        return sorted((step, path) for path in self.checkpoints.glob(self.SERIES)
+                      if (step := self.step_named(path)) is not None)
+
+    def latest(self) -> Path | None:
+        """The run's last checkpoint; None when it has none."""
+        saved = self.saved()
+        return saved[-1][1] if saved else None
+
+    # -- the record and the curve ----------------------------------------------------------------
+    def has_record(self) -> bool:
+        """Whether something stands where the record goes: a run was started here (a link or a folder in its place
+        counts too, and is refused when it is read or written)."""
+        return kind_of(self.record) is not None
+
+    def read_record(self) -> dict:
+        """The run's record; a UserError naming the file when there is none or it is not one."""
+        return read_json(self.record, "run record")
+
+    def record_if_readable(self) -> dict | None:
+        """The run's record, or None when there is none that reads as one (a lone checkpoint's folder, a broken file)."""
+        try:
+            return self.read_record()
+        except (UserError, OSError):
+            return None
+
+    def logged_lines(self) -> list[dict]:
+        """The evaluations and losses in the run's metrics log (none without a log), read without following a link;
+        a line a kill cut short is skipped (a resume drops it too)."""
+        if kind_of(self.metrics) is None:
+            return []
+        lines = []
+        for line in read_regular(self.metrics).decode(errors="replace").splitlines():
+            try:
+                logged = json.loads(line)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(logged, dict) and isinstance(logged.get("step"), int):
+                lines.append(logged)
+        return lines
+
+    # -- what the trainer asks -------------------------------------------------------------------
     def own_files(self) -> list[Path]:
         """Every file this run writes (besides the lock and temp files)."""
-        return [self.record, self.metrics, self.resume] + sorted(self.checkpoints.glob("step-*.safetensors"))
+        return [self.record, self.metrics, self.resume] + sorted(self.checkpoints.glob(self.SERIES))
 
     def check(self) -> None:
         """No level from the named folder down to any of the run's files (``checkpoints/`` included) may be a
@@ -438,19 +503,3 @@ class RunFolder:
             self.checkpoints.rmdir()  # only when empty
         except OSError:
             pass
-
-
-def logged_lines(path: Path) -> list[dict]:
-    """The evaluations in a trial's metrics log (none without a log), read without following a link; a line a
-    kill cut short is skipped (a resume drops it too)."""
-    if kind_of(path) is None:
-        return []
-    lines = []
-    for line in read_regular(path).decode(errors="replace").splitlines():
-        try:
-            logged = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(logged, dict) and isinstance(logged.get("step"), int):
-            lines.append(logged)
-    return lines

@@ -42,7 +42,7 @@ from tasks.base import stage_options
 
 from .checkpoint import pick_device
 from .errors import Diverged, UserError
-from .files import Lock, atomic_write_json, check_writes, logged_lines
+from .files import Lock, RunFolder, atomic_write_json, check_writes
 from .recipe import recorded_settings, resolve
 from .train import Trainer
 
@@ -369,7 +369,7 @@ class Sweep:
         """[[training sequences, metric], ...] at every evaluation the run logged (the task's own held-out
         format, the run's evaluation draw)."""
         key, curve = f"eval_{self.primitive.metric}", []
-        for row in logged_lines(run_dir / "metrics.jsonl"):
+        for row in RunFolder(run_dir).logged_lines():
             if row.get(key) is not None and (not curve or row["step"] * batch_size > curve[-1][0]):
                 curve.append([row["step"] * batch_size, row[key]])
         return curve

@@ -66,8 +66,8 @@ from .errors import UserError
 from analyses.base import Result
 
 from . import results as store
-from .files import (Lock, atomic_write_bytes, atomic_write_json, check_writes, child, component, kind_of,
-                    logged_lines, open_regular, probe_writable, read_json, read_regular, refuse_in_the_way)
+from .files import (Lock, RunFolder, atomic_write_bytes, atomic_write_json, check_writes, child, component, kind_of,
+                    open_regular, probe_writable, read_json, read_regular, refuse_in_the_way)
 from . import checkpoint
 from .recipe import TrainSettings, fitted_curriculum, recorded_settings, resolve
 from .train import Trainer, model_context, stage_tasks
@@ -267,7 +267,7 @@ class Tune:
                 raise UserError(f"{folder} holds a run of another recipe than this search's trial {trial_name(params)} "
                                 f"({setting} {json.dumps(held)[:60]} there, {json.dumps(wanted)[:60]} now); move it away "
                                 f"to train the trial with this recipe (the other trials are kept), or use another --out")
-            for logged in logged_lines(folder / "metrics.jsonl"):  # the curve so far, for the pruner
+            for logged in RunFolder(folder).logged_lines():  # the curve so far, for the pruner
                 if f"eval_{self.metric}" in logged:
                     report(logged["step"], {self.metric: logged[f"eval_{self.metric}"]}, replay=True)
             if run.get("status") != "finished":
@@ -385,7 +385,7 @@ class Tune:
         for params in self.grid:  # a trial folder left broken is said now, not after the trials before it ran
             if kind_of(self.folder(params) / "run.json") is not None:
                 trial_record(self.folder(params))
-                logged_lines(self.folder(params) / "metrics.jsonl")
+                RunFolder(self.folder(params)).logged_lines()
 
         def locked(action):  # workers on this host create the study, queue and claim one at a time
             with Lock(self.out, STUDY_LOCK, wait=LOCK_WAIT_S, busy=lambda pid: (
