@@ -381,7 +381,7 @@ def untrained_twin(model):
 
 
 def training_tokens(record: dict, step: int) -> int:
-    """Tokens a run (its run.json ``record``) trained on in its first ``step`` steps: sequences x their
+    """Tokens a run (its run record, ``record``) trained on in its first ``step`` steps: sequences x their
     length, each curriculum stage at its own length (a short-table step costs what its shorter
     sequences cost; a mixture's steps each at their option's length)."""
     from tasks import from_config
@@ -397,23 +397,21 @@ def training_tokens(record: dict, step: int) -> int:
     return (total + max(0, step - start) * task.seq_len) * record["train"]["batch_size"]
 
 
-def training_budget(run_dir: Path | None, step: int) -> dict | None:
-    """What a checkpoint at ``step`` of the run in ``run_dir`` was trained on: steps x batch of its run
-    and the tokens, plus, for a run started from another checkpoint (``--init``), what that one had
-    seen. None when there is no readable run record (a lone checkpoint file)."""
+def training_budget(record: dict | None, step: int, start: dict | None = None) -> dict | None:
+    """What a checkpoint at ``step`` of a run was trained on, from the run's record (``record``, read by whoever
+    loaded the checkpoint: analyses never read a run's files; None for a lone checkpoint file, whose budget is
+    unknown: None): steps x batch of its run and the tokens, plus, for a run started from another checkpoint
+    (``--init``), what that one had seen, as the record counts it, or for a record from before the start's tokens
+    were counted, ``start``: that checkpoint's own budget (None: unknown, counted as none)."""
     try:
-        record = json.loads((Path(run_dir) / "run.json").read_text())
         batch = record["train"]["batch_size"]
         tokens = training_tokens(record, step)
-    except (TypeError, OSError, ValueError, KeyError):
+    except (TypeError, ValueError, KeyError):
         return None
     init = record.get("init") or {}
     before, tokens_before = init.get("sequences") or 0, init.get("tokens")
-    if init and tokens_before is None:  # a record from before tokens were kept: its start's own record
-        start = Path(init["path"])
-        earlier = training_budget(start.parent.parent, init["step"]) if start.parent.name == "checkpoints" else None
-        tokens_before = earlier["tokens"] if earlier else 0
-    tokens_before = tokens_before or 0
+    if tokens_before is None:
+        tokens_before = start["tokens"] if start else 0
     return dict(steps=step, batch_size=batch, init_sequences=before, sequences=step * batch + before,
                 init_tokens=tokens_before, tokens=tokens + tokens_before)
 

@@ -12,7 +12,7 @@ import models
 import tasks
 
 from .base import (Analysis, AnalysisError, Option, Result, bootstrap_difference, budget_text, eval_batch,
-                   held_out_batch, n_option, read_result, seed_option, training_budget)
+                   held_out_batch, n_option, read_result, seed_option)
 from .calibration import measure
 from .style import error_bars
 
@@ -106,7 +106,7 @@ def compute(model, n: int = 1000, seed: int = 1234, sweeps: str = "") -> Result:
     for m in runs:
         sums.append({})
         numbers = measure(m, eval_batch(m, n, seed), intervals=True, sums=sums[-1])
-        budget = training_budget(getattr(m, "run_dir", None), getattr(m, "step", 0))
+        budget = getattr(getattr(m, "provenance", None), "budget", None)  # the loader read it off the run's record
         rows.append(dict(run=run_label(m), task=m.task.name, task_config=m.task.config(), arch=m.arch, budget=budget,
                          n_params=sum(p.numel() for p in m.parameters()),
                          entropy_mae_bits=numbers["entropy_mae_bits"], kl_bits=numbers["kl_bits"],

@@ -26,11 +26,14 @@ OUT = Path("figures/readme/equal-footing")
 
 def curve(folder: Path, metric: str) -> tuple[dict, list[tuple[int, int, float]]]:
     """A run's record and its (step, tokens, score) at every held-out evaluation."""
-    from analyses.base import training_budget, training_tokens
+    from analyses.base import training_tokens
+    from interp.checkpoint import budget
+    from interp.files import RunFolder
 
-    record = json.loads((folder / "run.json").read_text())
-    before = training_budget(folder, 0)["init_tokens"]  # what a run started from another checkpoint had seen
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    run = RunFolder(folder)
+    record = run.read_record()
+    before = budget(run, 0)["init_tokens"]  # what a run started from another checkpoint had seen
+    rows = run.logged_lines()
     points = [(r["step"], before + training_tokens(record, r["step"]), r[f"eval_{metric}"]) for r in rows
               if f"eval_{metric}" in r]
     return record, points
@@ -41,18 +44,18 @@ def main() -> None:
 
     import tasks
     from analyses import style
-    from analyses.base import training_budget
+    from interp import checkpoint
     from interp.catalog import shipped
-    from interp.checkpoint import list_checkpoints
+    from interp.files import RunFolder
     from interp.export import figure_image, figure_pdf
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="*", type=Path, help="run folders to draw beside the shipped models")
     args = parser.parse_args()
-    folders = [path for name, path in shipped().items() if len(list_checkpoints(path)) < 3] + list(args.runs)
+    folders = [path for name, path in shipped().items() if len(RunFolder(path).saved()) < 3] + list(args.runs)
     by_task: dict[str, list[Path]] = {}
     for folder in folders:
-        by_task.setdefault(json.loads((folder / "run.json").read_text())["task"]["name"], []).append(folder)
+        by_task.setdefault(RunFolder(folder).read_record()["task"]["name"], []).append(folder)
     primitive = {task: p.metric for _, (task, p) in tasks.primitives().items()}
     OUT.mkdir(parents=True, exist_ok=True)
     summary = {}
@@ -60,7 +63,7 @@ def main() -> None:
     for task in sorted(by_task):
         metric = primitive.get(task, "entropy_mae_bits")
         curves = {folder.name: curve(folder, metric) for folder in sorted(by_task[task])}
-        budgets = {folder.name: training_budget(folder, curves[folder.name][0]["train"]["steps"])
+        budgets = {folder.name: checkpoint.budget(RunFolder(folder), curves[folder.name][0]["train"]["steps"])
                    for folder in by_task[task]}
         common = min(b["tokens"] for b in budgets.values())
         fig = go.Figure()

@@ -4,15 +4,14 @@ A checkpoint is one safetensors file whose header metadata carries, as JSON unde
 everything needed to rebuild the model: the task config, the architecture, the model config, the
 seed and the training step. So a single file is a complete model, and nothing is ever unpickled.
 
-A run folder holds ``run.json``, ``metrics.jsonl``, ``checkpoints/step-XXXXXXXX.safetensors`` and,
-while training may still be resumed, ``resume.safetensors`` (weights + optimizer state).
+A run folder's files (its record, its metrics log, its checkpoints and, while training may still be
+resumed, its resume state: weights + optimizer) are ``interp.files.RunFolder``'s to name and find.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
-import re
 from pathlib import Path
 
 import torch
@@ -27,10 +26,9 @@ from tasks.base import SEED_RANGE, is_seed
 
 from .catalog import not_found
 from .errors import UserError
-from .files import atomic_write_bytes, checkpoint_name, sniff_weights
+from .files import RunFolder, atomic_write_bytes, checkpoint_name, sniff_weights
 
 FORMAT_VERSION = 1
-STEP_FILE = re.compile(r"step-(\d{8})\.safetensors$")
 
 
 def pick_device(device: str | None) -> str:
@@ -68,9 +66,7 @@ def save(path: str | Path, model, step: int, seed: int, extra: dict[str, torch.T
 
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     """(step, path) of every checkpoint of a run, in step order."""
-    folder = Path(run_dir) / "checkpoints"
-    found = [(int(m.group(1)), p) for p in folder.glob("step-*.safetensors") if (m := STEP_FILE.search(p.name))]
-    return sorted(found)
+    return RunFolder(run_dir).saved()
 
 
 def resolve(path: str | Path) -> Path:
@@ -79,10 +75,11 @@ def resolve(path: str | Path) -> Path:
     if not path.exists():
         raise UserError(not_found(path) or f"checkpoint not found: {path}")
     if path.is_dir():
-        found = list_checkpoints(path)
-        if not found:
-            raise UserError(f"{path} holds no checkpoints/step-*.safetensors; is it a run folder from `interp train`?")
-        return found[-1][1]
+        latest = RunFolder(path).latest()
+        if latest is None:
+            raise UserError(f"{path} holds no {RunFolder.CHECKPOINTS}/{RunFolder.SERIES}; is it a run folder from "
+                            f"`interp train`?")
+        return latest
     return path
 
 
@@ -210,19 +207,34 @@ def load(path: str | Path, task: str | None = None, device: str | None = None):
     meta, tensors = read(file)
     if task is not None and meta["task"].get("name") != task:
         raise UserError(f"{file} is a {meta['task'].get('name')!r} checkpoint, but this needs a {task!r} one")
-    named = STEP_FILE.search(file.name)
-    if file.parent.name == "checkpoints" and named and int(named.group(1)) != meta["step"]:
+    run = RunFolder.of_checkpoint(file)
+    named = RunFolder.step_named(file) if run is not None else None
+    if named is not None and named != meta["step"]:
         # The name is what orders a run's series (frame-precision's x axis, the explorer's slider, the last
         # checkpoint); the metadata is what the weights are. When they disagree neither can be trusted.
-        raise UserError(f"{file} is named step {int(named.group(1))}, but its metadata says step {meta['step']}; "
+        raise UserError(f"{file} is named step {named}, but its metadata says step {meta['step']}; "
                         f"rename it to {checkpoint_name(meta['step'])} or move it out of the run")
     weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
     model = build_from_meta(meta, file, weights)
     model.eval()
-    run_dir = file.parent.parent if file.parent.name == "checkpoints" else None
-    series = tuple(list_checkpoints(run_dir)) if run_dir is not None else ()
     model.provenance = models.Provenance(seed=meta.get("seed", 0), step=meta["step"], path=file,
-                                         run_dir=run_dir, checkpoints=series, loader=load)
+                                         run_dir=run.root if run else None, checkpoints=tuple(run.saved()) if run else (),
+                                         loader=load, budget=budget(run, meta["step"]))
     if device:
         model.to(pick_device(device))
     return model
+
+
+def budget(run: RunFolder | None, step: int) -> dict | None:
+    """What a checkpoint at ``step`` of ``run`` was trained on (``analyses.base.training_budget`` of the run's
+    record); None for a checkpoint file on its own. For a run started from another checkpoint whose record is from
+    before the start's tokens were counted, that checkpoint's own run is asked (it may have had a start too)."""
+    from analyses.base import training_budget
+
+    record = run.record_if_readable() if run is not None else None
+    init = record.get("init") if record else None
+    start = None
+    if isinstance(init, dict) and init.get("tokens") is None and isinstance(init.get("path"), str):
+        start = budget(RunFolder.of_checkpoint(init["path"]), init.get("step") or 0)
+    return training_budget(record, step, start)
+

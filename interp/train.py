@@ -33,7 +33,7 @@ import torch
 import models
 from models.base import training_loss as loss_fn  # the objective lives with the models (analyses use it)
 import tasks
-from analyses.base import held_out_batch, training_budget
+from analyses.base import held_out_batch
 from tasks.base import curriculum_choice, stage_options
 
 from . import checkpoint, distributed
@@ -493,8 +493,7 @@ class Trainer:
         weights = {k: v for k, v in tensors.items() if not k.startswith("optim.")}
         checkpoint.check_weights(self.model, weights, f"--init {path}")
         self.model.load_state_dict(weights)
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
-        before = training_budget(run_dir, meta["step"])  # what these weights had already seen
+        before = checkpoint.budget(RunFolder.of_checkpoint(path), meta["step"])  # what these weights had already seen
         return dict(path=str(path), sha256=checkpoint.checkpoint_digest(path), step=meta["step"],
                     sequences=before["sequences"] if before else None, tokens=before["tokens"] if before else None,
                     task=meta["task"], model=meta["model"])

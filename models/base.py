@@ -93,7 +93,8 @@ class Provenance:
     ``models.build`` records the seed of the initialisation; ``interp.load`` adds the training step,
     the checkpoint file, its run folder, the run's whole checkpoint series and ``loader``, the
     function that loads one of them, so an analysis of training dynamics reads the series without
-    knowing how checkpoints are stored.
+    knowing how checkpoints are stored, and ``budget``, what the weights were trained on
+    (``analyses.base.training_budget``, from the run's record), so an analysis never reads the run's files.
     """
 
     seed: int = 0
@@ -102,6 +103,7 @@ class Provenance:
     run_dir: Path | None = None
     checkpoints: tuple[tuple[int, Path], ...] = ()  # (step, file) of every checkpoint of the run, in order
     loader: Callable | None = None  # loader(path, device=...) -> model
+    budget: dict | None = None  # steps, batch size, sequences and tokens before this checkpoint
 
     def load(self, path: Path, device: str | None = None):
         if self.loader is None:

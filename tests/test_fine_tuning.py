@@ -11,6 +11,7 @@ import tasks
 from analyses.base import budget_text, training_budget
 from interp import checkpoint
 from interp.errors import UserError
+from interp.files import RunFolder
 from interp.results import checkpoint_digest
 from interp.train import Trainer, TrainSettings
 
@@ -117,17 +118,20 @@ def test_a_fine_tuned_models_budget_counts_what_its_start_had_seen_and_the_matri
     Trainer(tmp_path / "tuned", TASK, "transformer", dict(SMALL, n_ctx=20),
             TrainSettings(**dict(SETTINGS, steps=2, init=str(tmp_path / "first"))), progress=False).run()
     length = tasks.from_config(TASK).seq_len
-    assert training_budget(tmp_path / "first", 3) == dict(steps=3, batch_size=8, init_sequences=0, sequences=24,
-                                                           init_tokens=0, tokens=24 * length)
+    assert checkpoint.budget(RunFolder(tmp_path / "first"), 3) == dict(
+        steps=3, batch_size=8, init_sequences=0, sequences=24, init_tokens=0, tokens=24 * length)
     tuned = checkpoint.load(tmp_path / "tuned")
-    budget = training_budget(tuned.run_dir, tuned.step)
+    budget = tuned.provenance.budget  # the loader read it off the run's record; an analysis reads no file
     assert budget == dict(steps=2, batch_size=8, init_sequences=24, sequences=40, init_tokens=24 * length,
                           tokens=40 * length)
     # a record written before runs kept their start's tokens: read off the start's own record
     record = json.loads((tmp_path / "tuned" / "run.json").read_text())
     del record["init"]["tokens"]
     (tmp_path / "tuned" / "run.json").write_text(json.dumps(record))
-    assert training_budget(tuned.run_dir, tuned.step) == budget
+    assert checkpoint.budget(RunFolder(tuned.run_dir), tuned.step) == budget
+    assert checkpoint.load(tmp_path / "tuned").provenance.budget == budget
+    assert training_budget(record, 2, start=None)["init_tokens"] == 0  # the start unknown: counted as none
+    assert training_budget(None, 2) is None and checkpoint.budget(None, 2) is None  # a lone checkpoint file
     assert budget_text(budget) == "2 x 8 after 24 sequences"
     assert budget_text(dict(budget, steps=6000, batch_size=64, init_sequences=1_600_000)) == \
         "6,000 x 64 after 1.6M sequences"
