@@ -542,7 +542,7 @@ def explore(ckpt, model_spec, port, host, numbers, seed, tokens, ablate):
         click.echo(f"interp: warning: listening on {host} lets anyone who can reach this machine use the explorer "
                    f"(it has no login); use --host 127.0.0.1 to keep it local", err=True)
     if model_spec is not None:
-        from .explore_lm import serve as serve_language_model
+        from .explore.lm_opening import serve as serve_language_model
 
         return serve_language_model(model_spec, host=host, port=port)
     from .catalog import locate

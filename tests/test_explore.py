@@ -356,7 +356,7 @@ def test_the_calibration_summary_gives_each_number_its_interval_and_counts(run_d
 
 
 def test_the_patching_map_of_the_one_sequence_shown_says_it_has_no_interval(run_dir):
-    from interp.explore_patching import PatchingView, WindTunnelPairs, map_figure
+    from interp.explore.patching import PatchingView, WindTunnelPairs, map_figure
 
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     source = WindTunnelPairs(explorer)
@@ -777,7 +777,7 @@ def test_masked_cells_are_blank_labels_readable_and_the_grid_marks_the_head_show
     """circuitsvis's way: a causal model's future keys are no weight at all (blank, never 0 or 1e-6 on the log
     scale, no hover); tick labels 12 px, level where a cell has room (slanted where not, never upright); the grid
     of heads frames the head the single view shows."""
-    from interp.explore_attention import pattern_figure, size_of
+    from interp.explore.attention import pattern_figure, size_of
 
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     tokens = explorer.sample(0)
@@ -833,7 +833,7 @@ def test_ablated_posteriors_integer_ticks_the_hmm_path_and_the_head_ablation_map
     assert "20 sequences, seed 1234" in title and "interp run head-ablation uses 1,000 sequences unless given --n 20" in title
     low, high = explorer.held_out_calibration(1, [])["intervals"]["entropy_mae_bits"]
     assert f"the intact MAE's 95% interval {low:.4f}-{high:.4f} bits" in title
-    from interp.explore_ablation import map_panel
+    from interp.explore.ablation import map_panel
     assert "on 20 held-out sequences" in str(map_panel(explorer.layout_info(1), 20, 1234).children[0].children)
     assert "interp run head-ablation --ckpt" in explorer.equivalent_code(1, tokens, 0, []) and \
         "--n 20 --seed 1234" in explorer.equivalent_code(1, tokens, 0, [])
@@ -879,7 +879,7 @@ def test_a_recall_page_fits_the_screen_and_its_patch_map_arrives_when_its_job_is
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from interp import explore_patching
+    from interp.explore import patching as explore_patching
 
     drawn, pair_text = [], explore_patching.pair_text
     monkeypatch.setattr(explore_patching, "pair_text", lambda *a: drawn.append(1) or pair_text(*a))

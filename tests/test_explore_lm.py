@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from interp.explore_lm import LanguageExplorer, build_app, rules, token_text
+from interp.explore.lm_app import LanguageExplorer, build_app, rules, token_text
 from interp.errors import UserError
 from interp.requests import Refused, check_request
 from models.language_model import LanguageModel, from_hugging_face
@@ -209,7 +209,7 @@ def test_a_first_gguf_conversion_is_shown_in_the_page_at_once_and_the_page_becom
 
     from werkzeug.test import Client
 
-    from interp.explore_lm import Opening
+    from interp.explore.lm_opening import Opening
     from models import gguf_model
     from models.language_model import open_language_model
 
@@ -246,7 +246,7 @@ def test_a_first_gguf_conversion_is_shown_in_the_page_at_once_and_the_page_becom
 def test_a_model_that_cannot_be_opened_is_said_in_the_page(tmp_path):
     from werkzeug.test import Client
 
-    from interp.explore_lm import Opening
+    from interp.explore.lm_opening import Opening
 
     opening = Opening(str(tmp_path / "missing.gguf"))
     opening.start().join(120)
@@ -299,7 +299,7 @@ def test_patching_in_the_background_in_chromium(explorer, monkeypatch):
 
 
 def test_times_are_written_as_a_person_reads_them():
-    from interp.explore_jobs import duration
+    from interp.explore.jobs import duration
 
     assert [duration(s) for s in (0.4, 59.4, 60, 427, 3599, 18417)] == [
         "0 s", "59 s", "1 min 00 s", "7 min 07 s", "59 min 59 s", "5 h 07 min"]
@@ -367,7 +367,7 @@ def test_the_opening_page_counts_the_conversion_s_steps_once_in_chromium(tmp_pat
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from interp.explore_lm import Opening
+    from interp.explore.lm_opening import Opening
     from models import gguf_model
 
     tokenizer, go_on = word_tokenizer(), threading.Event()

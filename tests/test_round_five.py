@@ -381,7 +381,7 @@ def test_the_wind_tunnel_explorer_answers_a_path_out_of_its_assets_with_404(tiny
 
 
 def test_the_language_model_explorer_answers_a_path_out_of_its_assets_with_404():
-    from interp.explore_lm import LanguageExplorer, build_app
+    from interp.explore.lm_app import LanguageExplorer, build_app
     from models.language_model import LanguageModel, from_hugging_face
     from tests.tiny_language_models import tiny as tiny_lm, word_tokenizer
 
@@ -394,7 +394,7 @@ def test_the_language_model_explorer_answers_a_path_out_of_its_assets_with_404()
 def test_a_patching_job_does_not_hold_the_explorers_lock(tiny_run, monkeypatch):
     """While a wind-tunnel patching job runs (slowed here to 0.2 s a site), another view takes the explorer's lock at
     once: the job patches its own copy of the model."""
-    import interp.explore_patching as patching
+    import interp.explore.patching as patching
     from interp.explore import Explorer
 
     explorer = Explorer(tiny_run, n_calibration=8, n_geometry=8)
@@ -422,7 +422,7 @@ def test_a_patching_job_does_not_hold_the_explorers_lock(tiny_run, monkeypatch):
 
 def test_a_patch_on_a_one_token_sequence_is_one_sentence(tiny_run):
     from interp.explore import Explorer
-    from interp.explore_patching import PatchingView, WindTunnelPairs
+    from interp.explore.patching import PatchingView, WindTunnelPairs
     from interp.errors import UserError
 
     explorer = Explorer(tiny_run, n_calibration=8, n_geometry=8)
@@ -467,7 +467,7 @@ def test_a_refused_page_leaves_every_page_as_it_was(tmp_path, monkeypatch, capsy
 
 
 def test_a_jobs_unexpected_error_is_one_sentence_in_the_panel():
-    from interp.explore_jobs import Jobs
+    from interp.explore.jobs import Jobs
 
     def work(job):
         raise IndexError("index 1 is out of bounds for dimension 1 with size 1\nmore detail")

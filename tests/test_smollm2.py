@@ -171,7 +171,7 @@ def test_the_cli_runs_on_it_offline_and_writes_pdf_html_json(lm, tmp_path, capsy
 @needs_package
 @pytest.mark.slow
 def test_the_explorer_on_it(lm):
-    from interp.explore_lm import LanguageExplorer, build_app
+    from interp.explore.lm_app import LanguageExplorer, build_app
 
     explorer = LanguageExplorer(lm)
     ids = explorer.encode("The capital of France is")

@@ -142,11 +142,11 @@ def test_no_two_modules_import_each_other():
 
 
 def test_the_explorers_shared_pieces_are_written_once():
-    """interp/explore_common.py holds what every explorer view uses (a panel, a graph's box, the figure of an empty
+    """interp/explore/common.py holds what every explorer view uses (a panel, a graph's box, the figure of an empty
     panel, a click's rule); the views, one file each, define none of them again."""
     for needle in ("def message_figure(", "def panel(title", "def graph(", "def sized_graph(", "def radios(", "def plain(",
                    "REFUSED = ("):
         found = [name for name, text in sources() if needle in text]
-        assert found == ["interp/explore_common.py"], (needle, found)
+        assert found == ["interp/explore/common.py"], (needle, found)
     sizes = {name: text.count("\n") for name, text in sources() if name.startswith("interp/explore")}
     assert max(sizes.values()) < 450, sizes  # one view a file: none grows back into the 900-line explorer

@@ -37,7 +37,7 @@ def test_the_explorers_logit_lens_agrees_with_transformer_lens():
     the explorer's view on a bridged grouped-query Llama against ``transformer_lens.tools.analysis.logit_lens``."""
     from transformer_lens.tools.analysis import logit_lens
 
-    from interp.explore_lm import TOP, LanguageExplorer
+    from interp.explore.lm_app import TOP, LanguageExplorer
     from models.language_model import from_hugging_face
     from tests.tiny_language_models import tiny, word_tokenizer
 

@@ -17,8 +17,8 @@ from html import escape as html_escape
 
 import click
 
-from .errors import UserError
-from .waits import say
+from ..errors import UserError
+from ..waits import say
 
 VIEWS = ("LanguageExplorer", "build_app", "rules", "token_text", "TOP", "MAX_TOKENS")
 
@@ -26,7 +26,7 @@ VIEWS = ("LanguageExplorer", "build_app", "rules", "token_text", "TOP", "MAX_TOK
 def __getattr__(name: str):
     """The views' names, from interp/explore_lm_views.py, imported only when asked for (not to serve the page)."""
     if name in VIEWS:
-        from . import explore_lm_views
+        from . import lm_app as explore_lm_views
 
         return getattr(explore_lm_views, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -87,8 +87,8 @@ class Opening:
         try:
             from models.language_model import open_language_model
 
-            from .explore_common import REFUSED
-            from .explore_lm_views import LanguageExplorer, build_app
+            from .common import REFUSED
+            from .lm_app import LanguageExplorer, build_app
         except Exception as err:  # noqa: BLE001
             self.error, self.state = f"{type(err).__name__}: {err}", "failed"
             return
@@ -141,8 +141,8 @@ def serve(spec: str, host: str = "127.0.0.1", port: int = 8050) -> None:
 
     from werkzeug.serving import run_simple
 
-    from .explore_server import stop_at_once
-    from .ports import check_port
+    from .server import stop_at_once
+    from ..ports import check_port
 
     check_port(host, port)
     signal.signal(signal.SIGINT, stop_at_once)

@@ -30,8 +30,8 @@ from analyses import style
 from analyses.base import AnalysisError
 from analyses.qk_alignment import hypothesis_group
 
-from .errors import UserError
-from .explore_common import INLINE, RADIO, REFUSED, click_rule, message_figure, panel, radios, sized_graph
+from ..errors import UserError
+from .common import INLINE, RADIO, REFUSED, click_rule, message_figure, panel, radios, sized_graph
 
 PX_PER_TOKEN = 17  # a tick label's row: 12-pixel text and its spacing
 TICK_FONT = 12
@@ -278,7 +278,7 @@ def register(app, explorer, info: dict, ablations, chosen_ablations) -> None:
 
 def rules(info: dict) -> dict:
     """The request rules of the attention view's controls (the rest are ``requests.explorer_rules``)."""
-    from .requests import one_of
+    from ..requests import one_of
 
     return {("scale", "value"): one_of("linear", "log"),
             ("heads", "clickData"): click_rule("a map", info["n_layers"] if info["scan"] else max(info["n_heads"], 1))}

@@ -14,8 +14,8 @@ from dash import Input, Output, State, dcc, html, no_update
 from analyses import style
 from analyses.activations import ablation_hook, mean_z, part_hooks, z_hook_name
 
-from .errors import UserError
-from .explore_common import REFUSED, RADIO, graph, message_figure, panel
+from ..errors import UserError
+from .common import REFUSED, RADIO, graph, message_figure, panel
 
 
 def ablation_hooks(choices: list[str], model, means=None) -> list:
@@ -180,8 +180,8 @@ def register(app, explorer) -> None:
 
 def rules() -> dict:
     """The request rules of the head-ablation map's button and cells (the ticks are ``requests.explorer_rules``)."""
-    from .explore_common import click_rule
-    from .requests import MAX_CLICKS, integer
+    from .common import click_rule
+    from ..requests import MAX_CLICKS, integer
 
     return {("ablation-map", "clickData"): click_rule("a map"), ("ablation-map-run", "n_clicks"):
             integer(0, MAX_CLICKS, optional=True)}

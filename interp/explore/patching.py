@@ -28,10 +28,10 @@ from analyses import style
 from analyses.activation_patching import measure
 from tasks import ConfigError
 
-from .errors import UserError
-from .explore_ablation import chosen_ablations
-from .explore_common import CONFIG, REFUSED, message_figure
-from .explore_jobs import Job, Jobs
+from ..errors import UserError
+from .ablation import chosen_ablations
+from .common import CONFIG, REFUSED, message_figure
+from .jobs import Job, Jobs
 
 CORRUPTION_SEED = 0  # which corrupted value or symbol is drawn: fixed, so a view is reproducible
 LANGUAGE_PROMPTS = 8  # prompts per number of shown examples drawn for a language model's pair
@@ -270,7 +270,7 @@ def number(x: float | None) -> str:
 
 def rules(source) -> dict:
     """The request rules of this panel's controls (interp/requests.py checks every request with them)."""
-    from .requests import MAX_CLICKS, Refused, integer, one_of
+    from ..requests import MAX_CLICKS, Refused, integer, one_of
 
     def click(value):
         points = value.get("points") if isinstance(value, dict) else None

@@ -14,7 +14,7 @@ from analyses import style
 from analyses.base import AnalysisError
 from tasks import ConfigError
 
-from .errors import UserError
+from ..errors import UserError
 
 REFUSED = (UserError, AnalysisError, ConfigError)  # inputs a view refuses with a message, not a traceback
 RADIO = dict(marginLeft="8px", marginRight="2px")  # a radio button's spacing
@@ -65,7 +65,7 @@ def radios(id_: str, n: int, label: str, **css) -> html.Div:
 def click_rule(what: str, within: int | None = None, named: bool = True):
     """The request rule of a click on a map: one point, naming its column and row (``named``) in short text, and,
     with ``within``, a curve number below it (the head of a grid)."""
-    from .requests import Refused, integer
+    from ..requests import Refused, integer
 
     def check(value):
         if value is None:

@@ -11,7 +11,7 @@ from dash import Input, Output, dcc, no_update
 
 from analyses import belief_state, style, value_manifold
 
-from .explore_common import REFUSED, RADIO, graph, message_figure, panel
+from .common import REFUSED, RADIO, graph, message_figure, panel
 
 
 FLAT_BITS = 1e-6  # a Bayes entropy varying less than this over the points: no colour to tell them apart

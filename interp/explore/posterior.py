@@ -14,7 +14,7 @@ from analyses import logit_lens, style
 from analyses.base import answer_probs, held_out_batch
 from analyses.calibration import error_figure, measure, ratio_interval, staircase_figure
 
-from .explore_common import REFUSED, ablation_text, graph, integer_ticks, message_figure, panel, with_interval
+from .common import REFUSED, ablation_text, graph, integer_ticks, message_figure, panel, with_interval
 
 
 TABLES_WIDTH = 0.86  # the share of the latent view's width its tables take: the rest is their colour bar's

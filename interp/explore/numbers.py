@@ -11,7 +11,7 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from analyses.calibration import ratio_interval
 
-from .explore_common import REFUSED, plain
+from .common import REFUSED, plain
 
 
 class NumbersViews:

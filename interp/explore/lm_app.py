@@ -24,13 +24,13 @@ from models.base import act_name
 from tasks.base import SEED_LIMIT, SEED_RANGE, is_seed
 from tasks import prompts as prompt_tasks
 
-from . import explore_attention, explore_patching
-from .errors import UserError
-from .explore_common import INLINE, REFUSED, click_rule, graph, message_figure, panel, radios, sized_graph, styled_page
-from .explore_jobs import TakingTurns
-from .explore_lens import top_tokens_figure, top_tokens_height
-from .requests import MAX_CLICKS, Refused, guard, integer, one_of, scalar, text
-from .waits import Waits, register_status, status_line
+from . import attention as explore_attention, patching as explore_patching
+from ..errors import UserError
+from .common import INLINE, REFUSED, click_rule, graph, message_figure, panel, radios, sized_graph, styled_page
+from .jobs import TakingTurns
+from .lens import top_tokens_figure, top_tokens_height
+from ..requests import MAX_CLICKS, Refused, guard, integer, one_of, scalar, text
+from ..waits import Waits, register_status, status_line
 
 MAX_TOKENS = 256  # a typed prompt's length limit: the views draw T x T patterns for every head
 TOP = 8  # tokens shown per layer in the logit lens

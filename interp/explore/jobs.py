@@ -182,7 +182,7 @@ class Jobs:
         waiting for the lock run between them. A failed or cancelled job is started again, as is one being
         cancelled: the new one waits for it to stop (the end of its step), and the running one being cancelled
         does not refuse another."""
-        from .errors import UserError
+        from ..errors import UserError
 
         with self._guard:
             job = self._jobs.get(key)
@@ -211,7 +211,7 @@ class Jobs:
             except Cancelled:
                 job.state = "cancelled"
             except Exception as err:  # noqa: BLE001  (said in the page, one line; the server goes on)
-                from .explore_common import REFUSED
+                from .common import REFUSED
 
                 # one sentence in the panel (the job's own): a refusal as it is, anything else said to be internal
                 first = (str(err).strip().splitlines() or [""])[0]

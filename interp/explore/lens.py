@@ -12,7 +12,7 @@ import torch
 
 from analyses import logit_lens, style
 
-from .explore_common import ablation_text, graph
+from .common import ablation_text, graph
 
 
 class LensViews:

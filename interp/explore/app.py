@@ -50,20 +50,21 @@ from models.base import act_name
 from tasks import ConfigError
 from tasks.base import SEED_RANGE, is_seed
 
-from . import explore_ablation, explore_attention, explore_geometry, explore_numbers, explore_patching, explore_posterior
-from .checkpoint import list_checkpoints, load, resolve
-from .errors import UserError
-from .explore_ablation import AblationViews, ablation_hooks, chosen_ablations  # noqa: F401  (public here)
-from .explore_attention import AttentionViews
-from .explore_common import REFUSED, panel, styled_page
-from .explore_server import children, stop_at_once  # noqa: F401  (public here)
-from .explore_geometry import GeometryViews
-from .explore_lens import LensViews, lens_graph
-from .explore_numbers import NumbersViews
-from .explore_posterior import PosteriorViews
-from .ports import check_port
-from .requests import explorer_rules, guard
-from .waits import Waits, register_status, status_line
+from . import ablation as explore_ablation, attention as explore_attention, geometry as explore_geometry
+from . import numbers as explore_numbers, patching as explore_patching, posterior as explore_posterior
+from ..checkpoint import list_checkpoints, load, resolve
+from ..errors import UserError
+from .ablation import AblationViews, ablation_hooks, chosen_ablations  # noqa: F401  (public here)
+from .attention import AttentionViews
+from .common import REFUSED, panel, styled_page
+from .server import children, stop_at_once  # noqa: F401  (public here)
+from .geometry import GeometryViews
+from .lens import LensViews, lens_graph
+from .numbers import NumbersViews
+from .posterior import PosteriorViews
+from ..ports import check_port
+from ..requests import explorer_rules, guard
+from ..waits import Waits, register_status, status_line
 
 
 def parse_tokens(task, text: str) -> list[int]:
@@ -184,7 +185,7 @@ class Explorer(PosteriorViews, LensViews, AttentionViews, GeometryViews, Ablatio
 def page_rules(info: dict) -> dict:
     """The request rules of the attention views' controls, the status line and the head-ablation map (the
     rest are ``requests.explorer_rules``)."""
-    from .requests import MAX_CLICKS, integer
+    from ..requests import MAX_CLICKS, integer
 
     clicks = integer(0, MAX_CLICKS, optional=True)
     return explore_attention.rules(info) | explore_ablation.rules() | {("tick", "n_intervals"): clicks}
