@@ -1,13 +1,17 @@
-"""The equal-footing searches: every trial's curve against training compute, one figure per task, and the records.
+"""The equal-footing searches: each architecture's best trial against training compute, every trial's score
+against its learning rate, one pair of figures per task, and the records.
 
     python benchmarks/equal_footing.py runs/eq-bijection-transformer runs/eq-bijection-mamba ... \
         [--tables CONTENT-ADDRESSING.json ...] [--grids SWEEP ...]
+    python benchmarks/equal_footing.py --records figures/readme/equal-footing/trials-eq-hmm-*.json   # figures only
 
 Each argument is an ``interp tune`` folder. Writes figures/readme/equal-footing/curves-TASK.{pdf,png}
-for each task searched (every trial's held-out score against the tokens it trained on, a short-table
-stage at what its shorter sequences cost; each row's best trial, over all its searches, bold) and
-trials-FOLDER.{json,csv} (every trial of each search: settings, state, score, curve, budget), and
-prints one line per search with its best trial. ``--tables`` takes ``interp run content-addressing``
+for each task searched (each row's best trial, over all its searches, against the tokens it trained on,
+a short-table stage at what its shorter sequences cost), curves-TASK-trials.{pdf,png} (every trial's
+held-out score against its learning rate, a panel per row) and trials-FOLDER.{json,csv} (every trial of
+each search: settings, state, score, curve, budget), and prints one line per search with its best trial.
+``--records`` draws the same figures from those records alone (the searches' run folders need not exist).
+``--tables`` takes ``interp run content-addressing``
 results (``--sizes 1,2,4,8,16,32,64 --queries 3``) and draws their accuracy against table size into
 table-size.{pdf,png}, beside 1/n (answering with any value of the table). ``--grids`` takes ``interp
 sweep`` folders trained over widths and draws their MQAR grids side by side into mqar-grid.{pdf,png}.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -116,77 +121,163 @@ def row_bests(searches: list[dict]) -> dict[str, tuple[int, str]]:
     return {row: (search, name) for row, (_, search, name) in bests.items()}
 
 
-def task_figure(task: str, searches: list[dict], reference: Path | None):
-    """Every trial of every search on one task against its training tokens; each row's best trial (over all
-    its searches) bold, the others thin (dashed where the pruner stopped them)."""
-    import plotly.graph_objects as go
+def row_order(row: str) -> int:
+    """Rows in the order of COLOURS (the transformer first), others after them."""
+    return list(COLOURS).index(row) if row in COLOURS else len(COLOURS)
 
+
+def best_trials(searches: list[dict]) -> list[tuple[dict, dict]]:
+    """Each row's best trial (over all its searches) with its search, the rows in their order."""
+    bests = row_bests(searches)
+    found = [(summary, trial) for summary in searches for trial in summary["trials"]
+             if bests.get(family(summary, trial)) == (id(summary), trial["name"]) and trial.get("tokens_seen")]
+    return sorted(found, key=lambda pair: row_order(family(*pair)))
+
+
+def score_axis(fig, task: str, metric: str) -> str:
+    """The score axis in log scale with the task's reference line (chance, or the primitive's pass line);
+    returns the axis title."""
     import tasks
     from analyses import style
 
+    fig.update_yaxes(type="log")
+    if metric == "accuracy":
+        style.reference_line(fig, 1 / 256, "chance 0.4%", color="black")
+        return "held-out accuracy (tables of 1-64 pairs, log)"
+    threshold = {t: p.threshold for _, (t, p) in tasks.primitives().items()}.get(task)
+    if threshold is not None:
+        style.reference_line(fig, threshold, f"the primitive's pass line, {threshold} bits", color="black")
+    return "held-out entropy MAE, bits (log)"
+
+
+def task_figure(task: str, searches: list[dict], reference: Path | None):
+    """The headline of one task's searches: each row's best trial (over all its searches) against the tokens
+    it trained on, one line per architecture; every trial's score is in trials_figure and the records."""
+    import plotly.graph_objects as go
+
+    from analyses import style
+
     metric = searches[0]["metric"]
-    accuracy = metric == "accuracy"
     fig = go.Figure()
-    bests = row_bests(searches)
-    others: dict[str, int] = {}  # row -> its trials that are not the row's best
-    for summary in searches:
-        for trial in summary["trials"]:
-            if not trial.get("tokens_seen"):
-                continue
-            steps = sorted(int(s) for s in trial["tokens_seen"])
-            row = family(summary, trial)
-            top = bests.get(row) == (id(summary), trial["name"])
-            name = (f"{label(summary, trial)}, {summary['budget']['steps']:,} x {summary['budget']['batch_size']} "
-                    f"({state(trial)})" + (": best" if top else ""))
-            others[row] = others.get(row, 0) + (not top)
-            # The legend names each row's best trial; the others of a row share one entry (every trial is named
-            # on hover), so the legend stays readable however many trials a search has.
-            fig.add_scatter(x=[trial["tokens_seen"][str(s)] / 1e6 for s in steps],
-                            y=[trial["curve"][str(s)] for s in steps], mode="lines+markers" if top else "lines",
-                            name=name, hovertemplate=f"{name}<br>%{{x:.3g}}M tokens: %{{y:.4g}}<extra></extra>",
-                            showlegend=top, legendgroup=None if top else f"{row} others",
-                            opacity=1 if top else 0.55,
-                            line=dict(color=COLOURS.get(row, "#8c564b"), width=3 if top else 1.2,
-                                      dash="dash" if trial["state"] == "pruned" else "solid"))
-    for row, count in others.items():
-        if count:
-            fig.add_scatter(x=[None], y=[None], mode="lines", legendgroup=f"{row} others", opacity=0.55,
-                            name=f"{row}: its other {count} trial{'s' * (count > 1)} (dashed: stopped by the pruner)",
-                            line=dict(color=COLOURS.get(row, "#8c564b"), width=1.2))
+    for summary, trial in best_trials(searches):
+        steps = sorted(int(s) for s in trial["tokens_seen"])
+        row = family(summary, trial)
+        done = "" if trial["state"] == "complete" else f" ({state(trial)})"
+        name = f"{label(summary, trial)}, {summary['budget']['steps']:,} x {summary['budget']['batch_size']}{done}"
+        fig.add_scatter(x=[trial["tokens_seen"][str(s)] / 1e6 for s in steps], y=[trial["curve"][str(s)] for s in steps],
+                        mode="lines+markers", name=name, line=dict(color=COLOURS.get(row, "#8c564b"), width=3),
+                        hovertemplate=f"{name}<br>%{{x:.3g}}M tokens: %{{y:.4g}}<extra></extra>")
+    budget = max(s["budget"]["steps"] for s in searches)
     if reference is not None:
         run = json.loads((reference / "run.json").read_text())
-        budget = searches[0]["budget"]["steps"]
         rows = [json.loads(line) for line in (reference / "metrics.jsonl").read_text().splitlines() if line.strip()]
         curve = {r["step"]: r[f"eval_{metric}"] for r in rows if f"eval_{metric}" in r and r["step"] <= budget}
         seen = tokens_seen(run, curve)
+        part = f"its first {budget:,} of {run['train']['steps']:,} steps" if budget < run["train"]["steps"] else \
+            f"its preset, {run['train']['steps']:,} x {run['train']['batch_size']}, not searched"
+        shift = run["model"].get("shift")
         fig.add_scatter(x=[seen[s] / 1e6 for s in sorted(curve)], y=[curve[s] for s in sorted(curve)],
                         mode="lines+markers", line=dict(color="black", dash="dot"),
-                        name=f"{run['arch']}, {reference.name} (its first {budget:,} of {run['train']['steps']:,} steps)")
-    if accuracy:
-        style.reference_line(fig, 1 / 256, "chance 0.4%", color="black")
-        y_title = "held-out accuracy (tables of 1-64 pairs)"
-    else:
-        fig.update_yaxes(type="log")
-        threshold = {t: p.threshold for _, (t, p) in tasks.primitives().items()}.get(task)
-        if threshold is not None:
-            style.reference_line(fig, threshold, f"the primitive's pass line, {threshold} bits", color="black")
-        y_title = "held-out entropy MAE, bits (log)"
-    budgets = sorted({(s["budget"]["steps"], s["budget"]["batch_size"]) for s in searches})
+                        name=f"{run['arch']}{f' shift {shift}' if shift else ''}, {reference.name} ({part})")
+    y_title = score_axis(fig, task, metric)
+    budgets = sorted({(s["budget"]["steps"], s["budget"]["batch_size"]) for s, _ in best_trials(searches)})
     shown = " and ".join(f"{a:,} steps x {b} sequences" for a, b in budgets)
-    fig.update_layout(title=f"{task}: every trial of the equal search against training tokens<br>"
-                            f"({shown}, the same for every architecture)",
+    fig.update_layout(title=f"{task}: each architecture's best trial of the equal search against training tokens<br>"
+                            f"<sup>{shown}, the same for every architecture; every trial: the trials figure</sup>",
                       xaxis_title="training tokens, millions (sequences x their length)", yaxis_title=y_title,
-                      height=700, width=980)
+                      height=560, width=900)
     style.apply(fig)
-    fig.update_layout(legend=dict(orientation="v", yanchor="top", y=-0.18, xanchor="left", x=0))  # below: the plot keeps its width
+    fig.update_layout(legend=dict(orientation="v", yanchor="top", y=-0.2, xanchor="left", x=0))  # below: the plot keeps its width
     return fig
+
+
+# what told a row's trials apart besides the learning rate, each its own colour (the panels are the architectures)
+RECIPES = {"no curriculum": "#000000", "curriculum": "#ff7f0e", "curriculum, its own search without the pruner": "#8c564b"}
+
+
+def recipe(summary: dict, trial: dict) -> str:
+    """What a trial ran with besides its learning rate and its row's settings: the curriculum, and a search of its own
+    that the pruner did not stop."""
+    on = trial["params"].get("curriculum") == "on"
+    return ("curriculum" if on else "no curriculum") + (", its own search without the pruner"
+                                                        if on and summary.get("pruner") == "none" else "")
+
+
+def trials_figure(task: str, searches: list[dict]):
+    """Every trial of one task's searches: its score against its learning rate, one panel per row (architecture),
+    one line per recipe; an open marker is a trial the pruner stopped, at its score then."""
+    from plotly.subplots import make_subplots
+
+    from analyses import style
+
+    rows = sorted({family(s, t) for s in searches for t in s["trials"] if t.get("score") is not None}, key=row_order)
+    fig = make_subplots(rows=1, cols=len(rows), subplot_titles=rows, shared_yaxes=True, horizontal_spacing=0.03)
+    metric, shown = searches[0]["metric"], set()
+    for col, row in enumerate(rows, start=1):
+        lines: dict[str, list[tuple[float, dict, dict]]] = {}
+        for summary in searches:
+            for trial in summary["trials"]:
+                if family(summary, trial) == row and trial.get("score") is not None:
+                    lines.setdefault(recipe(summary, trial), []).append((float(trial["params"]["lr"]), summary, trial))
+        for name, points in lines.items():
+            points.sort(key=lambda p: p[0])
+            fig.add_scatter(x=[lr for lr, *_ in points], y=[t["score"] for *_, t in points], mode="lines+markers",
+                            name=name, legendgroup=name, showlegend=False, row=1, col=col,
+                            line=dict(color=RECIPES[name], width=1.5),
+                            marker=dict(size=9, color=RECIPES[name], line=dict(color=RECIPES[name], width=2),
+                                        symbol=["circle-open" if t["state"] == "pruned" else "circle" for *_, t in points]),
+                            hovertext=[f"{label(s, t)}: {t['score']:.4g} ({state(t)})" for _, s, t in points],
+                            hovertemplate="%{hovertext}<extra></extra>")
+            shown.add(name)
+        lrs = sorted({(float(t["params"]["lr"]), t["params"]["lr"]) for points in lines.values() for *_, t in points})
+        fig.update_xaxes(type="log", tickvals=[lr for lr, _ in lrs], ticktext=[text for _, text in lrs], tickangle=0,
+                         title_text="learning rate", range=[math.log10(lrs[0][0]) - 0.3, math.log10(lrs[-1][0]) + 0.3],
+                         row=1, col=col)
+    # the legend: each recipe once (filled: the trial ran its budget), and what an open marker is
+    for name in sorted(shown, key=list(RECIPES).index):
+        fig.add_scatter(x=[None], y=[None], mode="lines+markers", name=name, legendgroup=name,
+                        line=dict(color=RECIPES[name], width=1.5), marker=dict(size=9, color=RECIPES[name]))
+    fig.add_scatter(x=[None], y=[None], mode="markers", name="open: stopped by the pruner, at its score then",
+                    marker=dict(size=9, color="grey", symbol="circle-open", line=dict(color="grey", width=2)))
+    fig.update_yaxes(type="log")
+    fig.update_yaxes(title_text="held-out accuracy (log)" if metric == "accuracy" else "held-out entropy MAE, bits (log)",
+                     row=1, col=1)
+    budgets = sorted({(s["budget"]["steps"], s["budget"]["batch_size"]) for s in searches})
+    fig.update_layout(title=f"{task}: every trial of the equal search, its score against its learning rate<br>"
+                            f"<sup>{' and '.join(f'{a:,} steps x {b} sequences' for a, b in budgets)}, the same for "
+                            f"every architecture</sup>", width=900, height=480)
+    style.apply(fig)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.25, xanchor="left", x=0))
+    return fig
+
+
+def read_record(path: Path) -> dict:
+    """A search's record (trials-FOLDER.json, as write_records wrote it): its summary, every trial's curve and tokens."""
+    return json.loads(path.read_text())
+
+
+def draw(by_task: dict[str, list[dict]], reference: Path | None) -> None:
+    """curves-TASK.{pdf,png} (the headline) and curves-TASK-trials.{pdf,png} (every trial) for each task."""
+    from interp.export import figure_image, figure_pdf
+
+    reference_task = reference and json.loads((reference / "run.json").read_text())["task"]["name"]
+    for task, searches in sorted(by_task.items()):
+        figures = {f"curves-{task}": task_figure(task, searches, reference if reference_task == task else None),
+                   f"curves-{task}-trials": trials_figure(task, searches)}
+        for stem, fig in figures.items():
+            (OUT / f"{stem}.pdf").write_bytes(figure_pdf(fig))
+            (OUT / f"{stem}.png").write_bytes(figure_image(fig, "png"))
+            print(f"wrote {OUT / stem}.pdf and .png")
 
 
 def main() -> None:
     from interp.export import figure_image, figure_pdf
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("tunes", nargs="+", type=Path)
+    parser.add_argument("tunes", nargs="*", type=Path)
+    parser.add_argument("--records", nargs="*", type=Path, default=[],
+                        help="searches' records (trials-FOLDER.json) to draw instead of their tune folders: "
+                             "the figures again without the runs")
     parser.add_argument("--tables", nargs="*", type=Path, default=[], help="content-addressing results (.json)")
     parser.add_argument("--names", nargs="*", default=[], help="a legend name for each --tables result")
     parser.add_argument("--grids", nargs="*", type=Path, default=[], help="`interp sweep` folders trained over "
@@ -202,12 +293,10 @@ def main() -> None:
         summary = read_search(folder)
         by_task.setdefault(summary["task"]["name"], []).append(summary)
         write_records(folder, summary)
-    reference_task = args.reference and json.loads((args.reference / "run.json").read_text())["task"]["name"]
-    for task, searches in sorted(by_task.items()):
-        fig = task_figure(task, searches, args.reference if reference_task == task else None)
-        (OUT / f"curves-{task}.pdf").write_bytes(figure_pdf(fig))
-        (OUT / f"curves-{task}.png").write_bytes(figure_image(fig, "png"))
-        print(f"wrote {OUT / f'curves-{task}.pdf'} and .png")
+    for path in args.records:
+        summary = read_record(path)
+        by_task.setdefault(summary["task"]["name"], []).append(summary)
+    draw(by_task, args.reference)
     if args.tables:
         table_sizes(args.tables, args.names, figure_pdf, figure_image)
     if args.grids:

@@ -32,31 +32,48 @@ def test_a_transformer_without_the_shift_is_the_plain_row_and_labels_name_every_
 
 
 
-def test_the_legend_names_each_best_trial_and_one_entry_for_the_others():
-    def trial(name, lr, state="complete"):
-        return dict(name=name, params={"lr": lr}, state=state, curve={"1": 0.5, "2": 0.1}, tokens_seen={"1": 1e6, "2": 2e6})
-    search = dict(arch="mamba", model_options={}, metric="entropy_mae_bits", budget=dict(steps=2, batch_size=4),
-                  direction="minimize", best=dict(name="lr=1e-3", score=0.1),
-                  trials=[trial("lr=1e-3", "1e-3"), trial("lr=1e-2", "1e-2"), trial("lr=3e-2", "3e-2", "pruned")])
-    fig = module()["task_figure"]("bijection", [search], None)
-    shown = [t.name for t in fig.data if t.showlegend is not False]
-    assert shown == ["mamba, lr 1e-3, 2 x 4 (complete): best",
-                     "mamba: its other 2 trials (dashed: stopped by the pruner)"]
-    hidden = [t for t in fig.data if t.showlegend is False]  # every trial is still drawn, and named on hover
-    assert len(hidden) == 2 and all(t.legendgroup == "mamba others" for t in hidden)
-    assert "mamba, lr 3e-2, 2 x 4 (pruned)" in hidden[1].hovertemplate and hidden[1].line.dash == "dash"
+def search(arch="mamba", lrs=("1e-3", "1e-2", "3.2e-2"), scores=(0.1, 0.2, 0.3), states=("complete", "complete", "pruned"),
+           curriculum=None, pruner="median", direction="minimize"):
+    """A search's record as write_records keeps it, its best trial the best score."""
+    trials = []
+    for lr, score, trial_state in zip(lrs, scores, states):
+        params = {"lr": lr} | ({"curriculum": curriculum} if curriculum else {})
+        trials.append(dict(name="_".join(f"{k}={v}" for k, v in params.items()), params=params, state=trial_state,
+                           score=score, curve={"1": 0.5, "2": score}, tokens_seen={"1": 1e6, "2": 2e6}))
+    best = (min if direction == "minimize" else max)(trials, key=lambda t: t["score"])
+    return dict(task={"name": "bijection"}, arch=arch, model_options={}, metric="entropy_mae_bits",
+                budget=dict(steps=2, batch_size=4), direction=direction, pruner=pruner,
+                best=dict(name=best["name"], score=best["score"]), trials=trials)
+
+
+def test_the_headline_draws_each_rows_best_trial_alone():
+    fig = module()["task_figure"]("bijection", [search("mamba"), search("lstm", scores=(0.3, 0.05, 0.4))], None)
+    assert [t.name for t in fig.data] == ["mamba, lr 1e-3, 2 x 4", "lstm, lr 1e-2, 2 x 4"]
+    assert [list(t.y) for t in fig.data] == [[0.5, 0.1], [0.5, 0.05]]
 
 
 def test_a_row_with_two_searches_has_one_best_the_better_of_theirs():
-    def search(lr, score, direction="minimize"):
-        trial = dict(name=f"lr={lr}", params={"lr": lr}, state="complete", curve={"1": score}, tokens_seen={"1": 1e6})
-        return dict(arch="mamba", model_options={}, metric="entropy_mae_bits", budget=dict(steps=1, batch_size=4),
-                    direction=direction, best=dict(name=trial["name"], score=score), trials=[trial])
     for direction, winner in (("minimize", "1e-2"), ("maximize", "1e-3")):
-        searches = [search("1e-3", 0.3, direction), search("1e-2", 0.2, direction)]
+        searches = [search(lrs=("1e-3",), scores=(0.3,), states=("complete",), direction=direction),
+                    search(lrs=("1e-2",), scores=(0.2,), states=("complete",), direction=direction)]
         fig = module()["task_figure"]("bijection", searches, None)
-        shown = [t.name for t in fig.data if t.showlegend is not False]
-        assert shown == [f"mamba, lr {winner}, 1 x 4 (complete): best", "mamba: its other 1 trial (dashed: stopped by the pruner)"]
+        assert [t.name for t in fig.data] == [f"mamba, lr {winner}, 2 x 4"]
+
+
+def test_every_trial_is_a_point_of_its_rows_panel_by_learning_rate_and_recipe():
+    searches = [search("mamba", curriculum="off"), search("mamba", curriculum="on", scores=(0.15, 0.25, 0.35)),
+                search("mamba", lrs=("1e-2",), scores=(0.12,), states=("complete",), curriculum="on", pruner="none"),
+                search("lstm")]
+    fig = module()["trials_figure"]("bijection", searches)
+    drawn = [t for t in fig.data if t.x[0] is not None]
+    assert [(t.name, t.xaxis) for t in drawn] == [("no curriculum", "x"), ("curriculum", "x"),
+                                                 ("curriculum, its own search without the pruner", "x"),
+                                                 ("no curriculum", "x2")]
+    assert list(drawn[1].x) == [1e-3, 1e-2, 3.2e-2] and list(drawn[1].y) == [0.15, 0.25, 0.35]
+    assert list(drawn[1].marker.symbol) == ["circle", "circle", "circle-open"]  # the pruned trial: open
+    assert [a.text for a in fig.layout.annotations[:2]] == ["mamba", "lstm"]
+    assert drawn[0].marker.color != drawn[1].marker.color != drawn[2].marker.color
+
 
 @pytest.mark.slow
 def test_a_search_is_drawn_per_task_with_its_records(tmp_path, capsys, monkeypatch):
@@ -70,6 +87,7 @@ def test_a_search_is_drawn_per_task_with_its_records(tmp_path, capsys, monkeypat
     namespace["main"].__globals__["OUT"] = figures
     namespace["main"]()
     assert (figures / "curves-bijection.png").stat().st_size > 10_000 and (figures / "curves-bijection.pdf").exists()
+    assert (figures / "curves-bijection-trials.png").stat().st_size > 10_000
     record = json.loads((figures / "trials-eq-tiny.json").read_text())
     assert {t["name"] for t in record["trials"]} == {"lr=1e-3", "lr=1e-2"}
     for trial in record["trials"]:  # every evaluation's tokens: steps x batch x the sequence length
