@@ -39,11 +39,82 @@ def curve(folder: Path, metric: str) -> tuple[dict, list[tuple[int, int, float]]
     return record, points
 
 
-def main() -> None:
-    import plotly.graph_objects as go
+COLOURS = {"transformer": "#1f77b4", "mamba": "#d62728", "lstm": "#2ca02c", "mlp": "#9467bd"}
+SPARE = ("#17becf", "#8c564b", "#e377c2", "#bcbd22")  # a second model of an architecture in one panel
 
-    import tasks
+
+def panels(budgets: dict[str, dict]) -> list[list[str]]:
+    """The models of one task split into the panels they are drawn in: where an architecture has several models
+    (the equal search's and its preset's), the left panel holds each architecture's model at the equal search's budget
+    (a model named *-equal, or for an architecture without one, its model trained at that budget) and the right one
+    the rest (longer presets, runs continued from another); otherwise one panel."""
+    equal = {(b["steps"], b["batch_size"]) for name, b in budgets.items() if name.endswith("-equal")}
+    arch = {name: b["arch"] for name, b in budgets.items()}
+    searched = {arch[name] for name in budgets if name.endswith("-equal")}
+    left = [name for name, b in budgets.items() if name.endswith("-equal") or arch[name] not in searched
+            and (b["steps"], b["batch_size"]) in equal and not b["init_tokens"]]
+    right = [name for name in budgets if name not in left]
+    return [left, right] if left and right else [list(budgets)]
+
+
+def figure(task: str, metric: str, curves: dict[str, list], budgets: dict[str, dict], common: float):
+    """Every model's held-out score against its training tokens: one colour per architecture (a legend entry
+    naming its models and budgets), a second model of an architecture in a panel in a colour of its own; the
+    cheapest budget dotted."""
+    from plotly.subplots import make_subplots
+
     from analyses import style
+
+    def order(name: str):  # the architectures in COLOURS' order, each one's equal-search model first
+        arch = budgets[name]["arch"]
+        return (list(COLOURS).index(arch) if arch in COLOURS else len(COLOURS), budgets[name]["init_tokens"],
+                not name.endswith("-equal"), name)
+
+    groups = [sorted(group, key=order) for group in panels(budgets)]
+    titles = (["at the equal search's budget", "presets and continued runs"]
+              if len(groups) == 2 else [""])
+    fig = make_subplots(rows=1, cols=len(groups), shared_yaxes=True, shared_xaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=titles)
+    colour_of: dict[str, str] = {}
+    for group in groups:
+        taken: set[str] = set()
+        for name in group:
+            own = COLOURS.get(budgets[name]["arch"], SPARE[0])
+            colour_of[name] = own if own not in taken else next(c for c in SPARE if c not in taken)
+            taken.add(colour_of[name])
+    legend: dict[str, list[str]] = {}  # colour -> what its models are
+    for name in sorted(budgets, key=order):
+        b = budgets[name]
+        legend.setdefault(colour_of[name], []).append(f"{name} {b['steps']:,} x {b['batch_size']}"
+                                                      + (" after another run" if b["init_tokens"] else ""))
+    for col, group in enumerate(groups, start=1):
+        for name in sorted(group, key=lambda n: list(legend).index(colour_of[n])):
+            points, colour = curves[name], colour_of[name]
+            first = legend[colour][0].startswith(f"{name} ")  # the legend entry rides on the colour's first model
+            fig.add_scatter(x=[t / 1e6 for _, t, _ in points], y=[s for *_, s in points], mode="lines+markers",
+                            name=f"{budgets[name]['arch']}: " + "; ".join(legend[colour]), legendgroup=colour,
+                            showlegend=first, line=dict(color=colour), marker=dict(size=5),
+                            hovertemplate=f"{name}: %{{y:.4g}} at %{{x:.3g}}M tokens<extra></extra>", row=1, col=col)
+    xs = [t / 1e6 for points in curves.values() for _, t, _ in points if t]
+    span = [math.log10(min(xs)) - 0.1, math.log10(max(xs)) + 0.1]  # explicit: the line's label stretches it
+    label = {"accuracy": "held-out accuracy"}.get(metric, "held-out entropy MAE (bits)")
+    decades = [10.0 ** k for k in range(math.ceil(span[0]), math.floor(span[1]) + 1)]  # the same ticks in every panel
+    fig.update_xaxes(title_text="training tokens, millions (log)", type="log", range=span, tickvals=decades,
+                     ticktext=[f"{d:g}" for d in decades])
+    fig.update_yaxes(type="log")
+    fig.update_yaxes(title_text=label, row=1, col=1)
+    for col in range(1, len(groups) + 1):
+        fig.add_vline(x=common / 1e6, line_dash="dot", line_color="grey", row=1, col=col)
+    fig.update_layout(title=f"{task}: held-out score against training compute, every shipped architecture<br>"
+                            f"<sup>dotted: the cheapest model's budget, {common / 1e6:.3g}M tokens</sup>",
+                      height=560, width=900)
+    style.apply(fig)
+    fig.update_layout(legend=dict(orientation="v", yanchor="top", y=-0.2, xanchor="left", x=0))
+    return fig
+
+
+def main() -> None:
+    import tasks
     from interp import checkpoint
     from interp.catalog import shipped
     from interp.files import RunFolder
@@ -59,14 +130,12 @@ def main() -> None:
     primitive = {task: p.metric for _, (task, p) in tasks.primitives().items()}
     OUT.mkdir(parents=True, exist_ok=True)
     summary = {}
-    colours = {"transformer": "#1f77b4", "mamba": "#d62728", "lstm": "#2ca02c", "mlp": "#9467bd"}
     for task in sorted(by_task):
         metric = primitive.get(task, "entropy_mae_bits")
         curves = {folder.name: curve(folder, metric) for folder in sorted(by_task[task])}
         budgets = {folder.name: checkpoint.budget(RunFolder(folder), curves[folder.name][0]["train"]["steps"])
-                   for folder in by_task[task]}
+                   | dict(arch=curves[folder.name][0]["arch"]) for folder in by_task[task]}
         common = min(b["tokens"] for b in budgets.values())
-        fig = go.Figure()
         rows = {}
         for name, (record, points) in curves.items():
             within = [p for p in points if p[1] <= common]
@@ -78,20 +147,7 @@ def main() -> None:
                               at_common_budget=at_common and dict(step=at_common[0], tokens=at_common[1],
                                                                    score=at_common[2],
                                                                    mid_schedule=at_common[0] < budget["steps"]))
-            fig.add_scatter(x=[t / 1e6 for _, t, _ in points], y=[s for *_, s in points], mode="lines+markers",
-                            name=f"{name}: {budget['steps']:,} steps x {budget['batch_size']}"
-                                 + (" after another run" if budget["init_tokens"] else ""),
-                            line=dict(color=colours.get(record["arch"]), dash="dash" if budget["init_tokens"] else "solid"))
-        fig.add_vline(x=common / 1e6, line_dash="dot", line_color="grey", annotation_text="the cheapest budget",
-                      annotation_position="bottom right")
-        xs = [t / 1e6 for _, points in curves.values() for _, t, _ in points if t]
-        span = [math.log10(min(xs)) - 0.1, math.log10(max(xs)) + 0.1]  # explicit: the line's label stretches it
-        label = {"accuracy": "held-out accuracy"}.get(metric, "held-out entropy MAE (bits)")
-        fig.update_layout(title=f"{task}: held-out score against training compute, every shipped architecture",
-                          xaxis=dict(title="training tokens, millions (log)", type="log", range=span),
-                          yaxis=dict(title=label, type="log"), height=620, width=940)
-        style.apply(fig)
-        fig.update_layout(legend=dict(orientation="v", yanchor="top", y=-0.18, xanchor="left", x=0))
+        fig = figure(task, metric, {name: points for name, (_, points) in curves.items()}, budgets, common)
         (OUT / f"compute-{task}.pdf").write_bytes(figure_pdf(fig))
         (OUT / f"compute-{task}.png").write_bytes(figure_image(fig, "png"))
         summary[task] = dict(metric=metric, common_budget_tokens=common, models=rows)
