@@ -76,18 +76,61 @@ def at_minutes(points, minutes: float):
     return before[-1] if before else None
 
 
-def report(runs: list[Path], by_step: bool = False) -> None:
-    import plotly.graph_objects as go
+MAX_SERIES = 6  # more runs than this are drawn in two panels
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
+
+
+def shape(record: dict) -> tuple:
+    return tuple(record["model"].get(k) for k in ("n_layers", "d_model", "n_heads"))
+
+
+def figure(task: str, drawn: dict[str, tuple[dict, list]], by_step: bool = False):
+    """Entropy MAE against minutes (or steps) of every run, each in a colour of its own; more than MAX_SERIES runs
+    in two panels: the first run's model shape, and the other shapes with the first run again for reference."""
+    from plotly.subplots import make_subplots
 
     from analyses import style
 
+    names = list(drawn)
+    first = shape(drawn[names[0]][0])
+    groups = [names]
+    if len(names) > MAX_SERIES:
+        same = [n for n in names if shape(drawn[n][0]) == first]
+        groups = [same, [names[0]] + [n for n in names if n not in same]]
+    titles = [f"{first[0]} layers, d={first[1]}, as {names[0]}", "other shapes"] if len(groups) == 2 else [""]
+    fig = make_subplots(rows=1, cols=len(groups), shared_yaxes=True, horizontal_spacing=0.04, subplot_titles=titles)
+    for col, group in enumerate(groups, start=1):
+        for name in group:
+            points, colour = drawn[name][1], COLOURS[names.index(name) % len(COLOURS)]
+            fig.add_scatter(x=[p[1 if by_step else 0] for p in points], y=[p[2] for p in points], mode="lines+markers",
+                            name=name, legendgroup=name, showlegend=col == 1 or name != names[0], row=1, col=col,
+                            line=dict(color=colour), marker=dict(size=5))
+    fig.update_yaxes(type="log")  # first: the reference labels are placed on the axis' own scale
+    target, budget = TARGET_BITS.get(task, 0.01), BUDGET_MIN.get(task, 20)
+    style.reference_line(fig, target, f"target {target:g} bits", color="black")
+    for col in range(2, len(groups) + 1):
+        fig.add_hline(y=target, line_dash="dash", line_color="black", row=1, col=col)
+    if not by_step:
+        style.reference_line(fig, budget, f"{budget} min", axis="x", dash="dot", color="black")
+    fig.update_xaxes(title_text="training step" if by_step else "minutes")
+    fig.update_yaxes(title_text="entropy MAE (bits)", row=1, col=1)
+    fig.update_layout(title=f"{task}: entropy MAE against training " + ("steps" if by_step else "wall time (2-core CPU)"),
+                      width=760 if len(groups) == 1 else 900, height=460 if len(groups) == 1 else 520)
+    style.apply(fig)
+    if len(groups) == 2:  # the panels on one axis, so that runs compare across them; the legend below them
+        fig.update_xaxes(matches="x", tickangle=0, nticks=5, tickmode="auto")
+        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0))
+    return fig
+
+
+def report(runs: list[Path], by_step: bool = False) -> None:
     task = json.loads((runs[0] / "run.json").read_text())["task"]["name"]
     budget = BUDGET_MIN.get(task, 20)
     marks = [m for m in MARKS_MIN if m <= budget]
     print("| run | params | steps/s | " + " | ".join(f"MAE @{m} min" for m in marks) + " | final (min) |"
           + (" relative mean error (final) |" if task == "regression" else ""))
     print("|---|---|---|" + "---|" * len(marks) + "---|" + ("---|" if task == "regression" else ""))
-    fig = go.Figure()
+    drawn = {}
     table = {}  # the printed table, for the JSON beside the figure (the results pages read it)
     for run in runs:
         record = json.loads((run / "run.json").read_text())
@@ -108,21 +151,15 @@ def report(runs: list[Path], by_step: bool = False) -> None:
         table[run.name] = dict(path=str(run), n_params=record["n_params"], steps_per_s=step / (minutes * 60),
                                at_minutes=marked, final=dict(minutes=minutes, step=step, entropy_mae_bits=mae,
                                                              relative_mean_error=relative))
-        fig.add_scatter(x=[p[1 if by_step else 0] for p in points], y=[p[2] for p in points], mode="lines+markers",
-                        name=run.name)
-    fig.update_layout(yaxis_type="log")  # first: the reference labels are placed on the axis' own scale
-    target = TARGET_BITS.get(task, 0.01)
-    style.reference_line(fig, target, f"target {target:g} bits", color="black")
-    if not by_step:
-        style.reference_line(fig, budget, f"{budget} min", axis="x", dash="dot", color="black")
-    fig.update_layout(title=f"{task}: entropy MAE against training " + ("steps" if by_step else "wall time (2-core CPU)"),
-                      xaxis_title="training step" if by_step else "minutes", yaxis_title="entropy MAE (bits)", yaxis_type="log",
-                      template="plotly_white", width=760, height=460)
+        drawn[run.name] = (record, points)
+    fig = figure(task, drawn, by_step)
+    from interp.export import figure_image, figure_pdf
+
     out = Path("figures/readme")
     out.mkdir(parents=True, exist_ok=True)
     stem = "cpu-preset-curves" + ("" if task == "bijection" else f"-{task}")
-    fig.write_image(out / f"{stem}.pdf")
-    fig.write_image(out / f"{stem}.png", scale=2)
+    (out / f"{stem}.pdf").write_bytes(figure_pdf(fig))
+    (out / f"{stem}.png").write_bytes(figure_image(fig, "png"))
     # MAE at each mark: the last evaluation at or before it; steps/s: the last evaluation's step over its minutes
     (out / f"{stem}.json").write_text(json.dumps(dict(command=shlex.join(["python", *sys.argv]), task=task,
                                                       marks_min=marks, runs=table), indent=1) + "\n")
