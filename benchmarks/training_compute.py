@@ -45,11 +45,16 @@ SPARE = ("#17becf", "#8c564b", "#e377c2", "#bcbd22")  # a second model of an arc
 
 def panels(budgets: dict[str, dict]) -> list[list[str]]:
     """The models of one task split into the panels they are drawn in: where an architecture has several models
-    (the equal search's and its preset's), the left panel holds each architecture's model at the equal search's budget
-    (a model named *-equal, or for an architecture without one, its model trained at that budget) and the right one
-    the rest (longer presets, runs continued from another); otherwise one panel."""
-    equal = {(b["steps"], b["batch_size"]) for name, b in budgets.items() if name.endswith("-equal")}
+    (the equal search's and its preset's), the left panel holds each architecture's model at one budget (a model
+    named *-equal, or for an architecture without one, its model trained at the equal search's budget; with no
+    search, the budget most models share) and the right one the rest (longer presets, runs continued from
+    another); otherwise one panel."""
     arch = {name: b["arch"] for name, b in budgets.items()}
+    if len(set(arch.values())) == len(arch):
+        return [list(budgets)]
+    fresh = [(b["steps"], b["batch_size"]) for b in budgets.values() if not b["init_tokens"]]
+    equal = {(b["steps"], b["batch_size"]) for name, b in budgets.items() if name.endswith("-equal")} or \
+        {max(fresh, key=fresh.count)}
     searched = {arch[name] for name in budgets if name.endswith("-equal")}
     left = [name for name, b in budgets.items() if name.endswith("-equal") or arch[name] not in searched
             and (b["steps"], b["batch_size"]) in equal and not b["init_tokens"]]
@@ -71,7 +76,9 @@ def figure(task: str, metric: str, curves: dict[str, list], budgets: dict[str, d
                 not name.endswith("-equal"), name)
 
     groups = [sorted(group, key=order) for group in panels(budgets)]
-    titles = (["at the equal search's budget", "presets and continued runs"]
+    shared = "the equal search's" if any(name.endswith("-equal") for name in budgets) else "the shared"
+    titles = ([f"at {shared} budget",
+               "presets and continued runs"]
               if len(groups) == 2 else [""])
     fig = make_subplots(rows=1, cols=len(groups), shared_yaxes=True, shared_xaxes=True, horizontal_spacing=0.04,
                         subplot_titles=titles)
@@ -113,9 +120,20 @@ def figure(task: str, metric: str, curves: dict[str, list], budgets: dict[str, d
     return fig
 
 
+def measured(folders: list[Path], metric: str) -> tuple[dict, dict, int]:
+    """The runs of one task: each one's record and curve, its budget (with its architecture), and the tokens of the
+    cheapest budget."""
+    from interp import checkpoint
+    from interp.files import RunFolder
+
+    curves = {folder.name: curve(folder, metric) for folder in sorted(folders)}
+    budgets = {folder.name: checkpoint.budget(RunFolder(folder), curves[folder.name][0]["train"]["steps"])
+               | dict(arch=curves[folder.name][0]["arch"]) for folder in folders}
+    return curves, budgets, min(b["tokens"] for b in budgets.values())
+
+
 def main() -> None:
     import tasks
-    from interp import checkpoint
     from interp.catalog import shipped
     from interp.files import RunFolder
     from interp.export import figure_image, figure_pdf
@@ -132,10 +150,7 @@ def main() -> None:
     summary = {}
     for task in sorted(by_task):
         metric = primitive.get(task, "entropy_mae_bits")
-        curves = {folder.name: curve(folder, metric) for folder in sorted(by_task[task])}
-        budgets = {folder.name: checkpoint.budget(RunFolder(folder), curves[folder.name][0]["train"]["steps"])
-                   | dict(arch=curves[folder.name][0]["arch"]) for folder in by_task[task]}
-        common = min(b["tokens"] for b in budgets.values())
+        curves, budgets, common = measured(by_task[task], metric)
         rows = {}
         for name, (record, points) in curves.items():
             within = [p for p in points if p[1] <= common]
