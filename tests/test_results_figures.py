@@ -107,3 +107,11 @@ def test_the_sweeps_curves(sweep):
     from interp.sweep import curve_figure
 
     assert not crowded(curve_figure(json.loads(sweep.read_text())["metrics"]))
+
+
+def test_the_binding_learning_rate_probe_figure():
+    probe = module("experiments/binding_lr_probe_curve.py")
+    runs = [f"{arch}-lr{lr}" for arch in probe["ARCHS"] for lr in probe["LRS"]]
+    data = {run: probe["curves"](run) for run in runs if (probe["HERE"] / run / "run.json").is_file()}
+    assert data
+    assert not crowded(probe["figure"](data))
