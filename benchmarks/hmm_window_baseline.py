@@ -18,6 +18,8 @@ MAE in bits against the Bayes filter on the `cpu` preset's task (S=O=5, K=20), t
 observation position beside the windows' and writes figures/readme/hmm-window-baseline.{pdf,png}:
 a model whose error levels off beside the window-w curve remembers about w observations. ``--json PATH``
 writes the printed numbers there too, with the command (figures/readme/hmm-window-baseline.json).
+``--figure-from JSON`` draws the figure again from such a record: the models' errors as it holds them, the
+windows' computed again on the same sequences (seconds; no model is loaded).
 """
 from __future__ import annotations
 
@@ -64,7 +66,12 @@ def main() -> None:
                         help="Dirichlet concentration of the tables (smaller: peakier; the preset's is 1)")
     parser.add_argument("--models", nargs="*", default=[], help="shipped model names or run folders to compare")
     parser.add_argument("--json", type=Path, help="also write the printed numbers here, with the command")
+    parser.add_argument("--figure-from", type=Path, help="a record written with --json and --models: its figure again")
     args = parser.parse_args()
+    drawn = None
+    if args.figure_from:
+        drawn = json.loads(args.figure_from.read_text())
+        args.n, args.concentration, args.windows = drawn["n"], drawn["concentration"], ",".join(drawn["windows"])
     record = dict(command=shlex.join(["python", *sys.argv]), n=args.n, concentration=args.concentration,
                   windows={}, models={})
     task = HMM(concentration=args.concentration)
@@ -85,7 +92,9 @@ def main() -> None:
                                          stationary=errors["stationary"].mean().item(),
                                          stationary_last=errors["stationary"][:, -1].mean().item())
         by_position[w] = errors["stationary"].mean(0)
-    if args.models:
+    if drawn:
+        figure(by_position | {name: torch.tensor(m["per_position"]) for name, m in drawn["models"].items()})
+    elif args.models:
         import interp
 
         print("\n| model | MAE (bits) | position 1 | position 2 | position 5 | positions 5-20 |\n|---|---|---|---|---|---|")
@@ -108,26 +117,35 @@ def main() -> None:
         print(f"wrote {args.json}")
 
 
+ARCH_COLOURS = {"transformer": "#1f77b4", "mamba": "#d62728", "lstm": "#2ca02c", "mlp": "#9467bd"}
+
+
 def figure(by_position: dict) -> None:
     import plotly.graph_objects as go
+
+    from analyses import style
+    from interp.export import figure_image, figure_pdf
 
     fig = go.Figure()
     for name, error in by_position.items():
         positions = list(range(1, len(error) + 1))
         if isinstance(name, int):  # a window: exact (zero error) up to position w + 1, so drawn from w + 2
             fig.add_scatter(x=positions[name + 1:], y=error[name + 1:].tolist(), mode="lines", showlegend=False,
-                            line=dict(dash="dot", color="gray", width=1.5), hoverinfo="skip")
+                            legendgroup="windows", line=dict(dash="dot", color="gray", width=1.5), hoverinfo="skip")
             fig.add_annotation(x=positions[-1], y=math.log10(error[-1]), text=f"w = {name}", showarrow=False,
                                xanchor="left", xshift=6, font=dict(color="gray", size=11))
-        else:
-            fig.add_scatter(x=positions, y=error.tolist(), name=name, mode="lines+markers", line=dict(width=2.5))
+        else:  # each model in its architecture's colour
+            colour = next((c for arch, c in ARCH_COLOURS.items() if arch in str(name)), None)
+            fig.add_scatter(x=positions, y=error.tolist(), name=name, mode="lines+markers",
+                            line=dict(width=2.5, color=colour))
     fig.update_layout(title="HMM K=20: error per position; dotted: filters that keep the last w observations",
                       xaxis_title="observation position t", yaxis_title="entropy MAE (bits)", yaxis_type="log",
-                      template="plotly_white", width=760, height=460)
+                      width=760, height=460)
+    style.apply(fig)
     out = Path("figures/readme")
     out.mkdir(parents=True, exist_ok=True)
-    fig.write_image(out / "hmm-window-baseline.pdf")
-    fig.write_image(out / "hmm-window-baseline.png", scale=2)
+    (out / "hmm-window-baseline.pdf").write_bytes(figure_pdf(fig))
+    (out / "hmm-window-baseline.png").write_bytes(figure_image(fig, "png"))
     print(f"wrote {out}/hmm-window-baseline.pdf and .png")
 
 
