@@ -20,16 +20,17 @@ otherwise make the toolkit overwrite whatever file the link points to, and a pip
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
 import os
 import re
 import stat
 import tempfile
-import time
 from pathlib import Path
 from urllib.parse import quote
+
+from ground import locks
+from ground.terminal import say
 
 from .errors import UserError
 
@@ -307,13 +308,12 @@ def remove_made(made: list[Path]) -> None:
     made.clear()
 
 
-class Lock:
-    """An exclusive lock on ``FOLDER/NAME``: ``flock``, which the kernel drops when the process ends however
-    it ends (a SIGKILL too), so it never goes stale. The lock file is opened with ``open_regular`` (a link or
-    a pipe planted there is refused, never written through nor waited on) and holds the holder's pid, which
-    a refused process names. It is removed on release; a process that locked a file another one had just
-    removed checks that its file is still the one at the path, and tries again if not. The folders the
-    lock made are removed again on release if they are still empty.
+class Lock(locks.Lock):
+    """The toolkit's one lock (``ground.locks.Lock``: an ``flock`` that dies with its holder, a file naming the
+    holder, a holder that has ended taken over, nothing left behind) on ``FOLDER/NAME``, a name from user input
+    (``child``). What it adds for the folders a user names: the folders it makes are removed again on release
+    if they are still empty, and every failure is one line (a ``UserError``): a link or a pipe planted at the
+    lock (the words of ``not_regular``), an unwritable folder, and a holder that keeps it past the wait.
 
     ``wait``: seconds to wait for another holder (0: refuse at once); ``busy(holder)``: the refusal's words.
     """
@@ -322,59 +322,40 @@ class Lock:
 
     def __init__(self, folder: str | Path, name: str | None = None, wait: float = 0.0, busy=None):
         self.folder = Path(folder)
-        self.path = child(self.folder, name or self.NAME)
-        self.wait, self.busy = wait, busy or self.busy_message
+        super().__init__(child(self.folder, name or self.NAME), wait, taking_over=self.taking_over_message)
+        self.busy = busy or self.busy_message
         self.made: list[Path] = []
-        self.fd: int | None = None
 
     def busy_message(self, holder: str) -> str:
         return f"{self.path} is held by another process (pid {holder}); wait for it to end, or stop it first"
 
+    def taking_over_message(self, holder: locks.Holder) -> None:
+        say(f"{self.path} names pid {holder}, which has ended (a process it started still held the file); "
+            f"taking it over")
+
     def acquire(self) -> "Lock":
-        deadline = time.monotonic() + self.wait
         try:
             self.made = make_folders(self.folder, self.folder)
-            while True:
-                fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)  # never a planted link or pipe
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    holder = os.pread(fd, 32, 0) or (time.sleep(0.1), os.pread(fd, 32, 0))[1]  # written just after locking
-                    os.close(fd)
-                    if time.monotonic() < deadline:
-                        time.sleep(0.1)
-                        continue
-                    self._undo_folder()
-                    raise UserError(self.busy(holder.decode(errors="replace").strip() or "unknown")) from None
-                if os.path.exists(self.path) and os.stat(self.path).st_ino == os.fstat(fd).st_ino:
-                    break
-                os.close(fd)  # the holder removed it as we opened it: lock the new one
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
-            self.fd = fd
+            return super().acquire()
+        except locks.Busy as err:
+            self._undo_folder()
+            raise UserError(self.busy(str(err.holder or "unknown"))) from None
+        except locks.NotALockFile as err:
+            self._undo_folder()
+            raise not_regular(err.path, special(err.mode)) from None
         except OSError as err:
             self._undo_folder()
             raise unwritable(self.folder, err) from None
         except UserError:
             self._undo_folder()
             raise
-        return self
 
     def release(self) -> None:
-        if self.fd is not None:
-            Path(self.path).unlink(missing_ok=True)  # while still held, so no one locks it in between
-            os.close(self.fd)
-            self.fd = None
+        super().release()
         self._undo_folder()
 
     def _undo_folder(self) -> None:
         remove_made(self.made)
-
-    def __enter__(self):
-        return self.acquire()
-
-    def __exit__(self, *exc):
-        self.release()
 
 
 class RunLock(Lock):

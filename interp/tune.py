@@ -61,6 +61,7 @@ from tqdm.auto import tqdm
 
 import models
 import tasks
+from ground.locks import alive
 
 from .errors import UserError
 from analyses.base import Result
@@ -725,18 +726,6 @@ def extends(recorded: dict, declared: dict) -> bool:
     old, new = recorded.get("space") or {}, declared.get("space") or {}
     return (recorded != declared and set(old) == set(new) and all(set(old[k]) <= set(new[k]) for k in old)
             and {k: v for k, v in recorded.items() if k != "space"} == {k: v for k, v in declared.items() if k != "space"})
-
-
-def alive(pid) -> bool:
-    if not isinstance(pid, int):
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def table(summary: dict) -> str:

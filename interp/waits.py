@@ -8,16 +8,13 @@ seconds so far. Nothing is said of a wait that ends sooner.
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from contextlib import contextmanager
 
+from ground.terminal import say
+
 AFTER_S = 1.0
-
-
-def say(text: str) -> None:
-    print(f"interp: {text}", file=sys.stderr, flush=True)
 
 
 class Waits:

@@ -12,27 +12,23 @@ never share (or rebuild) each other's folder; two of the same code share one bui
 
 How. A build runs in a temporary folder next to its final one and is published by renaming that
 folder into place, after ``build.json`` (the record of what it holds) is written: a folder with a
-``build.json`` is complete, whatever was killed when. Builds are serialised by a lock file beside the
-folder (``NAME-VERSION-KEY.lock``): an ``flock``, which the kernel drops when its holder ends however
-it ends, so a build killed half way leaves no lock held; the file names its holder's pid. A process
-that finds the lock held waits (saying so every few seconds) at most ``$INTERP_BUILD_WAIT`` seconds
-(default 600), then runs eager; when the pid the lock names is no longer alive (the lock is held
-only by a process it forked), it stops waiting and builds on its own, which is safe because
-publishing is atomic: whichever build is renamed into place first is the one every process loads.
-The lock file is opened without following a link and must be a regular file.
+``build.json`` is complete, whatever was killed when. Builds are serialised by the toolkit's one lock
+(``ground.locks.Lock``) on a file beside the folder (``NAME-VERSION-KEY.lock``): a build killed half way
+leaves no lock held, and one whose named holder has ended (the lock kept only by a process it forked) is
+taken over. A process that finds the lock held waits (saying so every few seconds) at most
+``$INTERP_BUILD_WAIT`` seconds (default 600), then runs eager. Publishing is atomic besides, so even two
+builds of one key at once (on a file system that shares no lock between machines) leave one complete
+folder: whichever is renamed into place first is the one every process loads.
 """
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import importlib.util
 import json
 import os
 import platform
 import shutil
-import socket
-import stat
 import sys
 import tempfile
 import threading
@@ -40,16 +36,15 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from ground.locks import TICK_S, Busy, Lock, NotALockFile
+from ground.terminal import say
+
 DEFAULT_WAIT_S = 600.0
-TICK_S = 15.0  # how often progress is printed while building or waiting
 
 
 class NotALock(Exception):
-    """Something other than a regular file stands where a build lock goes (a planted link, a pipe)."""
-
-
-def say(text: str) -> None:
-    print(f"interp: {text}", file=sys.stderr, flush=True)
+    """A link where a folder of the build cache goes (a build there would be written, and loaded, wherever it
+    points)."""
 
 
 def build_root() -> Path:
@@ -116,75 +111,16 @@ def import_module(name: str, path: Path):
     return module
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
+def build_lock(folder: Path, wait_s: float, what: str) -> Lock:
+    """The lock of one build folder, which says its waits and a takeover on the terminal."""
+    def waiting(holder, waited):
+        who = f"pid {holder}" if holder else "another process"
+        say(f"waiting for {who} to finish building the {what} ({waited:.0f} s of at most {wait_s:.0f} s)...")
 
+    def taking_over(holder):
+        say(f"the lock of the {what} names pid {holder}, which has ended; taking it over")
 
-class BuildLock:
-    """The build lock of one folder (see the module docstring); ``acquire`` returns "held", "stale"
-    (the named holder is dead: build without the lock) or "timeout"."""
-
-    def __init__(self, path: Path, wait_s: float, what: str):
-        self.path, self.wait_s, self.what = path, wait_s, what
-        self.fd: int | None = None
-
-    def acquire(self) -> str:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                raise NotALock(f"{self.path} is a symbolic link, not a lock file") from None
-            raise
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise NotALock(f"{self.path} is not a regular file, not a lock file")
-        started, told = time.monotonic(), 0.0
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                pass
-            holder = self.holder(fd)
-            waited = time.monotonic() - started
-            if holder is not None and holder[1] == socket.gethostname() and not alive(holder[0]):
-                os.close(fd)
-                say(f"the lock of the {self.what} names pid {holder[0]}, which has ended; building without it")
-                return "stale"
-            if waited >= self.wait_s:
-                os.close(fd)
-                return "timeout"
-            if waited - told >= TICK_S or told == 0.0:
-                who = f"pid {holder[0]}" if holder else "another process"
-                say(f"waiting for {who} to finish building the {self.what} ({waited:.0f} s of at most "
-                    f"{self.wait_s:.0f} s)...")
-                told = waited or 1e-9
-            time.sleep(min(0.2, self.wait_s))
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}".encode(), 0)
-        self.fd = fd
-        return "held"
-
-    @staticmethod
-    def holder(fd: int) -> tuple[int, str] | None:
-        try:
-            pid, host = os.pread(fd, 300, 0).decode().split(" ", 1)
-            return int(pid), host
-        except (ValueError, UnicodeDecodeError, OSError):
-            return None
-
-    def release(self) -> None:
-        if self.fd is not None:
-            os.ftruncate(self.fd, 0)
-            os.close(self.fd)  # the file stays: removing it could let two processes lock two files
-            self.fd = None
+    return Lock(folder.with_name(folder.name + ".lock"), wait_s, waiting, taking_over)
 
 
 @contextmanager
@@ -244,16 +180,18 @@ def build(name: str, sources: list[Path], cflags: list[str], ldflags: list[str],
             raise NotALock(f"{link} is a symbolic link, not a folder of the build cache")
         if (module := published(folder, name)) is not None:
             return import_module(name, module)
-        lock = BuildLock(folder.with_name(folder.name + ".lock"), wait_s, what)
-        state = lock.acquire()
-        if state == "timeout":
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        lock = build_lock(folder, wait_s, what)
+        try:
+            lock.acquire()
+        except Busy:
             say(f"warning: the {what} are still being built by another process after {wait_s:.0f} s; using "
                 f"eager torch instead (the same numbers, more slowly); a later run will use the kernels")
             return None
         try:
             if (module := published(folder, name)) is not None:  # built while we waited
                 return import_module(name, module)
-            if state == "held" and folder.exists():  # an incomplete folder from before builds were atomic
+            if folder.exists():  # an incomplete folder from before builds were atomic
                 shutil.rmtree(folder)
             # Temporary folders of builds that were killed before their own cleanup (SIGKILL, or Ctrl-C in
             # the explorer, which exits at once): nobody else builds this key while we hold its lock.
@@ -266,6 +204,6 @@ def build(name: str, sources: list[Path], cflags: list[str], ldflags: list[str],
             lock.release()
     except Exception as err:  # noqa: BLE001 - no compiler, no ninja, a failed build, an unwritable cache
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        why = first if isinstance(err, NotALock) else f"{type(err).__name__}: {first}"
+        why = first if isinstance(err, (NotALock, NotALockFile)) else f"{type(err).__name__}: {first}"
         say(f"warning: could not build the {what} ({why}); using eager torch instead (the same numbers, more slowly)")
         return None

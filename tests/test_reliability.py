@@ -1,8 +1,7 @@
-"""What a fault leaves, and what waits on whom: build locks, resumes after odd logs, advice that works.
+"""What a fault leaves: resumes after odd logs, advice that works (the locks: tests/test_locks.py).
 
 The one-line messages themselves are rows of tests/test_bad_inputs.py (docs/bad-inputs.md); here are
-the behaviours that a row cannot show: a lock left by a killed Mamba kernel build never hangs a later
-process, a lock held too long ends in eager torch with one warning, a fresh run that fails on an
+the behaviours that a row cannot show: a fresh run that fails on an
 unwritable folder leaves nothing behind, a resumed log with a non-UTF-8 line resumes, the advice of
 an error is a command that works, a reproduction rerun after a full disk makes the figures it links.
 The explorer's requests are fuzzed against the real Dash endpoints on 127.0.0.1 (slow: a server).
@@ -14,13 +13,11 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -29,175 +26,6 @@ from tests.cli import fork_cli, run_cli, wait_for
 from tests import tiny
 
 TINY = tiny.cli_args(n_layers=1)
-MAMBA = ["--arch", "mamba", "-T", "V=6", "-T", "L=5", "-M", "d_model=16", "-M", "n_layers=1", "--steps", "3",
-         "--batch-size", "4", "--warmup", "1"]
-
-
-# -- the Mamba kernels' build lock -----------------------------------------------------------------
-def kernel_build(**kwargs):
-    """``models.kernels.build`` of the Mamba kernels as ``cpu_kernels`` calls it."""
-    import models.mamba
-    from models.kernels import build
-
-    return build(models.mamba.KERNELS_NAME, [models.mamba.KERNELS_SOURCE], *models.mamba.KERNELS_FLAGS,
-                 what="Mamba CPU kernels", **kwargs)
-
-
-def lock_path() -> Path:
-    import models.mamba
-    from models.kernels import folder_for
-
-    folder = folder_for(models.mamba.KERNELS_NAME, [models.mamba.KERNELS_SOURCE], models.mamba.KERNELS_FLAGS[0])
-    return folder.with_name(folder.name + ".lock")
-
-
-def hold_lock(then) -> int:
-    """Fork a process that takes the build lock (as a build does) and then calls ``then()``; its pid."""
-    from models.kernels import BuildLock
-
-    pid = os.fork()
-    if pid == 0:
-        try:
-            assert BuildLock(lock_path(), 0, "test").acquire() == "held"
-            then()
-        finally:
-            os._exit(0)
-    deadline = time.time() + 30
-    while time.time() < deadline and not (lock_path().exists() and lock_path().read_text().startswith(str(pid))):
-        time.sleep(0.02)
-    return pid
-
-
-@pytest.fixture
-def fresh_builds(tmp_path, monkeypatch):
-    """An empty build folder, and a compiler that fails at once (a real failing build, in a second)."""
-    monkeypatch.setenv("INTERP_BUILD_DIR", str(tmp_path / "builds"))
-    monkeypatch.setenv("CXX", "/bin/false")
-    return tmp_path / "builds"
-
-
-def warnings_in(err: str) -> list[str]:
-    return [line for line in err.splitlines() if "warning" in line]
-
-
-def test_a_lock_left_by_a_killed_build_never_hangs_training(fresh_builds, tmp_path):
-    """The issue's hang: a build killed half way left its lock; the next `interp train --arch mamba`
-    waited forever after its header. Now the lock (an flock) died with its holder: training goes on at
-    once (here the build itself fails, as without a compiler: eager torch, one warning line)."""
-    killed = hold_lock(lambda: os.kill(os.getpid(), signal.SIGKILL))
-    wait_for(killed)
-    assert lock_path().read_text().startswith(str(killed))  # the lock file is left behind, naming the dead pid
-
-    def fresh_kernels():
-        import models.mamba
-        models.mamba._KERNELS.clear()
-
-    log = tmp_path / "train.log"
-    started = time.time()
-    status = wait_for(fork_cli(log, "train", "--out", tmp_path / "run", *MAMBA, prepare=fresh_kernels), timeout=120)
-    output = log.read_text()
-    assert os.WEXITSTATUS(status) == 0, output
-    assert time.time() - started < 60, "it waited on the dead build's lock"
-    assert "waiting" not in output
-    assert warnings_in(output) == [line for line in output.splitlines() if "could not build the Mamba CPU kernels" in line]
-    assert len(warnings_in(output)) == 1 and "using eager torch instead" in warnings_in(output)[0]
-    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
-
-
-def test_the_temporary_folder_of_a_killed_build_is_removed_by_the_next_build(fresh_builds, capfd):
-    import models.mamba
-    from models.kernels import folder_for
-
-    folder = folder_for(models.mamba.KERNELS_NAME, [models.mamba.KERNELS_SOURCE], models.mamba.KERNELS_FLAGS[0])
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    left = folder.parent / f".{folder.name}.k1ll3d.building"  # what a build killed half way leaves
-    (left / "objects").mkdir(parents=True)
-    other = folder.parent / ".another-key.k1ll3d.building"  # another key's build may be running: kept
-    other.mkdir()
-    assert kernel_build() is None  # the compiler fails at once here: eager torch
-    assert not left.exists() and other.exists()
-
-
-def test_a_lock_held_too_long_ends_in_eager_torch_with_one_warning(fresh_builds, capfd):
-    holder = hold_lock(lambda: time.sleep(60))
-    try:
-        started = time.monotonic()
-        assert kernel_build(wait_s=1.5) is None
-        took = time.monotonic() - started
-    finally:
-        os.kill(holder, signal.SIGKILL)
-        wait_for(holder)
-    err = capfd.readouterr().err
-    assert 1.4 < took < 10
-    assert f"waiting for pid {holder} to finish building the Mamba CPU kernels" in err  # progress while waiting
-    assert warnings_in(err) == ["interp: warning: the Mamba CPU kernels are still being built by another process "
-                                "after 2 s; using eager torch instead (the same numbers, more slowly); a later run "
-                                "will use the kernels"]
-
-
-def test_a_lock_whose_named_holder_is_dead_is_stale(fresh_builds, capfd):
-    """The lock is held (a process the builder forked kept it open) but the pid it names has ended: no
-    build is going on, so the waiter builds without it (publishing is atomic, so that is safe)."""
-    grandchild = []
-
-    def fork_and_die():
-        child = os.fork()
-        if child == 0:
-            time.sleep(60)
-            os._exit(0)
-        Path(str(lock_path()) + ".child").write_text(str(child))
-
-    builder = hold_lock(fork_and_die)
-    wait_for(builder)
-    grandchild.append(int(Path(str(lock_path()) + ".child").read_text()))
-    try:
-        started = time.monotonic()
-        assert kernel_build(wait_s=60) is None  # the build itself fails here (CXX=/bin/false)
-        assert time.monotonic() - started < 30
-    finally:
-        os.kill(grandchild[0], signal.SIGKILL)
-    err = capfd.readouterr().err
-    assert f"names pid {builder}, which has ended; building without it" in err
-    assert len(warnings_in(err)) == 1 and "could not build the Mamba CPU kernels" in warnings_in(err)[0]
-
-
-def test_an_incomplete_build_folder_is_never_loaded(fresh_builds, capfd):
-    """A folder without its build.json (the record written last) is not a build: it is rebuilt (here the
-    rebuild fails: one warning, None), never imported."""
-    from models.kernels import published
-
-    folder = lock_path().with_name(lock_path().name.removesuffix(".lock"))
-    folder.mkdir(parents=True)
-    (folder / "interp_mamba_kernels.so").write_bytes(b"half a library")
-    assert published(folder, "interp_mamba_kernels") is None
-    assert kernel_build(wait_s=5) is None
-    assert len(warnings_in(capfd.readouterr().err)) == 1
-    assert not folder.exists()  # removed under the lock before the rebuild
-
-
-@pytest.mark.slow
-def test_a_killed_first_build_then_a_real_build_and_a_reuse(tmp_path, monkeypatch):
-    """For real (about a minute on 2 cores): a lock left by a killed build, then `interp train --arch
-    mamba` builds the kernels (with progress lines), publishes them, and a second process loads them
-    without building."""
-    monkeypatch.setenv("INTERP_BUILD_DIR", str(tmp_path / "builds"))
-    killed = hold_lock(lambda: os.kill(os.getpid(), signal.SIGKILL))
-    wait_for(killed)
-
-    def fresh_kernels():
-        import models.mamba
-        models.mamba._KERNELS.clear()
-
-    logs = [tmp_path / "first.log", tmp_path / "second.log"]
-    for i, log in enumerate(logs):
-        status = wait_for(fork_cli(log, "train", "--out", tmp_path / f"run{i}", *MAMBA, prepare=fresh_kernels),
-                          timeout=600)
-        assert os.WEXITSTATUS(status) == 0, log.read_text()
-    first, second = (log.read_text() for log in logs)
-    assert "compiling the Mamba CPU kernels" in first and "done in" in first and "warning" not in first
-    assert "compiling" not in second and "warning" not in second
-    built = [p for p in (tmp_path / "builds").iterdir() if p.is_dir()]
-    assert len(built) == 1 and (built[0] / "build.json").exists()  # published; no temporary folder left
 
 
 # -- files a fault leaves --------------------------------------------------------------------------
@@ -454,19 +282,7 @@ def test_real_valued_sequences_compare_as_numbers_as_the_page_writes_them():
     assert not same_numbers([[True]], [[1.0]]) and not same_numbers([["1"]], [[1.0]])
 
 
-# -- round four: clean-up of only what was made; the language-model cache -----------------------------------
-def test_a_lock_removes_only_the_folders_it_made(tmp_path):
-    """A name that climbs (``trials/init=../../x``) resolves to a folder that was there: the lock's clean-up
-    must leave it, and remove only the folder it made on the way."""
-    from interp.files import RunLock
-
-    (tmp_path / "out" / "trials").mkdir(parents=True)
-    (tmp_path / "out" / "x").mkdir()  # there before: trials/init=.. is made, then ../.. lands here
-    lock = RunLock(tmp_path / "out" / "trials" / "init=.." / ".." / ".." / "x").acquire()
-    lock.release()
-    assert (tmp_path / "out" / "x").is_dir() and not (tmp_path / "out" / "trials" / "init=..").exists()
-
-
+# -- round four: the language-model cache -----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cached_conversion(tmp_path_factory):
     """A conversion cache folder of a tiny Llama, made by the real ``convert`` (the GGUF reading replaced)."""
