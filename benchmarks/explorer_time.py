@@ -3,7 +3,7 @@
     python benchmarks/explorer_time.py                     # bijection and HMM transformers, HMM Mamba
     python benchmarks/explorer_time.py --models recall-transformer-cpu --repeat 5
 
-Times what a browser triggers, through the same ``Explorer`` methods the Dash callbacks call (no
+Times what a browser triggers, through the same view functions the Dash callbacks call (no
 browser or HTTP in the numbers): the first render (load the model, then every view of the first
 sequence: posterior panel with held-out calibration, attention, geometry), a new sequence (the
 posterior and attention views; calibration and geometry do not depend on the sequence and are
@@ -33,6 +33,9 @@ def timed(fn) -> float:
 def measure(name: str) -> dict:
     from interp.catalog import shipped
     from interp.explore import Explorer
+    from interp.explore.attention import attention_view
+    from interp.explore.geometry import geometry_view
+    from interp.explore.posterior import posterior_views
 
     times = {}
     holder = {}
@@ -41,12 +44,12 @@ def measure(name: str) -> dict:
     last, info = len(e.checkpoints) - 1, e.layout_info(len(e.checkpoints) - 1)
     first, second = e.sample(0), e.sample(1)
     views = lambda tokens, seed, choices: (  # noqa: E731
-        e.posterior_views(last, tokens, seed, choices), e.attention_view(last, tokens, seed, choices, 0, 0),
-        e.geometry_view(last, choices, "residual"))
+        posterior_views(e, last, tokens, seed, choices), attention_view(e, last, tokens, seed, choices, 0, 0),
+        geometry_view(e, last, choices, "residual"))
     times["first render"] = times["load"] + timed(lambda: views(first, 0, []))
     times["new sequence"] = timed(lambda: views(second, 1, []))
     if info["attention"] or info["scan"]:
-        times["another layer"] = timed(lambda: e.attention_view(last, second, 1, [], info["n_layers"] - 1, 0))
+        times["another layer"] = timed(lambda: attention_view(e, last, second, 1, [], info["n_layers"] - 1, 0))
     if info["attention"]:
         times["ablate a head (first time)"] = timed(lambda: views(second, 1, ["H0.0"]))
         times["ablate a head (again)"] = timed(lambda: views(first, 0, ["H0.0"]))

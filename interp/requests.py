@@ -11,8 +11,8 @@ ends in a traceback and an HTTP 500. So every such request is checked before Das
 - every value: by the rule of its (component, property), e.g. the step slider an integer within the
   checkpoints, tokens integers within the vocabulary (floats are refused, never truncated), the
   typed text a string of bounded length. A component without a rule of its own gets the generic
-  checks only (a size bound). ``explorer_rules`` holds the explorer's rules; a new control adds its
-  own rule there.
+  checks only (a size bound). Each view of an explorer gives the rules of its own controls
+  (``interp/explore/page.py``); a new control adds its rule to its view.
 
 A refused request is answered 400 (or 413) with one line of text saying what was wrong; nothing
 reaches the views. What is well-formed but not meaningful for the model (a sequence the task cannot
@@ -213,29 +213,6 @@ def guard(app, rules: dict[tuple[str, str], Rule]) -> None:
         except Refused as err:
             return flask.Response(f"{err}\n", status=err.status, mimetype="text/plain")
         return None
-
-
-def explorer_rules(explorer, info: dict) -> dict[tuple[str, str], Rule]:
-    """The rule of every control of ``interp explore`` (see ``explore.build_app``)."""
-    heads = [f"H{layer}.{head}" for layer in range(info["n_layers"]) for head in range(info["n_heads"])]
-    blocks = [f"B{layer}" for layer in info["blocks"]]
-    clicks = integer(0, MAX_CLICKS, optional=True)
-    return {
-        ("sample", "n_clicks"): clicks,
-        ("apply", "n_clicks"): clicks,
-        ("download-button", "n_clicks"): clicks,
-        ("seed", "value"): scalar(),
-        ("tokens-text", "value"): text(),
-        ("step", "value"): integer(0, len(explorer.checkpoints)),
-        ("sequence", "data"): sequence_rule(explorer),
-        ("ablate-heads", "value"): subset(heads),
-        ("ablate-blocks", "value"): subset(blocks),
-        ("ablate-mode", "value"): one_of("zero", "mean"),
-        ("layer", "value"): integer(0, max(info["n_layers"], 1)),
-        ("head", "value"): integer(0, max(info["n_heads"], 1)),
-        ("stream", "value"): one_of("residual", "attention_out"),
-        ("colour", "value"): one_of("entropy", "position", "latent"),
-    }
 
 
 def same_numbers(a, b) -> bool:

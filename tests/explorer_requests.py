@@ -145,3 +145,10 @@ def answer(client, app, view: str, values: dict, trigger: str | None = None) -> 
     reply = client.post("/_dash-update-component", json=callback_request(app, view, values, trigger))
     assert reply.status_code in (200, 204), reply.data
     return json.loads(reply.data)["response"] if reply.status_code == 200 else {}
+
+
+def controls_read(app) -> set[tuple[str, str]]:
+    """Every (component, property) whose value a request to ``app`` sends: the inputs and states of its callbacks
+    that run on the server (a clientside one sends no request)."""
+    return {(item["id"], item["property"]) for callback in app.callback_map.values() if "callback" in callback
+            for item in callback["inputs"] + callback["state"]}

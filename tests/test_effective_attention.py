@@ -57,13 +57,14 @@ def test_a_mamba_model_s_effective_attention_is_its_hook_y(task_name):
 def test_the_explorer_draws_a_mamba_layer_s_effective_attention(tmp_path):
     from interp import checkpoint
     from interp.explore import Explorer
+    from interp.explore.attention import attention_view
 
     task = tasks.make("bijection", V=5, L=4)
     model = models.build("mamba", task, {"d_model": 16, "n_layers": 2, "d_state": 4}, seed=0).eval()
     checkpoint.save(tmp_path / "checkpoints" / checkpoint.checkpoint_name(0), model, step=0, seed=0)
     explorer = Explorer(tmp_path, n_calibration=8, n_geometry=8)
     tokens = explorer.sample(0)
-    fig = explorer.attention_view(0, tokens, 0, [], layer=1, head=0)
+    fig = attention_view(explorer, 0, tokens, 0, [], layer=1, head=0)
     assert "effective attention" in fig.layout.title.text
     shown = torch.tensor(fig.data[0].z, dtype=torch.float64)
     M, _ = explorer.model(0).effective_attention(explorer.batch(tokens, 0).tokens, 1)
@@ -74,7 +75,7 @@ def test_the_explorer_draws_a_mamba_layer_s_effective_attention(tmp_path):
     assert torch.allclose(shown[~future], expected[~future], atol=1e-6)
     assert torch.allclose(shown.nan_to_num().sum(-1), torch.ones(len(tokens), dtype=torch.float64), atol=1e-5)
     with pytest.raises(Exception, match="not in this model"):
-        explorer.attention_view(0, tokens, 0, [], layer=0, head=1)  # a scan has one "head" per layer
+        attention_view(explorer, 0, tokens, 0, [], layer=0, head=1)  # a scan has one "head" per layer
 
 
 def small_bijection_mamba(seed=0):

@@ -19,6 +19,13 @@ import torch
 import tasks
 from interp import checkpoint
 from interp.explore import Explorer, build_app, parse_tokens
+from interp.explore.ablation import ablation_map_view
+from interp.explore.attention import attention_view, heads_view, hypothesis_marks, patterns
+from interp.explore.computed import held_out_calibration, held_out_sums
+from interp.explore.geometry import geometry_view
+from interp.explore.lens import lens_view
+from interp.explore.numbers import equivalent_code, numbers as numbers_of
+from interp.explore.posterior import posterior_views
 from interp.catalog import locate, shipped
 
 from tests.cli import run_cli
@@ -92,7 +99,7 @@ def test_views_follow_step_sequence_and_ablation(run_dir):
     tokens = explorer.sample(0)
 
     def posterior(index, choices=(), seed=0):
-        return explorer.posterior_views(index, tokens, seed, list(choices))["posterior"].data[1].z
+        return posterior_views(explorer, index, tokens, seed, list(choices))["posterior"].data[1].z
 
     assert posterior(0) != posterior(1)  # the step slider replays another checkpoint
     assert posterior(1) != posterior(1, ["H0.1"]) != posterior(1, ["B0"])
@@ -102,35 +109,64 @@ def test_views_follow_step_sequence_and_ablation(run_dir):
     assert chosen_ablations(["H0.1"], ["B0"], "mean") == ["M0.1", "B0"]
     assert chosen_ablations(["H0.1"], [], "zero") == ["H0.1"]
     assert posterior(1, seed=None) == posterior(1)  # typed tokens get the same exact posterior back
-    views = explorer.posterior_views(1, tokens, 0, [])
+    views = posterior_views(explorer, 1, tokens, 0, [])
     bayes = views["posterior"].data[0].z
     assert all(abs(sum(row) - 1) < 1e-5 for row in bayes)
     # the logit lens: one row per layer, its last row the KL of the model's own output
-    lens = views["lens"].data[0].z
+    lens = lens_view(explorer, 1, tokens, 0, []).data[0].z
     assert len(lens) == explorer.model(1).cfg.n_layers and len(lens[-1]) == len(bayes)
     model = torch.tensor(views["posterior"].data[1].z)
     kl = (torch.tensor(bayes) * (torch.tensor(bayes).clamp_min(1e-30).log2() - model.clamp_min(1e-30).log2())).where(
         torch.tensor(bayes) > 0, torch.tensor(0.0)).sum(-1)
     assert torch.allclose(torch.tensor(lens[-1]), kl, atol=1e-4)
 
-    attention = explorer.attention_view(1, tokens, 0, [], layer=1, head=1)
+    attention = attention_view(explorer, 1, tokens, 0, [], layer=1, head=1)
     assert "layer 1, head 1" in attention.layout.title.text
-    eliminated = explorer.hypothesis_marks(explorer.batch(tokens, 0), "eliminated")
+    eliminated = hypothesis_marks(explorer, explorer.batch(tokens, 0), "eliminated")
     # bijection: at the t-th key the t-1 values revealed so far are eliminated, and nothing else
     assert len(eliminated) == sum(range(5)) and all(tokens[k] >= 6 and k < q for q, k in eliminated)
-    assert explorer.hypothesis_marks(explorer.batch(tokens, 0), "feasible") == []
+    assert hypothesis_marks(explorer, explorer.batch(tokens, 0), "feasible") == []
     for stream in ("residual", "attention_out"):
-        assert "PCA" in explorer.geometry_view(0, ["B1"], stream).layout.title.text
+        assert "PCA" in geometry_view(explorer, 0, ["B1"], stream).layout.title.text
     build_app(explorer)  # the layout and callbacks build for a multi-checkpoint run
+
+
+def test_every_control_the_page_reads_has_one_rule_from_the_table_of_views(run_dir):
+    """The page, its routes and their request rules come from one table: every value a request sends is checked by
+    the rule of the one view that owns its control (a control without a rule would reach a view unchecked)."""
+    from interp.explore.app import VIEWS
+    from interp.explore.page import rules
+    from tests.explorer_requests import controls_read
+
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
+    assert controls_read(build_app(explorer)) == set(rules(explorer, VIEWS))
+
+
+def test_a_part_with_no_place_on_the_page_or_a_control_with_two_rules_is_refused():
+    from dash import html
+
+    from interp.explore.page import View, layout, rules
+
+    def skeleton(state, at):
+        return html.Div(at("main"))
+
+    views = (View("a", {"main": lambda state, at: html.Div(id="a")}, rules=lambda state: {("x", "value"): None}),
+             View("b", {"main": lambda state, at: [html.Div(id="b"), *at("inner")],
+                        "inner": lambda state, at: html.Div(id="c")}))
+    assert [c.id for c in layout(None, views, skeleton).children] == ["a", "b", "c"]  # the table's order, nested
+    with pytest.raises(ValueError, match="the page has no place side"):
+        layout(None, views + (View("d", {"side": lambda state, at: html.Div()}),), skeleton)
+    with pytest.raises(ValueError, match=r"view 'e' gives a rule for \[\('x', 'value'\)\]"):
+        rules(None, views + (View("e", rules=lambda state: {("x", "value"): None}),))
 
 
 def test_model_without_attention_says_so(run_dir, monkeypatch):
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     monkeypatch.setattr(explorer.model(1), "has_attention", lambda: False)
-    fig = explorer.attention_view(1, explorer.sample(0), 0, [], layer=0, head=0)
+    fig = attention_view(explorer, 1, explorer.sample(0), 0, [], layer=0, head=0)
     assert "has no attention" in fig.layout.annotations[0].text
     assert explorer.layout_info(1)["n_heads"] == 0
-    explorer.posterior_views(1, explorer.sample(0), 0, ["B0"])  # everything else still works
+    posterior_views(explorer, 1, explorer.sample(0), 0, ["B0"])  # everything else still works
 
 
 # --- command-line errors ---------------------------------------------------------------------------
@@ -287,7 +323,7 @@ def test_the_latent_truth_of_an_hmm_sequence_is_drawn(tmp_path):
 
     explorer = small_run(tmp_path, tasks.make("hmm", S=3, O=2, K=5))
     tokens = explorer.sample(0)
-    fig = explorer.posterior_views(0, tokens, 0, [])["latent"]
+    fig = posterior_views(explorer, 0, tokens, 0, [])["latent"]
     heatmaps = [t for t in fig.data if t.type == "heatmap"]
     batch = explorer.batch(tokens, 0)
     assert torch.allclose(torch.tensor(heatmaps[0].z), batch.hypothesis["T"][0].float())  # the transition table
@@ -297,7 +333,7 @@ def test_the_latent_truth_of_an_hmm_sequence_is_drawn(tmp_path):
     mapped = next(t for t in fig.data if t.name == "Bayes MAP")
     rows = batch.query_mask[0].nonzero().flatten()
     assert list(mapped.y) == [f"s{s}" for s in batch.posterior[0, rows].argmax(-1).tolist()]
-    typed = explorer.posterior_views(0, tokens, None, [])["latent"]  # typed: tables known, path not
+    typed = posterior_views(explorer, 0, tokens, None, [])["latent"]  # typed: tables known, path not
     assert [t.type for t in typed.data] == ["heatmap", "heatmap"]
 
 
@@ -306,7 +342,7 @@ def test_a_continuous_task_shows_its_predictive_beside_bayes(tmp_path):
 
     explorer = small_run(tmp_path, tasks.make("regression", d=2, n=5))
     tokens = explorer.sample(0)
-    fig = explorer.posterior_views(0, tokens, 0, [])["latent"]
+    fig = posterior_views(explorer, 0, tokens, 0, [])["latent"]
     bayes, model = fig.data
     batch = explorer.batch(tokens, 0)
     rows = batch.query_mask[0].nonzero().flatten()
@@ -321,10 +357,10 @@ def test_the_download_holds_this_view_s_numbers_and_its_python_reproduces_them(r
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     tokens = explorer.sample(4)
     for seed, choices in ((4, ["M0.1", "B1"]), (None, [])):  # sampled and ablated; typed and intact
-        numbers = explorer.numbers(1, tokens, seed, choices)
+        numbers = numbers_of(explorer, 1, tokens, seed, choices)
         assert json.loads(json.dumps(numbers, allow_nan=False)) == numbers
         assert numbers["ablations"] == sorted(choices) and numbers["step"] == 100 and numbers["tokens"] == tokens
-        views = explorer.posterior_views(1, tokens, seed, choices)
+        views = posterior_views(explorer, 1, tokens, seed, choices)
         # compared as arrays: plotly 7 keeps a heatmap's z as nested tuples, plotly 6 as lists
         np.testing.assert_allclose(np.asarray(numbers["model_distribution"], dtype=float),
                                    np.asarray(views["posterior"].data[1].z, dtype=float), atol=1e-6)
@@ -341,22 +377,23 @@ def test_the_calibration_summary_gives_each_number_its_interval_and_counts(run_d
 
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     tokens = explorer.sample(0)
-    intact, ablated = (explorer.held_out_calibration(1, c) for c in ([], ["H0.1"]))
-    text = explorer.posterior_views(1, tokens, 0, [])["summary"]
+    intact, ablated = (held_out_calibration(explorer, 1, c) for c in ([], ["H0.1"]))
+    text = posterior_views(explorer, 1, tokens, 0, [])["summary"]
     low, high = intact["intervals"]["entropy_mae_bits"]  # calibration's own interval, as the page shows it
     assert "(20 sequences, 100 queries; 95% bootstrap intervals over the sequences)" in text
     assert f"entropy MAE {intact['entropy_mae_bits']:.4f} bits (95% {low:.4f}-{high:.4f})" in text
     assert "KL " in text and text.count("95% ") == 3
-    ratio = ratio_interval(explorer.held_out_sums(1, ["H0.1"]), explorer.held_out_sums(1, []))
-    text = explorer.posterior_views(1, tokens, 0, ["H0.1"])["summary"]
+    ratio = ratio_interval(held_out_sums(explorer, 1, ["H0.1"]), held_out_sums(explorer, 1, []))
+    text = posterior_views(explorer, 1, tokens, 0, ["H0.1"])["summary"]
     assert f"MAE ablated / intact {ablated['entropy_mae_bits'] / intact['entropy_mae_bits']:.3f}x " \
            f"(95% {ratio[0]:.3f}-{ratio[1]:.3f}) (paired" in text and "intact model: entropy MAE" in text
-    assert ratio_interval(explorer.held_out_sums(1, []), explorer.held_out_sums(1, [])) == [1.0, 1.0]  # itself
-    assert explorer.numbers(1, tokens, 0, ["H0.1"])["held_out_mae_ratio_interval"] == ratio
+    assert ratio_interval(held_out_sums(explorer, 1, []), held_out_sums(explorer, 1, [])) == [1.0, 1.0]  # itself
+    assert numbers_of(explorer, 1, tokens, 0, ["H0.1"])["held_out_mae_ratio_interval"] == ratio
 
 
 def test_the_patching_map_of_the_one_sequence_shown_says_it_has_no_interval(run_dir):
-    from interp.explore.patching import PatchingView, WindTunnelPairs, map_figure
+    from interp.explore.pairs import WindTunnelPairs
+    from interp.explore.patching import PatchingView, map_figure
 
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     source = WindTunnelPairs(explorer)
@@ -370,8 +407,8 @@ def test_the_patching_map_of_the_one_sequence_shown_says_it_has_no_interval(run_
 def test_ablated_views_draw_the_intact_model_beside_them(run_dir):
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     tokens = explorer.sample(0)
-    intact = explorer.posterior_views(1, tokens, 0, [])
-    ablated = explorer.posterior_views(1, tokens, 0, ["H0.1"])
+    intact = posterior_views(explorer, 1, tokens, 0, [])
+    ablated = posterior_views(explorer, 1, tokens, 0, ["H0.1"])
     for view in ("entropy", "calibration"):
         assert [t.name for t in intact[view].data] == ["Bayes", "model"]
         names = [t.name for t in ablated[view].data]
@@ -381,10 +418,10 @@ def test_ablated_views_draw_the_intact_model_beside_them(run_dir):
 
 def test_the_hmm_geometry_can_be_coloured_by_the_true_state(tmp_path):
     explorer = small_run(tmp_path, tasks.make("hmm", S=3, O=2, K=5))
-    fig = explorer.geometry_view(0, [], "residual", "latent")
+    fig = geometry_view(explorer, 0, [], "residual", "latent")
     assert "true states" in fig.layout.title.text.replace("<br>", " ")
     assert {t.name for t in fig.data} <= {"state 0", "state 1", "state 2"}
-    assert "Bayes entropy" in explorer.geometry_view(0, [], "residual", "entropy").layout.title.text.replace("<br>", " ")
+    assert "Bayes entropy" in geometry_view(explorer, 0, [], "residual", "entropy").layout.title.text.replace("<br>", " ")
 
 
 GRAPHS = ("posterior", "entropy", "gap", "calibration", "lens", "latent", "attention", "geometry")
@@ -457,14 +494,14 @@ def test_every_token_is_named_on_both_axes_and_the_log_scale_keeps_the_weights(r
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     tokens = explorer.sample(0)
     labels = explorer.names(tokens)
-    pattern = explorer.patterns(1, tokens, 0, [])[1][1]
-    linear = explorer.attention_view(1, tokens, 0, [], layer=1, head=1)
+    pattern = patterns(explorer, 1, tokens, 0, [])[1][1]
+    linear = attention_view(explorer, 1, tokens, 0, [], layer=1, head=1)
     for axis in (linear.layout.xaxis, linear.layout.yaxis):  # every tick given, none left to plotly to skip
         assert axis.tickmode == "array" and list(axis.tickvals) == labels and list(axis.ticktext) == labels
     future = np.triu(np.ones(pattern.shape, dtype=bool), 1)  # a query's later keys: masked, drawn blank
     np.testing.assert_allclose(np.asarray(linear.data[0].z, dtype=float), np.where(future, np.nan, pattern.numpy()),
                                atol=1e-6)
-    log = explorer.attention_view(1, tokens, 0, [], layer=1, head=1, log=True)
+    log = attention_view(explorer, 1, tokens, 0, [], layer=1, head=1, log=True)
     np.testing.assert_allclose(np.asarray(log.data[0].z, dtype=float),
                                np.where(future, np.nan, np.log10(np.maximum(pattern.double().numpy(), 1e-6))), atol=1e-6)
     np.testing.assert_allclose(np.asarray(log.data[0].customdata, dtype=float), pattern.numpy(), atol=1e-6)
@@ -474,12 +511,12 @@ def test_every_token_is_named_on_both_axes_and_the_log_scale_keeps_the_weights(r
 def test_the_grid_shows_every_head_of_the_layer_and_an_hmm_table_token_by_its_entry(run_dir, tmp_path):
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     tokens = explorer.sample(0)
-    grid = explorer.heads_view(1, tokens, 0, ["H0.1"], layer=0)
-    patterns = explorer.patterns(1, tokens, 0, ["H0.1"])[0]
+    grid = heads_view(explorer, 1, tokens, 0, ["H0.1"], layer=0)
+    shown = patterns(explorer, 1, tokens, 0, ["H0.1"])[0]
     assert [a.text for a in grid.layout.annotations] == ["head 0", "head 1"]
-    future = np.triu(np.ones(patterns[0].shape, dtype=bool), 1)
+    future = np.triu(np.ones(shown[0].shape, dtype=bool), 1)
     for h, trace in enumerate(grid.data):
-        np.testing.assert_allclose(np.asarray(trace.z, dtype=float), np.where(future, np.nan, patterns[h].numpy()),
+        np.testing.assert_allclose(np.asarray(trace.z, dtype=float), np.where(future, np.nan, shown[h].numpy()),
                                    atol=1e-6)
     hmm = small_run(tmp_path, tasks.make("hmm", S=2, O=3, K=4))
     names = hmm.names(hmm.sample(0))
@@ -501,10 +538,11 @@ def test_no_view_writes_an_si_prefix(run_dir):
     powers of ten (ticks, and the hover plotly formats with them), and no hover asks for an SI format."""
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     tokens = explorer.sample(0)
-    views = dict(explorer.posterior_views(1, tokens, 0, ["H0.1"]))
-    views.update(attention=explorer.attention_view(1, tokens, 0, [], 0, 0, log=True),
-                 heads=explorer.heads_view(1, tokens, 0, [], 0, log=True),
-                 geometry=explorer.geometry_view(1, [], "residual"), ablation=explorer.ablation_map_view(1, "zero"))
+    views = dict(posterior_views(explorer, 1, tokens, 0, ["H0.1"]))
+    views.update(lens=lens_view(explorer, 1, tokens, 0, ["H0.1"]),
+                 attention=attention_view(explorer, 1, tokens, 0, [], 0, 0, log=True),
+                 heads=heads_view(explorer, 1, tokens, 0, [], 0, log=True),
+                 geometry=geometry_view(explorer, 1, [], "residual"), ablation=ablation_map_view(explorer, 1, "zero"))
     for name, fig in views.items():
         if not isinstance(fig, go.Figure):
             continue
@@ -549,7 +587,7 @@ def test_panels_and_options_that_do_not_apply_are_hidden(arch, tmp_path):
     assert hidden == (arch != "mamba")  # a selective scan's effective attention is shown; no attention, no panel
     streams, _ = component(app.layout, "stream")
     assert [o["value"] for o in streams.options] == ["residual"]  # no "attention output" without attention
-    code = explorer.equivalent_code(0, explorer.sample(0), 0, ["B1"])
+    code = equivalent_code(explorer, 0, explorer.sample(0), 0, ["B1"])
     assert "head-ablation" not in code and "interp run layer-ablation" in code and "--ablate B1" in code
 
 
@@ -559,7 +597,7 @@ def test_the_python_and_the_terminal_command_give_the_numbers_the_page_shows(run
     explorer = Explorer(run_dir)  # the command's explorer has the page's own held-out batch
     tokens = explorer.sample(4)
     for seed, choices in ((4, ["M0.1", "B1"]), (None, ["H1.0"])):
-        numbers = explorer.numbers(1, tokens, seed, choices)
+        numbers = numbers_of(explorer, 1, tokens, seed, choices)
         command = next(line for line in numbers["python"].splitlines() if "interp explore" in line)
         args = shlex.split(command.lstrip("# "))
         assert args[:2] == ["interp", "explore"] and "--ablate" in args
@@ -759,8 +797,7 @@ def test_a_mamba_model_first_render_draws_every_view_once_its_kernels_are_built(
 def test_the_page_s_status_line_names_what_a_slow_view_waits_for(run_dir):
     from interp.waits import Waits
 
-    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
-    explorer.waits = Waits(after_s=0.0, terminal=False)
+    explorer = Explorer(run_dir, n_calibration=20, n_geometry=20, waits=Waits(after_s=0.0, terminal=False))
     client = build_app(explorer).server.test_client()
     body = dict(output="..status.children...status.style..", outputs=[dict(id="status", property="children"),
                                                                      dict(id="status", property="style")],
@@ -777,21 +814,21 @@ def test_masked_cells_are_blank_labels_readable_and_the_grid_marks_the_head_show
     """circuitsvis's way: a causal model's future keys are no weight at all (blank, never 0 or 1e-6 on the log
     scale, no hover); tick labels 12 px, level where a cell has room (slanted where not, never upright); the grid
     of heads frames the head the single view shows."""
-    from interp.explore.attention import pattern_figure, size_of
+    from interp.explore.attention_maps import pattern_figure, size_of
 
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     tokens = explorer.sample(0)
     for log in (False, True):
-        z = np.asarray(explorer.attention_view(1, tokens, 0, [], layer=0, head=1, log=log).data[0].z, dtype=float)
+        z = np.asarray(attention_view(explorer, 1, tokens, 0, [], layer=0, head=1, log=log).data[0].z, dtype=float)
         assert np.isnan(z[np.triu_indices(len(tokens), 1)]).all() and not np.isnan(z[np.tril_indices(len(tokens))]).any()
-    fig = explorer.attention_view(1, tokens, 0, [], layer=0, head=1)
+    fig = attention_view(explorer, 1, tokens, 0, [], layer=0, head=1)
     assert fig.data[0].hoverongaps is False
     assert fig.layout.xaxis.tickfont.size >= 12 and fig.layout.yaxis.tickfont.size >= 12
     assert fig.layout.xaxis.tickangle == 0  # 9 short labels ("3:v2") in a 360-pixel square: level
     words = [f"{w} ·{i}" for i, w in enumerate(["␣The", "␣capital", "␣of", "␣France", "␣is"] * 8)]
     assert pattern_figure(torch.rand(40, 40).tril(), words, "t").layout.xaxis.tickangle == -45  # no room: slanted
     assert size_of(words[:5]) == (442, 0)  # a short prompt: level, the area grown to 5 cells of 10 characters
-    grid = explorer.heads_view(1, tokens, 0, [], layer=0, head=1)
+    grid = heads_view(explorer, 1, tokens, 0, [], layer=0, head=1)
     frame = [s for s in grid.layout.shapes if s.type == "rect"]
     assert len(frame) == 1 and frame[0].xref == "x2 domain"  # head 1: the second map
     assert [a.text for a in grid.layout.annotations] == ["head 0", "<b>head 1 (shown above)</b>"]
@@ -803,7 +840,7 @@ def test_a_geometry_whose_entropy_never_varies_is_coloured_by_position_and_says_
     """recall's Bayes entropy is 0 at every query (the bound value is always known): a colour bar of -0.4..0.4 tells
     the points apart by nothing, so the view colours them by position and its title says why."""
     explorer = small_run(tmp_path, tasks.make("recall", N=4, n_keys=8, n_values=6, queries=3))
-    fig = explorer.geometry_view(0, [], "residual", "entropy")
+    fig = geometry_view(explorer, 0, [], "residual", "entropy")
     title = fig.layout.title.text.replace("<br>", " ")
     assert "coloured by token position" in title and "the Bayes entropy is 0 bits at every point here" in title
     assert fig.layout.coloraxis.colorbar.title.text == "token position"
@@ -812,31 +849,31 @@ def test_a_geometry_whose_entropy_never_varies_is_coloured_by_position_and_says_
 def test_ablated_posteriors_integer_ticks_the_hmm_path_and_the_head_ablation_map_say_what_they_show(run_dir, tmp_path):
     explorer = Explorer(run_dir, n_calibration=20, n_geometry=20)
     tokens = explorer.sample(0)
-    ablated = explorer.posterior_views(1, tokens, 0, ["H0.1", "B1"])
+    ablated = posterior_views(explorer, 1, tokens, 0, ["H0.1", "B1"])
     assert [a.text for a in ablated["posterior"].layout.annotations] == [
         "exact Bayes posterior", "model, L0H1 ablated, block 1 skipped"]
-    assert "model with L0H1 ablated, block 1 skipped" in ablated["lens"].layout.title.text
-    intact = explorer.posterior_views(1, tokens, 0, [])
+    assert "model with L0H1 ablated, block 1 skipped" in lens_view(explorer, 1, tokens, 0, ["H0.1", "B1"]).layout.title.text
+    intact = posterior_views(explorer, 1, tokens, 0, [])
     assert [a.text for a in intact["posterior"].layout.annotations][1] == "model"
     for view in ("entropy", "gap", "calibration"):  # query positions: whole numbers, a tick at each
         assert intact[view].layout.xaxis.dtick == 1 and intact[view].layout.xaxis.tickformat == "d", view
     hmm = small_run(tmp_path, tasks.make("hmm", S=3, O=2, K=5))
-    latent = hmm.posterior_views(0, hmm.sample(0), 0, [])["latent"]
+    latent = posterior_views(hmm, 0, hmm.sample(0), 0, [])["latent"]
     path_axis = latent.layout.xaxis3  # transition table, emission table, then the path below them
     assert path_axis.showticklabels is not False and path_axis.title.text == "query position"
     bar = latent.layout.coloraxis.colorbar
     tables_row = latent.layout.yaxis.domain  # beside the tables it belongs to, not on the path below them
     assert latent.layout.xaxis2.domain[1] <= bar.x < 1 and tables_row[0] <= bar.y <= tables_row[1]
     assert bar.y - bar.len / 2 >= latent.layout.yaxis3.domain[1]
-    fig = explorer.ablation_map_view(1, "zero")
+    fig = ablation_map_view(explorer, 1, "zero")
     title = " ".join(fig.layout.title.text.replace("<br>", " ").split())
     assert "20 sequences, seed 1234" in title and "interp run head-ablation uses 1,000 sequences unless given --n 20" in title
-    low, high = explorer.held_out_calibration(1, [])["intervals"]["entropy_mae_bits"]
+    low, high = held_out_calibration(explorer, 1, [])["intervals"]["entropy_mae_bits"]
     assert f"the intact MAE's 95% interval {low:.4f}-{high:.4f} bits" in title
     from interp.explore.ablation import map_panel
-    assert "on 20 held-out sequences" in str(map_panel(explorer.layout_info(1), 20, 1234).children[0].children)
-    assert "interp run head-ablation --ckpt" in explorer.equivalent_code(1, tokens, 0, []) and \
-        "--n 20 --seed 1234" in explorer.equivalent_code(1, tokens, 0, [])
+    assert "on 20 held-out sequences" in str(map_panel(explorer, None).children[0].children)
+    assert "interp run head-ablation --ckpt" in equivalent_code(explorer, 1, tokens, 0, []) and \
+        "--n 20 --seed 1234" in equivalent_code(explorer, 1, tokens, 0, [])
 
 
 # --- a new user's screen: 1280x800, every view legible --------------------------------------------------

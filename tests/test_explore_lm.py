@@ -8,7 +8,12 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from interp.explore.lm_app import LanguageExplorer, build_app, rules, token_text
+from interp.explore.page import rules
+from interp.explore.lm_app import VIEWS, build_app
+from interp.explore.lm_attention import attention_view, grid_view
+from interp.explore.lm_lens import lens_view
+from interp.explore.lm_prompt import answer_summary, sample
+from interp.explore.lm_state import LanguageExplorer, token_text
 from interp.errors import UserError
 from interp.requests import Refused, check_request
 from models.language_model import LanguageModel, from_hugging_face
@@ -42,12 +47,12 @@ TEXT = "cat -> blue river -> green bread ->"
 def explorer():
     tokenizer = word_tokenizer()
     return LanguageExplorer(LanguageModel(from_hugging_face(tiny("llama-gqa", vocab_size=len(tokenizer))), "tiny",
-                                          tokenizer))
+                                          tokenizer), initial=TEXT)
 
 
 def test_attention_is_the_models_pattern_with_the_tokens_text_on_its_axes(explorer):
     ids = explorer.encode(TEXT)
-    fig = explorer.attention_view(ids, 1, 3)
+    fig = attention_view(explorer, ids, 1, 3)
     _, cache = explorer.lm.model.run_with_cache(torch.tensor([ids]))
     future = torch.ones(len(ids), len(ids), dtype=torch.bool).triu(1)  # masked: blank (NaN), not a weight of 0
     shown = torch.tensor(fig.data[0].z).double()
@@ -55,7 +60,7 @@ def test_attention_is_the_models_pattern_with_the_tokens_text_on_its_axes(explor
     assert torch.allclose(shown[~future], cache["blocks.1.attn.hook_pattern"][0, 3].double()[~future], atol=1e-6)
     assert list(fig.data[0].x) == ["cat ·0", "-> ·1", "blue ·2", "river ·3", "-> ·4", "green ·5", "bread ·6", "-> ·7"]
     assert "key/value head 1" in fig.layout.title.text  # 4 query heads share 2 key/value heads
-    grid = explorer.grid_view(ids, 0)
+    grid = grid_view(explorer, ids, 0)
     assert len(grid.data) == explorer.lm.model.cfg.n_heads
     assert torch.allclose(torch.tensor(grid.data[2].z).double()[~future],
                           cache["blocks.0.attn.hook_pattern"][0, 2].double()[~future], atol=1e-6)
@@ -63,7 +68,7 @@ def test_attention_is_the_models_pattern_with_the_tokens_text_on_its_axes(explor
 
 def test_the_last_layers_lens_is_the_models_own_next_token_distribution(explorer):
     ids = explorer.encode(TEXT)
-    fig = explorer.lens_view(ids)
+    fig = lens_view(explorer, ids)
     with torch.no_grad():
         probs = torch.softmax(explorer.lm.model(torch.tensor([ids]))[0, -1].double(), -1)
     top = probs.topk(8)
@@ -72,10 +77,10 @@ def test_the_last_layers_lens_is_the_models_own_next_token_distribution(explorer
 
 
 def test_a_drawn_prompt_shows_the_bayes_predictive_beside_the_model(explorer):
-    sampled = explorer.sample("coin", 3)
+    sampled = sample(explorer, "coin", 3)
     assert sampled["text"].startswith("Coin flips")
     ids = explorer.encode(sampled["text"])
-    summary = explorer.answer_summary(ids, sampled)
+    summary = answer_summary(explorer, ids, sampled)
     assert "Bayes predictive heads" in summary and "model (renormalised over the answers) heads" in summary
 
 
@@ -85,30 +90,35 @@ def test_bad_inputs_are_one_line(explorer, capsys):
     with pytest.raises(UserError, match="at most"):
         explorer.encode("cat " * 300)
     with pytest.raises(UserError, match="out of range"):
-        explorer.attention_view(explorer.encode(TEXT), 2, 0)
+        attention_view(explorer, explorer.encode(TEXT), 2, 0)
     with pytest.raises(UserError, match="seed"):
-        explorer.sample("coin", -1)
+        sample(explorer, "coin", -1)
     for args, message in ((["explore"], "one of them"), (["explore", "--ckpt", "x", "--model", "y"], "one of them")):
         shown = run_cli(capsys, *args)
         assert shown.code == 1 and message in shown.err and "Traceback" not in shown.err
 
 
 def test_a_forged_request_is_refused_before_a_view_runs(explorer):
-    app = build_app(explorer, TEXT)
+    app = build_app(explorer)
     output = next(k for k in app.callback_map if "attention.figure" in k)
     good = [dict(id="prompt", property="data", value=dict(text=TEXT, task=None, seed=None)),
             dict(id="layer", property="value", value=1), dict(id="head", property="value", value=0),
             dict(id="scale", property="value", value="linear")]
-    outputs = [dict(id=i, property=p) for i, p in (("attention", "figure"), ("grid", "figure"), ("lens", "figure"),
-                                                   ("answer", "children"))]
+    outputs = [dict(id=i, property=p) for i, p in (("attention", "figure"), ("grid", "figure"))]
     body = dict(output=output, outputs=outputs, inputs=good, state=[], changedPropIds=[])
-    check_request(body, app.callback_map, rules(explorer))
+    check_request(body, app.callback_map, rules(explorer, VIEWS))
     for i, bad in ((1, 7), (2, 1.0), (0, dict(text=TEXT, task="coin", seed=None)), (0, dict(text=3, task=None, seed=None)),
                    (3, "logarithmic")):
         forged = [dict(item) for item in good]
         forged[i]["value"] = bad
         with pytest.raises(Refused):
-            check_request(dict(body, inputs=forged), app.callback_map, rules(explorer))
+            check_request(dict(body, inputs=forged), app.callback_map, rules(explorer, VIEWS))
+
+
+def test_every_control_the_page_reads_has_one_rule_from_the_table_of_views(explorer):
+    from tests.explorer_requests import controls_read
+
+    assert controls_read(build_app(explorer)) == set(rules(explorer, VIEWS))
 
 
 PATCH = {"seed.value": 3, "patch-kind.value": "two-label", "patch-index.value": 1, "patch-run.n_clicks": 1,
@@ -138,7 +148,7 @@ def test_the_patching_panel_patches_drawn_prompts_and_a_click_draws_that_interve
     two-label prompts, one shown observation flipped, the heat map of every site and position, a clicked cell."""
     from tests.explorer_requests import answer
 
-    app = build_app(explorer, TEXT)
+    app = build_app(explorer)
     client = app.server.test_client()
     _, progress, shown = patched_map(client, app)
     assert "done in" in progress["patch-progress"]["children"]
@@ -173,7 +183,7 @@ def test_patching_runs_in_the_background_with_progress_and_a_cancel_and_the_othe
         return slow(*args, **kwargs)
 
     monkeypatch.setattr(interventions, "patched_answers", patched_answers)
-    app = build_app(explorer, TEXT)
+    app = build_app(explorer)
     client, other_tab = app.server.test_client(), app.server.test_client()
     values = dict(PATCH, **{"seed.value": 5})
     started = time.monotonic()
@@ -256,11 +266,11 @@ def test_a_model_that_cannot_be_opened_is_said_in_the_page(tmp_path):
 
 def test_the_lens_writes_its_tokens_readably_and_the_grid_frames_the_head_shown(explorer):
     ids = explorer.encode(TEXT)
-    lens = explorer.lens_view(ids)
+    lens = lens_view(explorer, ids)
     assert lens.data[0].textfont.size >= 12 and lens.layout.height >= 160 + 26 * explorer.lm.model.cfg.n_layers
-    grid = explorer.grid_view(ids, 0, head=3)
+    grid = grid_view(explorer, ids, 0, head=3)
     assert [s.xref for s in grid.layout.shapes] == ["x4 domain"] and "shown above" in grid.layout.annotations[3].text
-    assert explorer.attention_view(ids, 0, 0).layout.xaxis.tickangle == 0  # 8 words in 360 pixels: level
+    assert attention_view(explorer, ids, 0, 0).layout.xaxis.tickangle == 0  # 8 words in 360 pixels: level
 
 
 @pytest.mark.slow
@@ -280,7 +290,7 @@ def test_patching_in_the_background_in_chromium(explorer, monkeypatch):
         return slow(*args, **kwargs)
 
     monkeypatch.setattr(interventions, "patched_answers", patched_answers)
-    app = build_app(explorer, TEXT)
+    app = build_app(explorer)
     with in_chromium(app.server) as (browser, url):
         wait = WebDriverWait(browser, 120, poll_frequency=0.2)
         browser.get(url + "/")
@@ -326,7 +336,7 @@ def test_a_press_while_a_cancel_is_pending_starts_the_job_again_in_chromium(expl
         return slow(*args, **kwargs)
 
     monkeypatch.setattr(interventions, "patched_answers", patched_answers)
-    app = build_app(explorer, TEXT)
+    app = build_app(explorer)
     with in_chromium(app.server) as (browser, url):
         try:
             browser.set_window_size(1280, 800)

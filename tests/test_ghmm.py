@@ -148,20 +148,22 @@ def test_the_explorer_draws_a_process_models_belief_by_layer_and_reads_typed_seq
     import models
     from interp import checkpoint
     from interp.explore import Explorer, build_app, parse_tokens
+    from interp.explore.geometry import geometry_view
+    from interp.explore.posterior import posterior_views
 
     task = tasks.make("rrxor", L=6)
     model = models.build("lstm", task, {"d_model": 16, "n_layers": 2}, seed=0).eval()
     checkpoint.save(tmp_path / "checkpoints" / checkpoint.checkpoint_name(0), model, step=0, seed=0)
     explorer = Explorer(tmp_path, n_calibration=8, n_geometry=16)
     assert "belief over the hidden states by layer" in str(build_app(explorer).layout)
-    figure = explorer.geometry_view(0, [], "belief")
+    figure = geometry_view(explorer, 0, [], "belief")
     titles = [a.text for a in figure.layout.annotations]
     assert titles[0] == "Bayes belief" and titles[1].startswith("L0: R² ") and titles[-1].startswith("all layers")
     assert {t.name for t in figure.data if t.showlegend is not False and t.name} == {f"certain of {s}" for s in
                                                                                     ("S", "0", "1", "T", "F")}
     # the latent view draws the true hidden state beside the belief's MAP, on the hidden states' names (the
     # answers are tokens: 2 classes, the states 5)
-    latent = explorer.posterior_views(0, explorer.sample(3), 3, [])["latent"]
+    latent = posterior_views(explorer, 0, explorer.sample(3), 3, [])["latent"]
     path = [t for t in latent.data if t.type == "scatter"]
     assert [t.name for t in path] == ["true", "Bayes MAP"] and set(path[0].y) <= {"S", "0", "1", "T", "F"}
     typed = explorer.batch(parse_tokens(task, "0 1 1 0 1 1"), None)

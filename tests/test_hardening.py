@@ -133,6 +133,8 @@ def test_the_explorer_refuses_malformed_requests(workspace_template, tmp_path):
     from interp.explore import Explorer, parse_tokens
 
     explorer = Explorer(workspace_template / "half-evil")  # its step-10 checkpoint is a pickle
+    from interp.explore.attention import attention_view
+    from interp.explore.hooks import ablated
     for text in ("٣", "²", "k1 ¹"):  # Unicode digits that str.isdigit() accepts and int() does not (or should not)
         with pytest.raises(UserError):
             parse_tokens(explorer.task, text)
@@ -143,10 +145,10 @@ def test_the_explorer_refuses_malformed_requests(workspace_template, tmp_path):
     last = len(explorer.checkpoints) - 1
     for choice in ("H9.0", "H0.7", "B٣", "X", 3):
         with pytest.raises(UserError):
-            with explorer.ablated(last, [choice]):
+            with ablated(explorer, last, [choice]):
                 pass
     with pytest.raises(UserError):
-        explorer.attention_view(last, explorer.sample(0), 0, [], 5, 0)
+        attention_view(explorer, last, explorer.sample(0), 0, [], 5, 0)
 
 
 # -- property tests ------------------------------------------------------------------------------

@@ -154,7 +154,7 @@ def string_constants(path: Path) -> set[str]:
 
 def test_no_task_or_architecture_name_is_spelled_in_analyses_or_interp():
     names = set(tasks.NAMES) | set(models.ARCHS)
-    for path in [*(ROOT / "analyses").glob("*.py"), *(ROOT / "interp").glob("*.py")]:
+    for path in [*(ROOT / "analyses").glob("*.py"), *(ROOT / "interp").rglob("*.py")]:  # interp/explore/ too
         assert not names & string_constants(path), (path, names & string_constants(path))
 
 

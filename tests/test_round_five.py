@@ -381,7 +381,8 @@ def test_the_wind_tunnel_explorer_answers_a_path_out_of_its_assets_with_404(tiny
 
 
 def test_the_language_model_explorer_answers_a_path_out_of_its_assets_with_404():
-    from interp.explore.lm_app import LanguageExplorer, build_app
+    from interp.explore.lm_app import build_app
+    from interp.explore.lm_state import LanguageExplorer
     from models.language_model import LanguageModel, from_hugging_face
     from tests.tiny_language_models import tiny as tiny_lm, word_tokenizer
 
@@ -398,9 +399,10 @@ def test_a_patching_job_does_not_hold_the_explorers_lock(tiny_run, monkeypatch):
     from interp.explore import Explorer
 
     explorer = Explorer(tiny_run, n_calibration=8, n_geometry=8)
-    source = patching.WindTunnelPairs(explorer)
+    source = WindTunnelPairs(explorer)
     site = threading.Event()
     real = patching.SiteAnswers.update
+    from interp.explore.pairs import WindTunnelPairs
 
     def slow(self, *args, **kwargs):
         site.set()
@@ -422,7 +424,8 @@ def test_a_patching_job_does_not_hold_the_explorers_lock(tiny_run, monkeypatch):
 
 def test_a_patch_on_a_one_token_sequence_is_one_sentence(tiny_run):
     from interp.explore import Explorer
-    from interp.explore.patching import PatchingView, WindTunnelPairs
+    from interp.explore.pairs import WindTunnelPairs
+    from interp.explore.patching import PatchingView
     from interp.errors import UserError
 
     explorer = Explorer(tiny_run, n_calibration=8, n_geometry=8)

@@ -171,13 +171,17 @@ def test_the_cli_runs_on_it_offline_and_writes_pdf_html_json(lm, tmp_path, capsy
 @needs_package
 @pytest.mark.slow
 def test_the_explorer_on_it(lm):
-    from interp.explore.lm_app import LanguageExplorer, build_app
+    from interp.explore.lm_app import build_app
+    from interp.explore.lm_attention import attention_view, grid_view
+    from interp.explore.lm_lens import lens_view
+    from interp.explore.lm_prompt import answer_summary, sample
+    from interp.explore.lm_state import LanguageExplorer
 
     explorer = LanguageExplorer(lm)
     ids = explorer.encode("The capital of France is")
-    assert explorer.lens_view(ids).data[0].text[-1][0] == "␣Paris"  # the last layer's top token
-    assert len(explorer.grid_view(ids, 29).data) == 9  # nine query heads
-    assert "key/value head 2" in explorer.attention_view(ids, 3, 8).layout.title.text  # 3 query heads per key head
-    drawn = explorer.sample("two-label", 5)
-    assert "Bayes predictive blue" in explorer.answer_summary(explorer.encode(drawn["text"]), drawn)
+    assert lens_view(explorer, ids).data[0].text[-1][0] == "␣Paris"  # the last layer's top token
+    assert len(grid_view(explorer, ids, 29).data) == 9  # nine query heads
+    assert "key/value head 2" in attention_view(explorer, ids, 3, 8).layout.title.text  # 3 query heads per key head
+    drawn = sample(explorer, "two-label", 5)
+    assert "Bayes predictive blue" in answer_summary(explorer, explorer.encode(drawn["text"]), drawn)
     assert build_app(explorer).layout is not None

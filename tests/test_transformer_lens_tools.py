@@ -37,7 +37,8 @@ def test_the_explorers_logit_lens_agrees_with_transformer_lens():
     the explorer's view on a bridged grouped-query Llama against ``transformer_lens.tools.analysis.logit_lens``."""
     from transformer_lens.tools.analysis import logit_lens
 
-    from interp.explore.lm_app import TOP, LanguageExplorer
+    from interp.explore.lm_lens import TOP, lens_view
+    from interp.explore.lm_state import LanguageExplorer
     from models.language_model import from_hugging_face
     from tests.tiny_language_models import tiny, word_tokenizer
 
@@ -45,7 +46,7 @@ def test_the_explorers_logit_lens_agrees_with_transformer_lens():
     explorer = LanguageExplorer(LanguageModel(from_hugging_face(tiny("llama-gqa", vocab_size=len(tokenizer))), "tiny",
                                               tokenizer))
     ids = explorer.encode("cat -> blue river -> green bread ->")
-    ours = torch.tensor(explorer.lens_view(ids).data[0].z)  # [layer, TOP]: the top probabilities per layer
+    ours = torch.tensor(lens_view(explorer, ids).data[0].z)  # [layer, TOP]: the top probabilities per layer
     theirs = logit_lens(explorer.lm.model, torch.tensor([ids]), return_type="probs")
     # their stack: the input to each block, then the last block's output; ours: each block's output
     after_each_block = theirs.values[1:, 0].double()

@@ -1,13 +1,15 @@
-"""``interp explore``: the explorers, a local web app on one model (``app`` on a wind tunnel, ``lm_app`` on a
-language model, which ``lm_opening`` serves at once, before torch and Dash are loaded).
+"""``interp explore``: the explorers, local web apps on one model. On a wind tunnel (``app``) every view receives
+the state ``state.Explorer``; on a language model (``lm_app``, which ``lm_opening`` serves at once, before torch and
+Dash are loaded) the state ``lm_state.LanguageExplorer``. Each explorer's page, routes and request rules are built
+from its table of views (``page``).
 
-Importing this package imports nothing heavy: the wind-tunnel explorer's names (``Explorer``, ``build_app``,
-``serve``, ...) are loaded from their modules when first asked for.
+Importing this package imports nothing heavy: the wind-tunnel explorer's public names (``Explorer``, ``build_app``,
+``serve``, ``ablation_hooks``, ...) are loaded from their modules when first asked for.
 """
 from __future__ import annotations
 
-PUBLIC = {"Explorer": "app", "build_app": "app", "parse_tokens": "app", "print_numbers": "app",
-          "prepare_in_background": "app", "serve": "app", "ablation_hooks": "app", "chosen_ablations": "app"}
+PUBLIC = {"Explorer": "state", "parse_tokens": "state", "build_app": "app", "print_numbers": "app",
+          "prepare_in_background": "app", "serve": "app", "ablation_hooks": "hooks", "chosen_ablations": "hooks"}
 
 
 def __getattr__(name: str):

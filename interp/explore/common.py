@@ -1,8 +1,7 @@
-"""What every view of both explorers shares (``interp/explore.py`` on a wind tunnel, ``interp/explore_lm.py`` on a
-language model), written once: the refusals a view turns into a message, a panel's frame, a graph's box, a figure
-that says why a panel is empty, a row of radio buttons, the rule of a click on a map, and numbers made JSON-ready.
-Each view's own file (``explore_posterior``, ``explore_lens``, ``explore_attention``, ``explore_geometry``,
-``explore_ablation``, ``explore_numbers``, ``explore_patching``) builds on these and on nothing of another view.
+"""What every view of both explorers shares (``app`` on a wind tunnel, ``lm_app`` on a language model), written
+once: the refusals a view turns into a message, a panel's frame, a graph's box, a figure that says why a panel is
+empty, a figure styled as the page shows it, a row of radio buttons, the rules of a button and of a click on a map,
+and numbers made JSON-ready. Each view's own file builds on these and on nothing of another view.
 """
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from analyses.base import AnalysisError
 from tasks import ConfigError
 
 from ..errors import UserError
+from ..requests import MAX_CLICKS, Refused, integer
 
 REFUSED = (UserError, AnalysisError, ConfigError)  # inputs a view refuses with a message, not a traceback
 RADIO = dict(marginLeft="8px", marginRight="2px")  # a radio button's spacing
@@ -62,11 +62,12 @@ def radios(id_: str, n: int, label: str, **css) -> html.Div:
                                                        value=0, inline=True, inputStyle=RADIO)], style=css)
 
 
+CLICKS = integer(0, MAX_CLICKS, optional=True)  # the rule of a button's click count (and the status line's tick)
+
+
 def click_rule(what: str, within: int | None = None, named: bool = True):
     """The request rule of a click on a map: one point, naming its column and row (``named``) in short text, and,
     with ``within``, a curve number below it (the head of a grid)."""
-    from ..requests import Refused, integer
-
     def check(value):
         if value is None:
             return
@@ -77,21 +78,6 @@ def click_rule(what: str, within: int | None = None, named: bool = True):
         if within is not None:
             integer(0, within)(point.get("curveNumber"))
     return check
-
-
-def ablation_text(choices: list[str]) -> str:
-    """How a view names the ablations it shows: ``["H0.2", "M1.0", "B1"]`` -> "L0H2 ablated, L1H0 mean-ablated,
-    block 1 skipped" ("" for none)."""
-    import re
-
-    said = []
-    for choice in sorted(choices or [], key=lambda c: (c.startswith("B"), c)):  # heads, then blocks
-        match = re.fullmatch(r"([HM])(\d+)\.(\d+)|B(\d+)", choice)
-        if match and match[4] is not None:
-            said.append(f"block {match[4]} skipped")
-        elif match:
-            said.append(f"L{match[2]}H{match[3]} {'mean-ablated' if match[1] == 'M' else 'ablated'}")
-    return ", ".join(said)
 
 
 INTEGER_SPAN = 20  # an integer axis spanning at most this many gets a tick at every integer, none between
@@ -126,6 +112,14 @@ def integer_ticks(fig: go.Figure) -> go.Figure:
         span = max(values) - min(values)
         fig.layout[name].update(tickformat="d", **(dict(tick0=0, dtick=1) if span <= INTEGER_SPAN else {}))
     return fig
+
+
+def page_figure(fig: go.Figure) -> go.Figure:
+    """A view's figure as the page shows it: no bar on a log axis, no SI prefix in a tick or a hover, no 1.5 position
+    (``integer_ticks``), in the analyses' template."""
+    style.dots_on_log_axes(fig)
+    integer_ticks(fig)
+    return style.plain_numbers(style.use_template(fig))
 
 
 def plain(value):

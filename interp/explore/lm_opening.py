@@ -3,8 +3,7 @@ libraries its views need (torch, transformers, Dash: half a minute to import on 
 
 ``serve`` starts the server straight away on an ``Opening``: a page that shows what is being done (a GGUF's first
 conversion takes minutes, each of its steps reported by ``models/gguf_model.py``) and turns into the explorer when
-the model is open. The explorer's views are ``interp/explore_lm_views.py``; its names (``LanguageExplorer``,
-``build_app``, ...) are importable from here too, loaded when first asked for.
+the model is open. The explorer itself is ``lm_app``, imported only then.
 """
 from __future__ import annotations
 
@@ -19,18 +18,6 @@ import click
 
 from ..errors import UserError
 from ..waits import say
-
-VIEWS = ("LanguageExplorer", "build_app", "rules", "token_text", "TOP", "MAX_TOKENS")
-
-
-def __getattr__(name: str):
-    """The views' names, from interp/explore_lm_views.py, imported only when asked for (not to serve the page)."""
-    if name in VIEWS:
-        from . import lm_app as explore_lm_views
-
-        return getattr(explore_lm_views, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 OPENING_PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>interp explore: opening {name}</title><link rel="icon" href="data:,"></head>
@@ -88,7 +75,8 @@ class Opening:
             from models.language_model import open_language_model
 
             from .common import REFUSED
-            from .lm_app import LanguageExplorer, build_app
+            from .lm_app import build_app
+            from .lm_state import LanguageExplorer
         except Exception as err:  # noqa: BLE001
             self.error, self.state = f"{type(err).__name__}: {err}", "failed"
             return

@@ -1,23 +1,18 @@
-"""The explorers' causal-intervention panel: activation patching on the input being looked at.
+"""The explorers' causal-intervention view: activation patching on the input being looked at.
 
-Where the pair comes from is a *source*: ``WindTunnelPairs`` (interp/explore.py) takes the sequence shown as
-the clean input and the task's corruption (chosen in the panel) makes the corrupted one; ``LanguagePairs``
-(interp/explore_lm.py) draws prompts of a prompt task (two-label, coin) with the explorer's seed and flips
-one shown observation. Both inputs are drawn side by side with the changed token marked. The heat map is
-activation patching on that pair (``analyses.activation_patching``, the same sites, positions and Bayes
-scale); clicking a cell draws that intervention's answer at the query next to the Bayes answers of the
-clean and the corrupted input and the model's own answers on them. ``panel`` is the layout, ``register``
-the callbacks and ``rules`` their request rules: an explorer adds the three and nothing else.
+Where the pair comes from is a *source* (``pairs``): on a wind tunnel the sequence shown, corrupted by the task's
+corruption chosen in the panel; on a language model drawn prompts of a prompt task, one shown observation flipped.
+Both inputs are drawn side by side with the changed token marked. The heat map is activation patching on that pair
+(``analyses.activation_patching``, the same sites, positions and Bayes scale); clicking a cell draws that
+intervention's answer at the query next to the Bayes answers of the clean and the corrupted input and the model's
+own answers on them. ``view(source)`` is the view of an explorer whose pairs come from ``source``.
 
-The map is computed as a job (``interp/explore_jobs.py``), one site a step: the status line's tick shows its
+The map is computed as a job (``jobs``), one site a step: the status line's tick shows its
 progress (sites done, seconds so far, about how many left) with a cancel, in every tab; a language model's press
 answers at once and its views run on the model between two sites, a wind tunnel's press waits for its map
 (seconds). When the job ends, the tab whose controls asked for that pair draws its map (``patch-shown``).
 """
 from __future__ import annotations
-
-import copy
-from contextlib import contextmanager
 
 import plotly.graph_objects as go
 import torch
@@ -26,109 +21,12 @@ from dash import Input, Output, State, dcc, html, no_update
 from analyses import interventions as P
 from analyses import style
 from analyses.activation_patching import measure
-from tasks import ConfigError
 
 from ..errors import UserError
-from .ablation import chosen_ablations
-from .common import CONFIG, REFUSED, message_figure
+from ..requests import Refused, integer, one_of
+from .common import CLICKS, CONFIG, REFUSED, message_figure
 from .jobs import Job, Jobs
-
-CORRUPTION_SEED = 0  # which corrupted value or symbol is drawn: fixed, so a view is reproducible
-LANGUAGE_PROMPTS = 8  # prompts per number of shown examples drawn for a language model's pair
-LANGUAGE_ALPHA = 0.9  # two-label: the chance a shown label is the latent one (the analysis's default)
-
-
-class WindTunnelPairs:
-    """The wind-tunnel explorer's pairs: the sequence shown (at the step slider's checkpoint), corrupted by the
-    task's corruption ``kind`` at ``which``."""
-
-    which = "which (pair, observation, slot or output; empty: the task's default)"
-
-    def __init__(self, explorer):
-        self.explorer, self.lock, self.waits = explorer, explorer.lock, explorer.waits
-        self.kinds, self.subject = list(explorer.task.corruptions), explorer.task.name
-        self.states = (State("step", "value"), State("sequence", "data"))
-        # the ablation controls: a map already drawn is drawn again for the model as ablated, like every view
-        self.follows = (Input("ablate-heads", "value"), Input("ablate-blocks", "value"), Input("ablate-mode", "value"))
-        # a small model's map takes seconds: the press waits for it (its progress and cancel shown meanwhile); the job
-        # patches a copy of the model, its ablation hooks on the copy, so the other views are served meanwhile
-        self.background = False
-
-    @contextmanager
-    def applied(self, index, sequence, heads=None, blocks=None, mode=None):
-        """The job's own copy of the model at ``index``, as the ablation controls leave it, while a pair is patched
-        (a context): copied under the explorer's lock, which the job then does not hold (a wind tunnel's model is
-        small; the views' model never carries the job's hooks)."""
-        with self.lock:
-            model = copy.deepcopy(self.explorer.model(index))
-        with self.explorer.ablated(index, chosen_ablations(heads or [], blocks or [], mode or "zero"), model):
-            yield model
-
-    def answer_names(self, classes: list[int]) -> list[str]:
-        """The task's names of answer classes (v2, s0, ...): the tokens they are read from, where it has them."""
-        task, offset = self.explorer.task, getattr(self.explorer.task, "answer_token_offset", None)
-        if offset is None:
-            return [f"class {c}" for c in classes]
-        return task.token_names(torch.tensor(classes) + offset)
-
-    def pair(self, kind: str, which: int | None, index: int, sequence: dict, model=None) -> P.Pair:
-        ex = self.explorer
-        n, whole = len(sequence["tokens"]), ex.task.seq_len
-        if n != whole:  # a task's corruptions change a position of a whole sequence (a typed prefix may lack it)
-            raise UserError(f"the {ex.task.name} corruption changes a whole sequence of {whole} tokens, and this one has "
-                            f"{n}; patch a full sequence (sample one by seed, or type all of it)")
-        with self.lock:  # the explorer's sequences are shared with the views
-            batch = ex.batch(sequence["tokens"], sequence.get("seed"))
-        try:
-            c = ex.task.corrupt(batch, torch.Generator().manual_seed(CORRUPTION_SEED), kind or "", which)
-        except ConfigError as err:
-            raise UserError(str(err)) from None
-        return P.pair_of(ex.model(index) if model is None else model, c)
-
-    def names(self, tokens: torch.Tensor) -> list[str]:
-        return self.explorer.task.position_names(tokens.cpu())
-
-
-class LanguagePairs:
-    """The language-model explorer's pairs: prompts of prompt task ``kind`` drawn with the explorer's seed
-    (``LANGUAGE_PROMPTS`` per number of shown examples, those with the most patched together), shown
-    observation ``which`` flipped (``analyses.interventions.language_pair``, as ``interp run activation-patching
-    --model``)."""
-
-    which = "which shown observation to flip (empty: the first)"
-
-    def __init__(self, explorer):
-        from tasks import prompts as prompt_tasks
-
-        self.lm, self.lock, self.waits = explorer.lm, explorer.lock, explorer.waits
-        self.kinds = [n for n in prompt_tasks.NAMES if prompt_tasks.make(n).predictive([0], LANGUAGE_ALPHA) is not None]
-        self.subject = explorer.lm.name
-        self.states = (State("seed", "value"),)
-        self.follows = ()  # no ablation controls in the language-model explorer
-        # minutes on a real language model: the press answers at once, the map arrives when the job is done, and
-        # between two sites the job lets the other views (a second tab's too) run on the model (nothing is left on
-        # it between sites: the patch hooks live for one site's runs)
-        self.background = True
-
-    @contextmanager
-    def applied(self, *state):
-        """The model, held for the job (between two sites the job lets waiting views in: see ``background``)."""
-        with self.lock:
-            yield None
-
-    def answer_names(self, classes: list[int]) -> list[str]:
-        return [f"class {c}" for c in classes]
-
-    def pair(self, kind: str, which: int | None, seed, model=None) -> P.Pair:
-        from tasks.base import SEED_RANGE, is_seed
-
-        seed = 0 if seed is None else seed
-        if not is_seed(seed):
-            raise UserError(f"the seed must be {SEED_RANGE}, got {seed!r}")
-        return P.language_pair(self.lm, kind, "mixed", LANGUAGE_PROMPTS, LANGUAGE_ALPHA, seed, which or 0)
-
-    def names(self, tokens: torch.Tensor) -> list[str]:
-        return [self.lm.tokenizer.decode([t]) for t in tokens.tolist()]
+from .page import View
 
 
 class SiteAnswers(dict):
@@ -150,7 +48,7 @@ QUIET_S = 1.0  # how long after a job ends (or a press drew it) the tick draws i
 
 class PatchingView:
     """Patching results per (kind, which, followed controls, source state), computed as background jobs
-    (``interp/explore_jobs.py``): progress, time left and cancel in the panel."""
+    (``jobs``): progress, time left and cancel in the panel."""
 
     def __init__(self, source):
         self.source = source
@@ -270,18 +168,16 @@ def number(x: float | None) -> str:
 
 def rules(source) -> dict:
     """The request rules of this panel's controls (interp/requests.py checks every request with them)."""
-    from ..requests import MAX_CLICKS, Refused, integer, one_of
-
     def click(value):
         points = value.get("points") if isinstance(value, dict) else None
         if value is not None and not (isinstance(points, list) and len(points) == 1 and isinstance(points[0], dict)
                                       and all(isinstance(points[0].get(k), str) and len(points[0][k]) < 200
                                               for k in ("x", "y"))):
             raise Refused("a click on the patching map is one point with a site and a position")
-    return {("patch-run", "n_clicks"): integer(0, MAX_CLICKS, optional=True),
+    return {("patch-run", "n_clicks"): CLICKS,
             ("patch-kind", "value"): one_of(*source.kinds) if source.kinds else one_of(None),
             ("patch-index", "value"): integer(0, 10 ** 6, optional=True),
-            ("patch-map", "clickData"): click, ("patch-cancel", "n_clicks"): integer(0, MAX_CLICKS, optional=True),
+            ("patch-map", "clickData"): click, ("patch-cancel", "n_clicks"): CLICKS,
             ("patch-shown", "data"): integer(0, 10 ** 9, optional=True),
             ("patch-drawn", "data"): integer(0, 10 ** 9, optional=True)}
 
@@ -293,8 +189,8 @@ CANCEL = dict(marginLeft="8px")
 
 
 def register(app, source) -> None:
-    view = PatchingView(source)
-    app.patching_jobs = view.jobs  # what runs in the background, for a test to look at
+    results = PatchingView(source)
+    app.patching_jobs = results.jobs  # what runs in the background, for a test to look at
     if not source.kinds:
         return
 
@@ -322,9 +218,9 @@ def register(app, source) -> None:
             return no_update, no_update, no_update
         chosen_follows, state, kind, which = split(values)
         try:
-            job = view.start(kind, which, chosen_follows, *state)
+            job = results.start(kind, which, chosen_follows, *state)
             with job.delivery():  # the tick leaves the drawing to this press
-                result = view.computed(kind, which, chosen_follows, *state,
+                result = results.computed(kind, which, chosen_follows, *state,
                                        wait=FIRST_WAIT_S if source.background else None)
                 return (message_figure(RUNNING, size=13), no_update, "") if result is None else drawn(result, job)
         except REFUSED as err:
@@ -336,7 +232,7 @@ def register(app, source) -> None:
         """Every tick of the status line: the job's progress while it runs (a second tab sees it too), and, once,
         that it ended (``patch-shown``, which draws its map in this tab if it is this tab's pair). Nothing else is
         written per tick: the map's spinner shows only while a map is on its way."""
-        job = view.jobs.latest()
+        job = results.jobs.latest()
         if job is None or job.state != "running" and shown == job.id:
             return no_update, no_update, no_update
         if job.state == "running":
@@ -352,10 +248,10 @@ def register(app, source) -> None:
     def patch_ended(shown, shown_here, *values):
         """A job ended: its map, if it is this tab's pair (not another tab's, asked for with other controls) and
         not drawn here already (by the press), or why there is none."""
-        job = view.jobs.latest()
+        job = results.jobs.latest()
         chosen_follows, state, kind, which = split(values)
         if job is None or job.id != shown or job.id == shown_here or \
-                job.key != view.key(kind, which, chosen_follows, state):
+                job.key != results.key(kind, which, chosen_follows, state):
             return no_update, no_update, no_update
         if job.state == "done":
             return drawn(job.result, job)
@@ -371,7 +267,7 @@ def register(app, source) -> None:
     @app.callback(Output("patch-progress", "children", allow_duplicate=True), Input("patch-cancel", "n_clicks"),
                   prevent_initial_call=True)
     def patch_cancel(clicks):
-        job = view.jobs.running()
+        job = results.jobs.running()
         if not clicks or job is None:
             return no_update
         job.cancel()
@@ -383,7 +279,7 @@ def register(app, source) -> None:
         chosen_follows, state, kind, which = split(values)
         if not click:
             return no_update
-        job = view.jobs.get(view.key(kind, which, chosen_follows, state))
+        job = results.jobs.get(results.key(kind, which, chosen_follows, state))
         if job is None or job.state != "done":  # the map clicked is not (or no longer) this pair's
             return no_update
         pair, scorer, chosen, where, _, answers = job.result
@@ -430,3 +326,10 @@ def map_figure(pair: P.Pair, scorer: P.Scorer, chosen, where, grid: dict, subjec
                          "many pairs)") + "</sup>")
     fig.update_layout(width=None, height=None, xaxis_automargin=True, xaxis_tickfont_size=11)
     return style.apply(fig, subject=subject)
+
+
+def view(source) -> View:
+    """The patching view of an explorer whose pairs come from ``source(state)`` (``pairs.WindTunnelPairs`` or
+    ``pairs.LanguagePairs``): its panel at the foot of the page's "main" place."""
+    return View("patching", {"main": lambda state, at: panel(source(state))},
+                lambda app, state: register(app, source(state)), lambda state: rules(source(state)))
