@@ -424,6 +424,23 @@ def test_the_hmm_geometry_can_be_coloured_by_the_true_state(tmp_path):
     assert "Bayes entropy" in geometry_view(explorer, 0, [], "residual", "entropy").layout.title.text.replace("<br>", " ")
 
 
+def test_a_process_s_belief_by_layer_is_drawn_through_the_page_s_request(tmp_path):
+    """The geometry's stream "belief" (offered for a task with a belief over hidden states) passes the request
+    check and draws belief-state's simplex (the check once refused it with a 400)."""
+    import models
+    from tests.explorer_requests import answer
+
+    task = tasks.make("rrxor", L=6)
+    model = models.build("lstm", task, {"d_model": 16, "n_layers": 2}, seed=0).eval()
+    checkpoint.save(tmp_path / "checkpoints" / checkpoint.checkpoint_name(0), model, step=0, seed=0)
+    app = build_app(Explorer(tmp_path, n_calibration=8, n_geometry=16))
+    shown = answer(app.server.test_client(), app, "geometry", {
+        "step.value": 0, "ablate-heads.value": [], "ablate-blocks.value": [], "ablate-mode.value": "zero",
+        "stream.value": "belief", "colour.value": "entropy"})
+    notes = [a["text"] for a in shown["geometry"]["figure"]["layout"]["annotations"]]
+    assert notes[0] == "Bayes belief" and notes[1].startswith("L0: R² ")
+
+
 GRAPHS = ("posterior", "entropy", "gap", "calibration", "lens", "latent", "attention", "geometry")
 
 

@@ -118,7 +118,7 @@ def register(app, state) -> None:
 
 
 def rules(state) -> dict:
-    return {("stream", "value"): one_of("residual", "attention_out"),
+    return {("stream", "value"): one_of("residual", "attention_out", "belief"),
             ("colour", "value"): one_of("entropy", "position", "latent")}
 
 
