@@ -37,6 +37,8 @@ from typing import Callable
 
 import torch
 
+from ground.locks import Busy, Lock, NotALockFile
+from ground.terminal import say
 from tasks import ConfigError
 
 from .hf_bridge import LanguageModel, from_hugging_face, read_folder
@@ -51,6 +53,7 @@ PACKAGED = {name: (p["distribution"], p["file"], p["what"]) for name, p in _PACK
 CHUNKED = {p["distribution"] for p in _PACKAGES.values() if p["chunked"]}
 PARITY_PROMPTS = ("The capital of France is", "Coin flips: heads tails heads", "apple -> blue pear -> green plum ->")
 PARITY_TOLERANCE = 1e-3  # max |logit difference| allowed, Hugging Face model against the bridge
+CONVERSION_WAIT_S = 1800.0  # how long a process waits for another's conversion of the same file
 # The cache layout's version: a folder written by another layout is rebuilt (1: HookedTransformer's weights,
 # under TransformerLens 3; 2: the Hugging Face model, for a TransformerBridge).
 FORMAT = 2
@@ -184,8 +187,35 @@ def converted(path: Path, progress: bool = True, report: Report | None = None) -
         with parsed_once():
             check_gguf(path)
             writable_cache(folder.parent)
-            convert(path, folder, progress=progress, report=report)
+            with converting(folder, path.name, report):
+                if not _complete(folder):  # else another process converted it while this one waited
+                    convert(path, folder, progress=progress, report=report)
     return folder
+
+
+@contextmanager
+def converting(folder: Path, name: str, report: Report | None = None):
+    """The conversion lock of ``folder`` (the toolkit's one lock, ``FOLDER.lock`` beside it): a second process
+    that opens the same file meanwhile (a second explorer, a parallel test) waits for the first conversion, saying
+    so, instead of doing minutes of the same work. Past ``CONVERSION_WAIT_S`` it converts anyway: the folder is
+    published by a rename, so two conversions leave one complete folder."""
+    def waiting(holder, waited):
+        text = f"waiting for {f'pid {holder}' if holder else 'another process'} to finish converting {name}"
+        say(f"{text} ({waited:.0f} s of at most {CONVERSION_WAIT_S:.0f} s)...")
+        if report is not None:
+            report(text, 0, 1)
+
+    lock = Lock(folder.with_name(folder.name + ".lock"), CONVERSION_WAIT_S, waiting)
+    try:
+        lock.acquire()
+    except Busy:
+        pass
+    except NotALockFile as err:
+        raise ConfigError(f"{err}; remove it") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 @contextmanager

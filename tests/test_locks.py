@@ -2,8 +2,8 @@
 killed (its flock gone with it), a holder that ended while a process it forked keeps the file (taken over,
 by exactly one of several waiters), a holder of another machine (never judged), a link or a pipe planted
 at the lock; then its users: the Mamba kernels' build (a lock left by a killed build never hangs a later
-process, one held too long ends in eager torch with one warning) and a run folder's lock (it removes only
-the folders it made).
+process, one held too long ends in eager torch with one warning), a run folder's lock (it removes only
+the folders it made) and the language models' conversion cache (a conversion under way is waited for).
 """
 from __future__ import annotations
 
@@ -368,3 +368,39 @@ def test_a_lock_removes_only_the_folders_it_made(tmp_path):
     lock = RunLock(tmp_path / "out" / "trials" / "init=.." / ".." / ".." / "x").acquire()
     lock.release()
     assert (tmp_path / "out" / "x").is_dir() and not (tmp_path / "out" / "trials" / "init=..").exists()
+
+
+# -- a cache: the language models' conversions -------------------------------------------------------------
+def test_a_conversion_another_process_is_making_is_waited_for_not_made_twice(tmp_path, monkeypatch):
+    from models import gguf_model
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"a stand-in: check_gguf and convert are replaced")
+    monkeypatch.setattr(gguf_model, "check_gguf", lambda path: None)
+    converted_here = []
+
+    def convert(path, folder, progress=True, report=None):  # a conversion that takes 2 s
+        converted_here.append(os.getpid())
+        time.sleep(2)
+        folder.mkdir()
+        (folder / "parity.json").write_text(json.dumps(dict(format=gguf_model.FORMAT)))
+
+    monkeypatch.setattr(gguf_model, "convert", convert)
+    folder = gguf_model.cache_folder() / f"m-{gguf_model.file_digest(gguf)[:16]}"
+    first = os.fork()
+    if first == 0:
+        try:
+            gguf_model.converted(gguf, progress=False)
+        finally:
+            os._exit(0)
+    lock = folder.with_name(folder.name + ".lock")
+    deadline = time.time() + 60
+    while time.time() < deadline and not (lock.exists() and lock.read_text().startswith(f"{first} ")):
+        time.sleep(0.01)
+    said = []
+    assert gguf_model.converted(gguf, progress=False, report=lambda text, done, total: said.append(text)) == folder
+    assert os.WEXITSTATUS(wait_for(first)) == 0
+    assert converted_here == []  # this process waited for the other's conversion and used it
+    assert said[:2] == ["reading m.gguf", f"waiting for pid {first} to finish converting m.gguf"]
+    assert sorted(p.name for p in folder.parent.iterdir()) == [folder.name]  # the lock and its gate are gone
