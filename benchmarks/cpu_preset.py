@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from interp.files import RunFolder
+
 HMM_FLOAT32_EAGER = ["--no-compile", "--no-bf16"]  # how the HMM probes before --compile and --bf16 ran
 VARIANTS = {
     "cpu": [],  # the task's preset as shipped (bijection: d=96, 2 layers, 4 heads, batch 128, lr 3e-3, soft targets)
@@ -55,7 +57,7 @@ TARGET_BITS = {"bijection": 0.01, "hmm": 0.005, "regression": 0.05}
 def train(task: str, name: str, extra: list[str], minutes: float | None = None) -> Path:
     out = Path("runs") / (f"bench-{name}" if task == "bijection" else f"bench-{task}-{name}")
     cmd = [sys.executable, "-m", "interp", "train", "--task", task, "--preset", "cpu", "--out", str(out), *extra]
-    if (out / "run.json").exists():
+    if RunFolder(out).record.exists():
         cmd = [sys.executable, "-m", "interp", "train", "--out", str(out), "--resume"]
     try:
         subprocess.run(cmd, check=True, timeout=None if minutes is None else minutes * 60)
@@ -66,7 +68,7 @@ def train(task: str, name: str, extra: list[str], minutes: float | None = None) 
 
 def curve(run: Path) -> list[tuple[float, int, float, float | None]]:
     """(minutes, step, MAE, relative mean error or None) at every evaluation of a run."""
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = RunFolder(run).logged_lines()
     return [(r["elapsed_s"] / 60, r["step"], r["eval_entropy_mae_bits"], r.get("eval_relative_mean_error"))
             for r in rows if "eval_entropy_mae_bits" in r]
 
@@ -124,7 +126,7 @@ def figure(task: str, drawn: dict[str, tuple[dict, list]], by_step: bool = False
 
 
 def report(runs: list[Path], by_step: bool = False) -> None:
-    task = json.loads((runs[0] / "run.json").read_text())["task"]["name"]
+    task = RunFolder(runs[0]).read_record()["task"]["name"]
     budget = BUDGET_MIN.get(task, 20)
     marks = [m for m in MARKS_MIN if m <= budget]
     print("| run | params | steps/s | " + " | ".join(f"MAE @{m} min" for m in marks) + " | final (min) |"
@@ -133,7 +135,7 @@ def report(runs: list[Path], by_step: bool = False) -> None:
     drawn = {}
     table = {}  # the printed table, for the JSON beside the figure (the results pages read it)
     for run in runs:
-        record = json.loads((run / "run.json").read_text())
+        record = RunFolder(run).read_record()
         points = curve(run)
         if not points:
             continue

@@ -24,11 +24,13 @@ import math
 import shutil
 from pathlib import Path
 
+from interp.files import RunFolder
+
 OUT = Path("figures/readme/equal-footing")
 
 
 def tokens_seen(run: dict, steps) -> dict[int, int]:
-    """Training tokens of a run (its run.json) after each of these steps (curriculum stages at their own length)."""
+    """Training tokens of a run (its run record) after each of these steps (curriculum stages at their own length)."""
     from analyses.base import training_tokens
 
     return {int(step): training_tokens(run, int(step)) for step in steps}
@@ -65,14 +67,13 @@ def read_search(folder: Path) -> dict:
 
     summary = results.read(folder / "tune.json", "tune")["metrics"]
     for trial in summary["trials"]:
-        run_file = Path(trial["run"]) / "run.json" if trial["run"] else None
-        if run_file is None or not run_file.exists():
+        trained = RunFolder(trial["run"]) if trial["run"] else None
+        if trained is None or not trained.record.exists():
             continue
-        run = json.loads(run_file.read_text())
+        run = trained.read_record()
         trial["run_status"] = run["status"]
         if not trial["curve"]:
-            log = run_file.parent / "metrics.jsonl"
-            logged = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+            logged = trained.logged_lines()
             trial["curve"] = {str(r["step"]): r[f"eval_{summary['metric']}"] for r in logged
                               if f"eval_{summary['metric']}" in r}
             trial["steps_trained"] = max(map(int, trial["curve"]), default=None)
@@ -169,8 +170,8 @@ def task_figure(task: str, searches: list[dict], reference: Path | None):
                         hovertemplate=f"{name}<br>%{{x:.3g}}M tokens: %{{y:.4g}}<extra></extra>")
     budget = max(s["budget"]["steps"] for s in searches)
     if reference is not None:
-        run = json.loads((reference / "run.json").read_text())
-        rows = [json.loads(line) for line in (reference / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        run = RunFolder(reference).read_record()
+        rows = RunFolder(reference).logged_lines()
         curve = {r["step"]: r[f"eval_{metric}"] for r in rows if f"eval_{metric}" in r and r["step"] <= budget}
         seen = tokens_seen(run, curve)
         part = f"its first {budget:,} of {run['train']['steps']:,} steps" if budget < run["train"]["steps"] else \
@@ -260,7 +261,7 @@ def draw(by_task: dict[str, list[dict]], reference: Path | None) -> None:
     """curves-TASK.{pdf,png} (the headline) and curves-TASK-trials.{pdf,png} (every trial) for each task."""
     from interp.export import figure_image, figure_pdf
 
-    reference_task = reference and json.loads((reference / "run.json").read_text())["task"]["name"]
+    reference_task = reference and RunFolder(reference).read_record()["task"]["name"]
     for task, searches in sorted(by_task.items()):
         figures = {f"curves-{task}": task_figure(task, searches, reference if reference_task == task else None),
                    f"curves-{task}-trials": trials_figure(task, searches)}

@@ -182,8 +182,7 @@ def short_training(summary: Summary, device: str, batch: int) -> None:
         spec = recipe.resolve("recall", arch, "cpu", train_options=dict(steps=steps, batch_size=batch, curriculum=[],
                                                                         warmup=2, eval_every=steps, eval_size=256))
         with tempfile.TemporaryDirectory() as folder:
-            trainer = Trainer(Path(folder) / "run", spec.task.config(), arch, spec.model, spec.train, device=device,
-                              progress=False)
+            trainer = Trainer.start(Path(folder) / "run", spec, device=device, progress=False)
             final = trainer.run()
         summary.add(f"{arch} trains on recall, {steps} steps of {batch}", f"{steps / trainer.elapsed:.1f} steps/s "
                     f"({batch * steps / trainer.elapsed:,.0f} sequences/s, bf16 {trainer.record['bf16']}), "

@@ -65,6 +65,7 @@ def draw() -> None:
     from analyses import belief_state, style
     from analyses.style import error_bars
     from interp.export import figure_image, figure_pdf
+    from interp.files import RunFolder
 
     from plotly.subplots import make_subplots
 
@@ -80,7 +81,7 @@ def draw() -> None:
             saved = json.loads((OUT / name(task, arch) / "belief-state.json").read_text())["metrics"]
             assert abs(saved["concat"]["r2"] - fit.metrics["concat"]["r2"]) < 1e-9, "the saved result is of other weights"
             calibration = json.loads((OUT / name(task, arch) / "calibration.json").read_text())["metrics"]
-            record = json.loads((ROOT / "models" / "pretrained" / name(task, arch) / "run.json").read_text())
+            record = RunFolder(ROOT / "models" / "pretrained" / name(task, arch)).read_record()
             _, search = best_trial(task, arch)
             train = record["train"]
             summary.setdefault(task, {})[arch] = dict(

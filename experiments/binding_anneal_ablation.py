@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 from analyses import style
 from analyses.base import training_tokens
 from interp.export import PNG_WIDTH, figure_image, figure_pdf
-from interp.files import atomic_write_bytes, atomic_write_json
+from interp.files import RunFolder, atomic_write_bytes, atomic_write_json
 
 HERE = Path(__file__).resolve().parent.parent / "figures" / "readme" / "equal-footing" / "binding-dense-mix"
 START = ("mamba-noshift-gpu2-cpu-lr1.6e-3", 10000)  # the checkpoint every anneal starts from
@@ -95,7 +95,7 @@ def main() -> None:
     for d in data:
         d["end"] = d["measured"][-1]
         # the anneal's own training tokens to its last measurement (a step takes 64 sequences of any length)
-        d["tokens"] = training_tokens(json.loads((HERE / d["run"] / "run.json").read_text()), d["end"]["step"])
+        d["tokens"] = training_tokens(RunFolder(HERE / d["run"]).read_record(), d["end"]["step"])
         d["against_shipped"] = None if d["run"] == SHIPPED else difference(d["end"], shipped_end)
     fig = figure(data)
     atomic_write_bytes(HERE / "ablation.pdf", figure_pdf(fig))

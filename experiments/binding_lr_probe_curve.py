@@ -3,13 +3,12 @@ from pools of 256 keys and 256 values, every bound key queried) against training
 probed architecture and learning rate, with chance (a value of the table, 1/n, averaged over the table sizes
 1-8: H_8 / 8), and their training loss.
 
-Reads the runs' records in figures/readme/equal-footing/binding-lr-probe/ (``<arch>-lr<lr>/metrics.jsonl`` and
-``run.json``, from ``binding-lr-probe.sh`` and ``binding-lr-probe-more-variants.sh`` on a lent H100) and writes
+Reads the runs' records in figures/readme/equal-footing/binding-lr-probe/ (``<arch>-lr<lr>/``, run folders from
+``binding-lr-probe.sh`` and ``binding-lr-probe-more-variants.sh`` on a lent H100) and writes
 ``curve.pdf``, ``curve.png`` and ``curve.json`` (the plotted numbers) there:
 
     python experiments/binding_lr_probe_curve.py
 """
-import json
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -17,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from analyses import style
 from interp.export import PNG_WIDTH, figure_image, figure_pdf
-from interp.files import atomic_write_bytes, atomic_write_json
+from interp.files import RunFolder, atomic_write_bytes, atomic_write_json
 
 HERE = Path(__file__).resolve().parent.parent / "figures" / "readme" / "equal-footing" / "binding-lr-probe"
 # run folder prefix: (panel, line dash, what the dash means there); one panel per architecture, one colour per rate
@@ -34,8 +33,9 @@ CHANCE = sum(1 / n for n in range(1, 9)) / 8  # a random value of the table, tab
 def curves(run: str, every: int = 250, root: Path = HERE) -> dict:
     """Held-out accuracy at every evaluation, and the training loss averaged over windows of ``every`` steps
     (``root``: the folder that holds the run's records; binding_transformer_recipe_curve.py reads its own)."""
-    batch = json.loads((root / run / "run.json").read_text())["train"]["batch_size"]
-    rows = [json.loads(line) for line in (root / run / "metrics.jsonl").read_text().splitlines()]
+    folder = RunFolder(root / run)
+    batch = folder.read_record()["train"]["batch_size"]
+    rows = folder.logged_lines()
     evals = [r for r in rows if "eval_accuracy" in r]
     windows: dict[int, list[float]] = {}
     for r in rows:
@@ -78,7 +78,7 @@ def figure(data: dict) -> go.Figure:
 
 def main() -> None:
     runs = [f"{arch}-lr{lr}" for arch in ARCHS for lr in LRS]
-    data = {run: curves(run) for run in runs if (HERE / run / "run.json").is_file()}
+    data = {run: curves(run) for run in runs if RunFolder(HERE / run).record.is_file()}
     fig = figure(data)
     atomic_write_bytes(HERE / "curve.pdf", figure_pdf(fig))
     atomic_write_bytes(HERE / "curve.png", figure_image(fig, "png"))

@@ -3,10 +3,10 @@ recipes (rotary or learned positions, tied or untied unembedding) on 8-pair tabl
 keys and values, the paper's recipe (learned positions, untied) on pools of 256 and on the compact layout,
 and five recipes on pools of 256 trained side by side on an H100.
 
-Reads the runs' records in figures/readme/equal-footing/binding-transformer-recipe/ (``<run>/metrics.jsonl``
-and ``run.json`` from ``interp train``;
-each folder's name says its cell and recipe, its run.json the whole command) and writes ``curve.pdf``,
-``curve.png`` and ``curve.json`` there (the plotted numbers, and the first evaluation at or above 90% per run):
+Reads the runs' records in figures/readme/equal-footing/binding-transformer-recipe/ (``<run>/``, run folders
+from ``interp train``; each folder's name says its cell and recipe, its record the whole command) and writes
+``curve.pdf``, ``curve.png`` and ``curve.json`` there (the plotted numbers, and the first evaluation at or above
+90% per run):
 
     python experiments/binding_transformer_recipe_curve.py
 """

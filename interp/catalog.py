@@ -1,12 +1,13 @@
 """The shipped reference models in ``models/pretrained/``, addressable by folder name.
 
-Only the index (names, paths, the summary of each run.json): it imports nothing heavy, so the
+Only the index (names, paths, the summary of each one's run record): it imports nothing heavy, so the
 checkpoint loader and ``interp list`` can ask what is shipped. Shipping a run is interp.pretrained.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from .files import RunFolder
 
 PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "models" / "pretrained"
 
@@ -15,7 +16,7 @@ def shipped() -> dict[str, Path]:
     """Name -> run folder of every shipped reference model."""
     if not PRETRAINED_DIR.is_dir():
         return {}
-    return {p.name: p for p in sorted(PRETRAINED_DIR.iterdir()) if (p / "run.json").exists()}
+    return {p.name: p for p in sorted(PRETRAINED_DIR.iterdir()) if RunFolder(p).record.exists()}
 
 
 def locate(path) -> Path:
@@ -41,7 +42,8 @@ def not_found(path) -> str | None:
 
 
 def summary(run_dir: Path) -> dict:
-    record = json.loads((run_dir / "run.json").read_text())
+    run = RunFolder(run_dir)
+    record = run.read_record()
     final = record.get("final") or {}
     return dict(task=record["task"]["name"], arch=record["arch"], n_params=record.get("n_params"),
                 entropy_mae_bits=final.get("entropy_mae_bits"), accuracy=final.get("accuracy"),
@@ -49,4 +51,4 @@ def summary(run_dir: Path) -> dict:
                 steps=record.get("stopped_at") or (record.get("train") or {}).get("steps"),
                 planned=(record.get("train") or {}).get("steps"), stopped=record.get("status") == "stopped",
                 minutes=record.get("wall_time_s", 0) / 60,
-                n_checkpoints=len(list((run_dir / "checkpoints").glob("step-*.safetensors"))))
+                n_checkpoints=len(run.saved()))

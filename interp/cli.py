@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from .errors import UserError
+from .files import RunFolder
 
 
 def parse_assignments(pairs: tuple[str, ...], what: str) -> dict:
@@ -75,7 +76,8 @@ def main():
     """Test whether sequence models do exact Bayesian inference, and see how they do it inside."""
 
 
-@main.command()
+@main.command(help=f"Train a model on a wind tunnel; writes {RunFolder.RECORD}, {RunFolder.METRICS} and safetensors "
+                   f"checkpoints.")
 @click.option("--task", "task_name", help="wind tunnel (see `interp list`) [default: the first one listed]")
 @click.option("--arch", help="architecture (see `interp list`) [default: the capacity reference, listed first]")
 @click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
@@ -96,51 +98,47 @@ def main():
               "e.g. dense-mix (recall's binding recipe)")
 @click.option("--eval-every", type=int, help="steps between held-out evaluations (overrides the preset)")
 @click.option("--eval-size", type=int, help="held-out sequences per evaluation (overrides the preset)")
-@click.option("--compile/--no-compile", "compile_step", default=None,
+@click.option("--compile/--no-compile", "compile", default=None,
               help="torch.compile the training step (overrides the preset; needs a C++ compiler); with --resume, "
               "continues a run with it switched on or off")
 @click.option("--bf16/--no-bf16", "bf16", default=None,
               help="the training forward pass under bf16 autocast, or not [default: the preset's; else on for CUDA, "
               "off for the CPU]; weights and evaluation stay float32. On a CPU fast only with bf16 units (AMX)")
 @click.option("--init", "init", metavar="CKPT", help="start from this checkpoint's weights (fine-tuning): the same "
-              "architecture and weight shapes; run.json records its SHA-256")
+              f"architecture and weight shapes; {RunFolder.RECORD} records its SHA-256")
 @click.option("-T", "--task-option", "task_options", multiple=True, metavar="KEY=VALUE", help="task setting, e.g. -T V=10 -T L=9")
 @click.option("-M", "--model-option", "model_options", multiple=True, metavar="KEY=VALUE", help="model setting, e.g. -M d_model=128")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu or cuda")
 @click.option("--resume", is_flag=True, help="continue an interrupted run in --out exactly where it stopped")
-def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmup, decay, checkpoint_every, curriculum,
-          eval_every, eval_size, compile_step, bf16, init, task_options, model_options, device, resume):
-    """Train a model on a wind tunnel; writes run.json, metrics.jsonl and safetensors checkpoints."""
+@click.pass_context
+def train(ctx, task_name, arch, preset, out, task_options, model_options, device, resume, **settings):
+    # the options named after training settings (--steps, --lr, ... --init) arrive in ``settings``, by their names
     import models
     import tasks
 
-    from .recipe import resolve
+    from .recipe import fixed_on_resume, resolve
     from .train import Trainer, lr_at
 
     task_name = task_name or tasks.NAMES[0]
     arch = arch or models.REFERENCE or models.ARCHS[0]
     out = out or Path("runs") / f"{task_name}-{arch}-{preset}"
+    given = {name: value for name, value in settings.items() if value is not None}
     if resume:
-        given = [flag for flag, value in (("--steps", steps), ("--batch-size", batch_size), ("--lr", lr),
-                                          ("--seed", seed), ("--loss", loss), ("--warmup", warmup), ("--decay", decay),
-                                          ("--checkpoint-every", checkpoint_every),
-                                          ("--curriculum", curriculum is not None),
-                                          ("--eval-every", eval_every), ("--eval-size", eval_size),
-                                          ("--bf16/--no-bf16", bf16 is not None),
-                                          ("--init", init), ("-T", task_options),
-                                          ("-M", model_options)) if value]
-        if given:
-            raise UserError(f"--resume continues with the settings in {out / 'run.json'}; drop {', '.join(given)}")
-        trainer = Trainer(out, resume=True, device=device, compile=compile_step)  # compile may change: rounding only
+        # what the run's own recipe fixes (every part of a recipe but what a resume may switch), by its flag
+        flags = {p.name: "/".join(p.opts[:1] + p.secondary_opts[:1]) for p in ctx.command.params}
+        fixed = fixed_on_resume(task_options, model_options, given)
+        if fixed:
+            raise UserError(f"--resume continues with the settings in {RunFolder(out).record}; drop "
+                            f"{', '.join(flags[name] for name in fixed)}")
+        trainer = Trainer.resume(out, device=device, compile=given.get("compile"))  # compile may change: rounding only
     else:
-        given = {k: v for k, v in dict(steps=steps, batch_size=batch_size, lr=lr, seed=seed, loss=loss, warmup=warmup, decay=decay,
-                                       checkpoint_every=checkpoint_every, curriculum=parse_curriculum(curriculum),
-                                       eval_every=eval_every, eval_size=eval_size, compile=compile_step, bf16=bf16, init=init).items() if v is not None}
+        if "curriculum" in given:
+            given["curriculum"] = parse_curriculum(given["curriculum"])
         spec = resolve(task_name, arch, preset, task_options=parse_assignments(task_options, "task option"),
                        model_options=parse_assignments(model_options, "model option"), train_options=given)
         for note in spec.notes:
             click.echo(f"note: {note}", err=True)
-        trainer = Trainer(out, spec.task.config(), arch, spec.model, spec.train, device=device)
+        trainer = Trainer.start(out, spec, device=device)
     s = trainer.settings
     say = click.echo if trainer.dist.is_main else (lambda *a, **k: None)  # under torchrun, rank 0 speaks
     processes = f" x {trainer.dist.world_size} processes" if trainer.dist.world_size > 1 else ""
@@ -155,7 +153,7 @@ def train(task_name, arch, preset, out, steps, batch_size, lr, seed, loss, warmu
             err=True)
     final = trainer.run()
     say(f"done: entropy MAE {final['entropy_mae_bits']:.4f} bits, KL {final['kl_bits']:.4f} bits, "
-        f"{trainer.elapsed / 60:.1f} min; checkpoints in {out / 'checkpoints'}")
+        f"{trainer.elapsed / 60:.1f} min; checkpoints in {trainer.folder.checkpoints}")
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []})
@@ -269,7 +267,7 @@ def wind_tunnel_transformer(spec: str, device: str):
     from .checkpoint import load
 
     source = locate(spec)
-    if not (source.suffix == ".safetensors" or (source / "run.json").is_file()):
+    if not (source.suffix == ".safetensors" or RunFolder(source).record.is_file()):
         return None
     model = load(source, device=device)
     if not model.has_attention():

@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 
 from .errors import UserError
+from .files import RunFolder
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = Path(__file__).resolve().parent / "manifest.json"
@@ -127,10 +128,10 @@ def build(fp: str | None = None) -> dict:
     import textwrap
 
     lines += textwrap.wrap("shipped models (eval: each run's last held-out evaluation while training, on the task as it "
-                           "was trained (run.json): calibration's entropy_mae_bits and, where the task is judged by it, "
-                           "its sampled accuracy; not the metrics of `interp reproduce`: recall's runs train on tables "
-                           "of 1-64 pairs, its table reads content-addressing's accuracy_full_table on full 64-pair "
-                           "tables):", 110, subsequent_indent="    ", break_on_hyphens=False)
+                           f"was trained ({RunFolder.RECORD}): calibration's entropy_mae_bits and, where the task is "
+                           "judged by it, its sampled accuracy; not the metrics of `interp reproduce`: recall's runs "
+                           "train on tables of 1-64 pairs, its table reads content-addressing's accuracy_full_table on "
+                           "full 64-pair tables):", 110, subsequent_indent="    ", break_on_hyphens=False)
     for name, path in shipped().items():
         info = summary(path)
         mae = f"{info['entropy_mae_bits']:.4f} bits" if info["entropy_mae_bits"] is not None else "n/a"

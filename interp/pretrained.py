@@ -1,7 +1,7 @@
 """Shipping reference models into ``models/pretrained/`` and writing their model cards.
 
-A shipped model is a copy of a finished run folder (run.json, metrics.jsonl, checkpoints: the final
-one, or all of them for a checkpoint series) with a model card, README.md, written from its run.json.
+A shipped model is a copy of a finished run folder (its record, its metrics log and its checkpoints: the
+final one, or all of them for a checkpoint series) with a model card, README.md, written from its record.
 Maintainers add one with
 
     python -m interp.pretrained runs/hmm-mamba-cpu [--name hmm-mamba-cpu] [--all-checkpoints]
@@ -19,8 +19,8 @@ import models
 import tasks
 
 from .catalog import PRETRAINED_DIR
-from .checkpoint import list_checkpoints
 from .errors import UserError
+from .files import RunFolder
 from .recipe import preset_recipe, recorded_settings, recorded_train
 from .train import lr_at
 
@@ -129,13 +129,13 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
         f"Training took {record.get('wall_time_s', 0) / 60:.1f} minutes on {record.get('device', 'cpu')}{threads} "
         f"({versions}).", "",
         f"Held-out metrics at {when} ({s['eval_size']:,} sequences): {metrics}.", "",
-        f"{shipped_ckpts} `run.json` has every setting; `metrics.jsonl` the whole training curve.", "",
+        f"{shipped_ckpts} `{RunFolder.RECORD}` has every setting; `{RunFolder.METRICS}` the whole training curve.", "",
     ]
     return "\n".join(lines + ([note, ""] if note else []))
 
 
-def stopped_at(run_dir: Path, record: dict, step: int, path: Path) -> tuple[dict, list[str]]:
-    """run.json and metrics.jsonl of a run as they stood at checkpoint ``step`` (``path``), where it is shipped
+def stopped_at(run: RunFolder, record: dict, step: int, path: Path) -> tuple[dict, list[dict]]:
+    """The record and the logged lines of a run as they stood at checkpoint ``step`` (``path``), where it is shipped
     from: status "stopped", ``final`` measured now on the CPU from that checkpoint on the run's own
     held-out batch (a GPU run evaluated under bf16; a shipped model's numbers must be the CPU's), and
     the curve up to that step."""
@@ -144,12 +144,11 @@ def stopped_at(run_dir: Path, record: dict, step: int, path: Path) -> tuple[dict
     from .checkpoint import load
     from .train import held_out_metrics
 
-    lines = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-             if line.strip() and json.loads(line)["step"] <= step]
+    lines = [line for line in run.logged_lines() if line["step"] <= step]
     model = load(path, device="cpu")
     s = record["train"]
     final = held_out_metrics(model.eval(), held_out_batch(model.task, s["eval_size"], s["seed"]))
-    elapsed = json.loads(lines[-1]).get("elapsed_s", 0) if lines else 0
+    elapsed = lines[-1].get("elapsed_s", 0) if lines else 0
     record = dict(record, status="stopped", stopped_at=step, final=final, wall_time_s=elapsed,
                   final_measured_on="cpu")
     return record, lines
@@ -160,11 +159,11 @@ def ship(run_dir: Path, name: str | None = None, all_checkpoints: bool = False, 
     """Copy a finished run into ``dest_root/name`` with its model card; replaces an older copy whole.
     ``at_step``: ship a run that was stopped (or is still running) as it stood at that checkpoint."""
     run_dir = Path(run_dir)
-    record_file = run_dir / "run.json"
-    if not record_file.exists():
-        raise UserError(f"{run_dir} is not a run folder (no run.json)")
-    record = json.loads(record_file.read_text())
-    saved = list_checkpoints(run_dir)
+    run = RunFolder(run_dir)
+    if not run.record.exists():
+        raise UserError(f"{run_dir} is not a run folder (no {RunFolder.RECORD})")
+    record = run.read_record()
+    saved = run.saved()
     if at_step is None and record.get("status") != "finished":
         raise UserError(f"{run_dir} has not finished training; finish it with `interp train --out {run_dir} "
                         f"--resume`, or ship it as it stood at one of its checkpoints with --at-step N")
@@ -174,21 +173,22 @@ def ship(run_dir: Path, name: str | None = None, all_checkpoints: bool = False, 
     lines = None
     if at_step is not None:
         saved = [(step, path) for step, path in saved if step <= at_step]
-        record, lines = stopped_at(run_dir, record, at_step, saved[-1][1])
+        record, lines = stopped_at(run, record, at_step, saved[-1][1])
     checkpoints = [path for _, path in saved]
     checkpoints = checkpoints if all_checkpoints else checkpoints[-1:]
     name = name or run_dir.resolve().name
     dest, staging = dest_root / name, dest_root / f".{name}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    (staging / "checkpoints").mkdir(parents=True)
+    copy = RunFolder(staging)
+    copy.checkpoints.mkdir(parents=True)
     for path in checkpoints:
-        shutil.copy2(path, staging / "checkpoints" / path.name)
+        shutil.copy2(path, copy.checkpoints / path.name)
     if lines is None:
-        for file in ("run.json", "metrics.jsonl"):
-            shutil.copy2(run_dir / file, staging / file)
+        shutil.copy2(run.record, copy.record)
+        shutil.copy2(run.metrics, copy.metrics)
     else:
-        (staging / "run.json").write_text(json.dumps(record, indent=2) + "\n")
-        (staging / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+        copy.record.write_text(json.dumps(record, indent=2) + "\n")
+        copy.metrics.write_text("".join(json.dumps(line) + "\n" for line in lines))  # as the trainer wrote them
     (staging / "README.md").write_text(model_card(name, record, preset, checkpoints, note))
     shutil.rmtree(dest, ignore_errors=True)
     staging.rename(dest)

@@ -3,14 +3,18 @@
     spec = recipe.resolve("recall", "mamba", "cpu", task_options={"N": 32}, model_options={"d_model": 96},
                           train_options={"lr": 1e-3})
     spec.task, spec.model, spec.train      # a Task, a model config dict, TrainSettings
-    spec.record()                          # what run.json records of it
+    spec.record()                          # what a run's record holds of it
+    spec.differences(record)               # where a run's record holds another recipe
 
 A recipe is layered, each layer over the one before: the generic preset (``PRESETS`` here for
 training, each architecture's ``presets`` for its model), the task's own variant of that preset
 (``tasks.base.Preset``), that variant's settings for one architecture, then what the user gives.
 ``resolve`` is the one place that does this; ``interp train``, ``tune``, ``sweep``, ``reproduce``
-and the shipped-model checks all ask it. The seed policy is part of the recipe: a seed is checked
-by ``tasks.base.is_seed`` and held-out batches are drawn by ``tasks.base.held_out_batch``.
+and the shipped-model checks all ask it, and differ only in the recipes they ask for. A recipe stated
+whole (``stated``: a test's, a sweep point's) and the one a run's record holds (``Recipe.of_run``: what
+a run resumes on) are checked as a resolved one is (``checked``), so the trainer takes every recipe as
+valid. The seed policy is part of the recipe: a seed is checked by ``tasks.base.is_seed`` and
+held-out batches are drawn by ``tasks.base.held_out_batch``.
 """
 from __future__ import annotations
 
@@ -20,8 +24,9 @@ from dataclasses import asdict, dataclass, replace
 
 import models
 import tasks
-from tasks.base import SEED_RANGE, is_seed
+from tasks.base import SEED_RANGE, is_seed, stage_options
 
+from .checkpoint import resolve as resolve_checkpoint
 from .errors import UserError
 
 MAX_STEPS = 10 ** 9  # step counts beyond these are typos, not plans (and overflow the batch seeds)
@@ -61,14 +66,14 @@ class TrainSettings:
     compile: bool = False
     # The training forward pass under bf16 autocast: None (auto) on CUDA and not on the CPU (``bf16_on``),
     # True or False on either; weights, optimizer and every evaluation stay float32. The trainer records
-    # the resolved value in run.json (so a resume keeps the precision the run started with). Where the CPU
+    # the resolved value in the run's record (so a resume keeps the precision the run started with). Where the CPU
     # has bf16 matrix instructions the HMM preset's compiled 4-layer step is faster: 116 ms against 160 ms
     # on an Intel CPU with AMX, about 130 against 190 ms on an AMD EPYC with avx512_bf16; for one eager step
     # on this machine see benchmarks/step_profile.py. What it costs in precision is what a run measures.
     bf16: bool | None = None
     # Start from the weights of this checkpoint instead of a fresh init (fine-tuning): the same
     # architecture and weight shapes, any task settings or model options that leave the shapes alone
-    # (e.g. training a shipped model on with position offsets). run.json records the file's SHA-256.
+    # (e.g. training a shipped model on with position offsets). The run's record keeps the file's SHA-256.
     init: str | None = None
 
     def validate(self) -> "TrainSettings":
@@ -140,8 +145,7 @@ PRESETS = {
 
 def preset_settings(preset: str, task, arch: str) -> TrainSettings:
     """The training settings of ``preset`` for ``arch`` on ``task`` (a Task, or a task name for its defaults)."""
-    if preset not in PRESETS:
-        raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    known_preset(preset)
     task = tasks.make(task) if isinstance(task, str) else task
     settings = asdict(PRESETS[preset])
     for layer in task.preset_layers(preset, arch):
@@ -169,7 +173,7 @@ def fitted_curriculum(stages, preset_steps: int, steps: int) -> list:
 
 
 def recorded_settings(train: dict) -> dict:
-    """Training settings as run.json holds them (JSON types), with any setting added since the run
+    """Training settings as a run's record holds them (JSON types), with any setting added since the run
     was written at its default."""
     return json.loads(json.dumps(asdict(TrainSettings()) | train))
 
@@ -190,11 +194,78 @@ def recorded_train(record: dict) -> dict:
 
 
 def recorded_model(arch: str, model: dict) -> dict:
-    """A model config as run.json holds it, with any setting added since the run was written at its default."""
+    """A model config as a run's record holds it, with any setting added since the run was written at its default."""
     try:
         return models.model_config(arch, **model)
     except tasks.ConfigError:
         return model  # not a config of this architecture: compared as it is, so the difference shows
+
+
+def recorded_task(task: dict) -> dict:
+    """A run record's task with any setting added since it was written at its default (as its run resumes)."""
+    try:
+        return tasks.from_config(task).config()
+    except (tasks.ConfigError, TypeError, KeyError):
+        return task  # not a task config: compared as it is, so the difference shows
+
+
+RECORD_FIELDS = dict(task=dict, arch=str, model=dict, train=dict, status=str, final=dict, n_params=int,
+                     wall_time_s=(int, float))
+
+
+def record_problem(record: dict) -> str | None:
+    """What is wrong with the shape of a run's record (its values are checked where they are used), or None."""
+    missing = [k for k in ("task", "arch", "model", "train") if k not in record]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    for key, kind in RECORD_FIELDS.items():
+        if key in record and (not isinstance(record[key], kind) or isinstance(record[key], bool)):
+            names = {dict: "a JSON object", str: "a string", int: "an integer"}
+            return f"{key} must be {names.get(kind, 'a number')}, got {json.dumps(record[key])[:40]}"
+    return None
+
+
+def stage_tasks(task, curriculum, n_ctx: int | None) -> list[list]:
+    """Every curriculum stage's task (a mixture's options in turn), each checked: the one check of a curriculum,
+    made when a recipe is checked (so ``interp tune`` finds a bad stage in any trial before the first one trains)
+    and by the trainer that trains on them. ``n_ctx``: the model's context, where it has one."""
+    return [[stage_task(task, option, n_ctx) for option in stage_options(settings)] for _, settings in curriculum]
+
+
+def stage_task(task, settings: dict, n_ctx: int | None):
+    """The task with a curriculum stage's settings changed; it must share the task's vocabulary and answers."""
+    try:
+        stage = tasks.from_config(task.config() | settings)
+    except tasks.ConfigError as err:
+        raise UserError(f"curriculum stage {settings}: {err}") from None
+    shape = lambda t: (t.name, getattr(t, "vocab_size", None), getattr(t, "n_classes", None))
+    if shape(stage) != shape(task):
+        raise UserError(f"curriculum stage {settings} changes the vocabulary or the answers of the task; a stage "
+                        f"may change only what the model can be run on unchanged (sizes, lengths)")
+    if n_ctx is not None and stage.seq_len > n_ctx:
+        raise UserError(f"curriculum stage {settings} has sequences of {stage.seq_len} tokens, longer than the "
+                        f"model's context ({n_ctx}); train with -M n_ctx={stage.seq_len}")
+    return stage
+
+
+def model_context(arch: str, task, model_config: dict) -> int | None:
+    """The context (n_ctx) the model of this config would have, where its architecture has one; built on the
+    meta device (no memory, no init), so that a check before training sees what training would build."""
+    with models.on_meta():
+        return getattr(models.build(arch, task, config=model_config).cfg, "n_ctx", None)
+
+
+# What a resumed run may change of its recipe: torch.compile changes how the step's kernels round, not what it
+# computes (the trainer notes the switch). Every other setting a run resumes with is its record's.
+SWITCHABLE_ON_RESUME = ("compile",)
+
+
+def fixed_on_resume(task_options: dict, model_options: dict, train_options: dict) -> list[str]:
+    """The parts of a recipe given for a run that resumes (on the recipe its record holds) which it would not take:
+    every training setting in ``train_options`` but those ``SWITCHABLE_ON_RESUME``, then ``task_options`` and
+    ``model_options`` when any are given; by their names."""
+    return ([name for name in train_options if name not in SWITCHABLE_ON_RESUME]
+            + ["task_options"] * bool(task_options) + ["model_options"] * bool(model_options))
 
 
 @dataclass(frozen=True)
@@ -208,30 +279,96 @@ class Recipe:
     notes: tuple[str, ...] = ()  # what the resolution changed that the user did not ask for, one line each
 
     def record(self) -> dict:
-        """The recipe as run.json records it (task, arch, model, train; JSON types)."""
+        """The recipe as a run's record holds it (task, arch, model, train; JSON types)."""
         return dict(task=self.task.config(), arch=self.arch, model=self.model,
                     train=recorded_settings(asdict(self.train)))
+
+    def differences(self, record: dict, ignore=()) -> list[tuple[str, object, object]]:
+        """Where the run whose record is ``record`` was trained on another recipe than this one: (setting, as the
+        run has it, as this recipe has it) for every task, model and training setting, then the architecture, each
+        as this version reads the record (a setting added since it was written at its default). Training settings
+        named in ``ignore`` are not compared (those that change what a run records of itself, never its weights).
+        What a sweep or a reproduction asks before it reuses or resumes a run, and a search of a trial's folder."""
+        want = self.record()
+        have = dict(task=recorded_task(record.get("task", {})), train=recorded_train(record),
+                    model=recorded_model(self.arch, record.get("model", {})))
+        found = [(f"{part}.{key}", have[part].get(key), value) for part in ("task", "model", "train")
+                 for key, value in want[part].items()
+                 if have[part].get(key) != value and not (part == "train" and key in ignore)]
+        return found + ([("arch", record.get("arch"), self.arch)] if record.get("arch") != self.arch else [])
+
+    def checked(self, new: bool = True) -> "Recipe":
+        """This recipe, after every check a recipe must pass before a run trains on it: the training settings'
+        values, the curriculum's stages against the task and the model's context, and for a ``new`` run the
+        checkpoint it starts from (a run that resumes has its weights already). A UserError otherwise."""
+        self.train.validate()
+        if self.train.curriculum:
+            stage_tasks(self.task, self.train.curriculum, model_context(self.arch, self.task, self.model))
+        if new and self.train.init is not None:  # the start must be there before anything trains
+            resolve_checkpoint(self.train.init)
+        return self
+
+    @classmethod
+    def of_run(cls, record: dict, where) -> "Recipe":
+        """The recipe a run's record holds (read from ``where``), which the run resumes on: each setting as it
+        was written (one added since at its default), checked; a record that holds none is a UserError saying
+        the run cannot be resumed."""
+        try:
+            if problem := record_problem(record):
+                raise TypeError(problem)
+            train = TrainSettings(**record["train"]).validate()
+        except (KeyError, TypeError, UserError) as err:
+            raise UserError(f"{where} is not a valid run record ({err}); it cannot be resumed") from None
+        try:
+            task = tasks.from_config(record["task"])
+            model = models.architecture(record["arch"]).config_class.from_dict(record["model"]).to_dict()
+        except tasks.ConfigError as err:
+            raise UserError(f"{where}: {err}; it cannot be resumed") from None
+        return cls(task, record["arch"], model, train).checked(new=False)
 
 
 def resolve(task, arch: str, preset: str = "cpu", *, task_options: dict | None = None,
             model_options: dict | None = None, train_options: dict | None = None) -> Recipe:
-    """What ``interp train --task TASK --arch ARCH --preset PRESET -T ... -M ... --lr ...`` trains.
+    """What ``interp train --task TASK --arch ARCH --preset PRESET -T ... -M ... --lr ...`` trains: its three
+    layers (``resolved_task``, ``resolved_model``, ``resolved_train``), checked (``Recipe.checked``).
 
     ``task`` is a task name (trained on the preset's task settings, then ``task_options``) or a Task
     (as it is). ``train_options`` override the preset's training settings; a shorter ``steps`` without
     a ``curriculum`` of its own gets the preset's stages in proportion (``fitted_curriculum``).
     Unknown presets, settings or values raise UserError.
     """
-    if preset not in PRESETS:
-        raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    task = resolved_task(task, preset, task_options) if isinstance(task, str) else task
+    model = resolved_model(arch, preset, task, model_options)
+    train, notes = resolved_train(task, arch, preset, train_options)
+    return Recipe(task, arch, model, train, tuple(notes)).checked()
+
+
+# The layers of ``resolve``, each alone and unchecked: for a caller that builds its recipes from the preset's
+# layers (a sweep's budget and models, a search's budget), whose whole recipes are then checked as any recipe is.
+
+def resolved_task(name: str, preset: str, options: dict | None = None):
+    """The task ``preset`` trains on (its task settings), with ``options`` over them."""
+    known_preset(preset)
     try:
-        if isinstance(task, str):
-            task = tasks.for_preset(task, preset, **dict(task_options or {}))
-        model = models.model_config(arch, preset, task, **dict(model_options or {}))
+        return tasks.for_preset(name, preset, **dict(options or {}))
     except tasks.ConfigError as err:
         raise UserError(str(err)) from None
+
+
+def resolved_model(arch: str, preset: str, task, options: dict | None = None) -> dict:
+    """The model config of ``preset`` for ``arch`` on ``task``, with ``options`` over it."""
+    known_preset(preset)
+    try:
+        return models.model_config(arch, preset, task, **dict(options or {}))
+    except tasks.ConfigError as err:
+        raise UserError(str(err)) from None
+
+
+def resolved_train(task, arch: str, preset: str, options: dict | None = None) -> tuple[TrainSettings, list[str]]:
+    """The training settings of ``preset`` for ``arch`` on ``task`` with ``options`` over them (a named curriculum
+    built by the task; a shorter run's preset stages in proportion), and notes on what that changed."""
     train = preset_settings(preset, task, arch)
-    overrides = dict(train_options or {})
+    overrides = dict(options or {})
     unknown = sorted(set(overrides) - set(asdict(train)))
     if unknown:
         raise UserError(f"unknown training setting(s) {', '.join(unknown)}; valid: {', '.join(asdict(train))}")
@@ -247,15 +384,37 @@ def resolve(task, arch: str, preset: str = "cpu", *, task_options: dict | None =
             notes.append(f"the preset's curriculum stages end at steps {[end for end, _ in train.curriculum]} of "
                          f"{train.steps}; for --steps {overrides['steps']} they end at "
                          f"{[end for end, _ in overrides['curriculum']]} (--curriculum sets them)")
-    return Recipe(task, arch, model, replace(train, **overrides), tuple(notes))
+    return replace(train, **overrides), notes
+
+
+def known_preset(preset: str) -> None:
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+
+
+def stated(task=None, arch: str | None = None, model: dict | None = None,
+           train: TrainSettings | None = None) -> Recipe:
+    """A recipe stated whole, with no preset layered under it (a sweep's point, a test's run): ``task`` a Task or a
+    task config (default: the first task listed), ``arch`` (default: the capacity reference), ``model`` a config of
+    the architecture (its settings not given at the class's defaults; None: the cpu preset's for the task) and
+    ``train`` the training settings (None: the defaults). Checked as ``resolve`` checks a recipe."""
+    try:
+        task = task if isinstance(task, tasks.Task) else tasks.from_config(task or {"name": tasks.NAMES[0]})
+        arch = arch or models.REFERENCE
+        model = (models.model_config(arch, "cpu", task) if model is None else
+                 models.architecture(arch).config_class.from_dict(model).to_dict())
+    except tasks.ConfigError as err:
+        raise UserError(str(err)) from None
+    return Recipe(task, arch, model, replace(train or TrainSettings())).checked()
 
 
 def preset_recipe(preset: str, task, arch: str) -> dict:
-    """What ``interp train --task T --arch A --preset P`` trains, as its run.json records it (task,
+    """What ``interp train --task T --arch A --preset P`` trains, as its run's record holds it (task,
     arch, model, train). ``task`` is a task name (what the preset trains on) or a Task."""
     return resolve(task, arch, preset).record()
 
 
 __all__ = ["MAX_BATCH", "MAX_LR", "MAX_STEPS", "PRESETS", "Recipe", "TrainSettings", "fitted_curriculum",
-           "bf16_on", "preset_recipe", "preset_settings", "recorded_model", "recorded_settings", "recorded_train",
-           "resolve"]
+           "bf16_on", "fixed_on_resume", "model_context", "preset_recipe", "preset_settings", "record_problem",
+           "recorded_model", "recorded_settings", "recorded_task", "recorded_train", "resolve", "resolved_model",
+           "resolved_task", "resolved_train", "stage_tasks", "stated"]

@@ -23,17 +23,10 @@ import tasks
 from . import results
 from .checkpoint import load, pick_device, resolve
 from .errors import UserError
-from .files import atomic_write_json, atomic_write_text, check_writes, read_json
-from .recipe import TrainSettings, preset_recipe, recorded_model, recorded_train
-from .train import Trainer, record_problem
-
-
-def recorded_task(task: dict) -> dict:
-    """A run record's task with any setting added since it was written at its default (as its run resumes)."""
-    try:
-        return tasks.from_config(task).config()
-    except (tasks.ConfigError, TypeError, KeyError):
-        return task
+from .files import RunFolder, atomic_write_json, atomic_write_text, check_writes
+from .recipe import Recipe, record_problem
+from .recipe import resolve as resolve_recipe
+from .train import finish
 
 
 @dataclass(frozen=True)
@@ -48,7 +41,8 @@ class Row:
         return getattr(self.row, name)
 
 
-# Training settings that change what a run records about itself, never its weights.
+# Training settings that change what a run records about itself, never its weights (which checkpoints it kept, and
+# how often and on how many held-out sequences it measured itself): a run that differs in them is the preset's.
 MEASUREMENT_ONLY = ("checkpoint_every", "eval_every", "eval_size", "resume_every")
 
 
@@ -109,7 +103,7 @@ class Reproduction:
 
     def find_variants(self) -> dict[tuple[str, str], list[Path]]:
         """(task, arch) -> the other shipped models of the cell, for rows that ask for them (``PaperRow.variants``):
-        only with ``--runs shipped``, where every model is finished and its budget is in its run.json."""
+        only with ``--runs shipped``, where every model is finished and its budget is in its record."""
         from .catalog import PRETRAINED_DIR
 
         if Path(self.runs).resolve() != PRETRAINED_DIR.resolve():
@@ -118,55 +112,42 @@ class Reproduction:
         for task, arch in dict.fromkeys(tuple(s[1:3]) for s in self.steps):
             if any(r.variants for r in rows((task,), (arch,))):
                 found[(task, arch)] = sorted(folder for folder in self.runs.glob(f"{task}-{arch}-*")
-                                             if folder != self.run_dir(task, arch) and (folder / "run.json").exists())
+                                             if folder != self.run_dir(task, arch) and RunFolder(folder).has_record())
         return found
 
     def run_dir(self, task: str, arch: str) -> Path:
         return self.runs / f"{task}-{arch}-{self.preset}"
 
     def record(self, task: str, arch: str) -> dict | None:
-        path = self.run_dir(task, arch) / "run.json"
-        if not path.exists():
+        run = RunFolder(self.run_dir(task, arch))
+        if not run.record.exists():
             return None
-        record = read_json(path, "run record")
+        record = run.read_record()
         if problem := record_problem(record):
-            raise UserError(f"{path} is not a valid run record ({problem}); move the run away or pass --runs with "
-                            f"another folder")
+            raise UserError(f"{run.record} is not a valid run record ({problem}); move the run away or pass --runs "
+                            f"with another folder")
         return record
 
-    def recipe(self, task: str, arch: str) -> dict:
-        """What the preset trains for this cell: the task, model and training settings of its run.json."""
-        return preset_recipe(self.preset, task, arch)
+    def recipe(self, task: str, arch: str) -> Recipe:
+        """What the preset trains for this cell."""
+        return resolve_recipe(task, arch, self.preset)
 
     def check_recipe(self, task: str, arch: str, record: dict) -> None:
         """Refuse to reuse (or resume) a run trained with other settings than the preset's: its numbers
         would silently stand in for the preset's in the table."""
-        want = self.recipe(task, arch)
-        have = dict(record, train=recorded_train(record), task=recorded_task(record.get("task", {})),
-                    model=recorded_model(arch, record.get("model", {})))
-        # which checkpoints a run kept, and how often and on how many held-out sequences it measured
-        # itself, do not change its weights (the training is the same)
-        diff = [f"{part}.{k}: {have[part].get(k)!r} (preset {v!r})" for part in ("task", "model", "train")
-                for k, v in want[part].items()
-                if have.get(part, {}).get(k) != v and not (part == "train" and k in MEASUREMENT_ONLY)]
-        diff += [f"arch: {have.get('arch')!r} (preset {arch!r})"] if have.get("arch") != arch else []
-        if diff:
-            raise UserError(f"{self.run_dir(task, arch)} was not trained with the {self.preset} preset "
-                            f"({'; '.join(diff[:3])}); move it away or pass --runs with another folder")
+        if differences := self.recipe(task, arch).differences(record, MEASUREMENT_ONLY):
+            raise UserError(self.refusal(task, arch, differences))
+
+    def refusal(self, task: str, arch: str, differences: list) -> str:
+        diff = [f"{setting}: {held!r} (preset {wanted!r})" for setting, held, wanted in differences]
+        return (f"{self.run_dir(task, arch)} was not trained with the {self.preset} preset "
+                f"({'; '.join(diff[:3])}); move it away or pass --runs with another folder")
 
     def train(self, task: str, arch: str) -> None:
-        out = self.run_dir(task, arch)
-        record = self.record(task, arch)
-        if record:
-            self.check_recipe(task, arch, record)
-            if record.get("status") == "finished":
-                return
-            trainer = Trainer(out, resume=True, device=self.device, root=self.runs)
-        else:
-            r = self.recipe(task, arch)
-            trainer = Trainer(out, r["task"], arch, r["model"], TrainSettings(**r["train"]), device=self.device,
-                              root=self.runs)
-        trainer.run()
+        self.record(task, arch)  # a record there is one (said in this command's words)
+        finish(self.run_dir(task, arch), self.recipe(task, arch),
+               lambda differences: self.refusal(task, arch, differences), ignore=MEASUREMENT_ONLY,
+               device=self.device, root=self.runs)
 
     def analyse(self, task: str, arch: str, name: str, run_dir: Path | None = None) -> dict:
         """The analysis's JSON for the run's final checkpoint, computed unless already written for it."""
@@ -233,7 +214,7 @@ class Reproduction:
                 at = next(i for i, cell in enumerate(cells) if cell[:2] == (row, run_dir)) + 1
                 cells[at:at] = [(row, folder, True) for folder in self.variants.get((row.task, row.arch), ())]
         for row, run_dir, variant in cells:
-            record = (read_json(run_dir / "run.json", "run record") if variant else self.record(row.task, row.arch)) or {}
+            record = (RunFolder(run_dir).read_record() if variant else self.record(row.task, row.arch)) or {}
             saved = self.saved(row.task, row.arch, row.analysis, run_dir)
             ours = dig(saved["metrics"], row.metric)
             # a ratio only beside a number the paper states ("5 clusters, one per hidden state" is none), and

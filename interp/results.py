@@ -27,7 +27,7 @@ from analyses.base import read_result
 from .checkpoint import checkpoint_digest
 from .errors import UserError
 from .export import write_result
-from .files import atomic_write_text, read_regular
+from .files import RunFolder, atomic_write_text, read_regular
 
 SOURCE_MARK = ".interp-source"  # in each output folder: which checkpoint(s) its results are of
 
@@ -36,8 +36,8 @@ def run_label(source: Path, file: Path) -> str:
     """The run folder's name, with the step appended when one particular checkpoint was chosen."""
     if source.is_dir():
         return source.resolve().name
-    if file.parent.name == "checkpoints":
-        return f"{file.parent.parent.resolve().name}-{file.stem}"
+    if (run := RunFolder.of_checkpoint(file)) is not None:
+        return f"{run.root.resolve().name}-{file.stem}"
     return file.stem
 
 

@@ -43,8 +43,8 @@ from tasks.base import stage_options
 from .checkpoint import pick_device
 from .errors import Diverged, UserError
 from .files import Lock, RunFolder, atomic_write_json, check_writes
-from .recipe import recorded_settings, resolve
-from .train import Trainer
+from .recipe import Recipe, recorded_settings, resolved_model, resolved_train, stated
+from .train import finish
 
 DEFINITION = " ".join("""
  Each point is one model of the architecture trained from scratch on the task with the axis setting
@@ -202,25 +202,23 @@ class Sweep:
                                        curriculum=curriculum, eval_every=eval_every, decay=decay).items()
                  if v is not None}
         self.curriculum_name = curriculum if isinstance(curriculum, str) else None  # built for each point's task
-        budget = resolve(self.task_at(self.points()[0]), reference, preset,
-                         train_options=given | {"seed": self.seeds[0]}).train
+        budget, _ = resolved_train(self.task_at(self.points()[0]), reference, preset, given | {"seed": self.seeds[0]})
         self.budget = replace(budget, eval_size=min(budget.eval_size, 256)).validate()
         for point in self.points():  # a named curriculum that one point's task cannot build is refused now
             self.point_budget(point)
 
     @staticmethod
     def read_runs(runs: tuple[str, ...], task: str | None) -> dict[str, dict]:
-        """Run name -> its run.json (with the folder), every run of the one task."""
+        """Run name -> its run record (with the folder), every run of the one task."""
         from .catalog import locate
 
         found = {}
         for spec in runs:
             folder = locate(spec)
-            try:
-                record = json.loads((folder / "run.json").read_text())
-            except (OSError, ValueError):
-                raise UserError(f"--runs: {folder} is not a run folder (no readable run.json); pass run folders or "
-                                f"shipped model names (`interp list`)") from None
+            record = RunFolder(folder).record_if_readable()
+            if record is None:
+                raise UserError(f"--runs: {folder} is not a run folder (no readable {RunFolder.RECORD}); pass run "
+                                f"folders or shipped model names (`interp list`)")
             if record.get("status") != "finished":
                 raise UserError(f"--runs: {folder} has not finished training; resume it with interp train --resume")
             found[folder.name] = dict(record, folder=str(folder))
@@ -287,7 +285,7 @@ class Sweep:
         fixed = {k: v for k, v in self.model_options.items() if k in known}
         width = {"d_model": point.width} if point.width else {}
         try:
-            config = resolve(task, point.arch, self.preset, model_options=fixed | width).model
+            config = resolved_model(point.arch, self.preset, task, fixed | width)
         except UserError as err:
             raise UserError(f"{point.arch} at {self.setting}={point.value}: {err}") from None
         if "n_ctx" in config and "n_ctx" not in fixed:  # a context that holds every stage the point trains on
@@ -324,26 +322,26 @@ class Sweep:
         if saved.exists():
             return json.loads(saved.read_text())
         task = self.task_at(point)
-        record = run_dir / "run.json"
         stop = self.stop_at_threshold if self.stops else None
         report = (lambda step, metrics: self.on_eval(point, step, metrics)) if self.on_eval else None
         try:
-            if record.exists() and json.loads(record.read_text()).get("status") != "finished":
-                Trainer(run_dir, resume=True, device=self.device, progress=False, root=self.out, stop=stop,
-                        on_eval=report).run()
-            elif not record.exists():
-                Trainer(run_dir, task.config(), point.arch, self.model_config(point, task), self.point_budget(point),
-                        device=self.device, progress=False, root=self.out, stop=stop, on_eval=report).run()
+            run = finish(run_dir, self.recipe(point, task), lambda differences: self.refusal(point, differences),
+                         ignore=self.BOOKKEEPING, device=self.device, progress=False, root=self.out, stop=stop,
+                         on_eval=report)
         except Diverged as err:
             # a rate too high for this architecture: a result of the grid, not a failure of the sweep
             result = self.point_record(point, None, {}, dict(task=task.config()), str(run_dir)) | dict(
                 diverged=str(err).split(";")[0])
             atomic_write_json(saved, result, self.out)
             return result
-        run = json.loads(record.read_text())
         result = self.numbers(point, load(resolve(run_dir), device=self.device), task, run, str(run_dir))
         atomic_write_json(saved, result, self.out)
         return result
+
+    def recipe(self, point: Point, task) -> Recipe:
+        """What the point trains: its task, the architecture's model at the sweep's capacity (``model_config``) and
+        the sweep's budget at the point's rate and seed (``point_budget``)."""
+        return stated(task, point.arch, self.model_config(point, task), self.point_budget(point))
 
     # what a point may differ in from the run already in its folder: which checkpoints it keeps and how often it
     # saves its resume state (its weights and curve are the same)
@@ -352,18 +350,13 @@ class Sweep:
     def check_recipe(self, point: Point, task, record: dict) -> None:
         """Refuse to resume or reuse a point's run trained on other settings than this sweep gives it (another
         command on the same --out): its numbers would stand in for the point's silently."""
-        from .recipe import recorded_model, recorded_train
+        if differences := self.recipe(point, task).differences(record, self.BOOKKEEPING):
+            raise UserError(self.refusal(point, differences))
 
-        want = dict(task=task.config(), model=self.model_config(point, task),
-                    train=recorded_settings(asdict(self.point_budget(point))))
-        have = dict(task=tasks.from_config(record.get("task", {})).config() if record.get("task") else {},
-                    model=recorded_model(point.arch, record.get("model", {})), train=recorded_train(record))
-        diff = [f"{part}.{key}: {have[part].get(key)!r} in the run, {value!r} now" for part in ("task", "model", "train")
-                for key, value in want[part].items()
-                if have[part].get(key) != value and key not in self.BOOKKEEPING]
-        if diff:
-            raise UserError(f"{self.run_dir(point)} was trained with other settings than this sweep gives it "
-                            f"({'; '.join(diff[:3])}); give the command it was started with, or another --out")
+    def refusal(self, point: Point, differences: list) -> str:
+        diff = [f"{setting}: {held!r} in the run, {wanted!r} now" for setting, held, wanted in differences]
+        return (f"{self.run_dir(point)} was trained with other settings than this sweep gives it "
+                f"({'; '.join(diff[:3])}); give the command it was started with, or another --out")
 
     def learning_curve(self, run_dir: Path, batch_size: int) -> list[list]:
         """[[training sequences, metric], ...] at every evaluation the run logged (the task's own held-out
@@ -443,8 +436,8 @@ class Sweep:
                     bar.update(1)
                 return self.write(results)
             for point in self.points():  # before any training: every run already there is this sweep's
-                if (record := self.run_dir(point) / "run.json").exists():
-                    self.check_recipe(point, self.task_at(point), json.loads(record.read_text()))
+                if (run := RunFolder(self.run_dir(point))).has_record():
+                    self.check_recipe(point, self.task_at(point), run.read_record())
             if self.jobs > 1:
                 return self.execute_in_workers(bar)
 

@@ -9,7 +9,7 @@ Determinism. On the CPU the same settings, seed and thread count give the same w
 under ``torch.use_deterministic_algorithms``, which replaces the one racy CPU kernel these models
 use, the accumulating index backward of the token embedding (threads added rows in whatever order
 they finished). A different thread count splits reductions differently, so it gives weights that
-agree only to float rounding; run.json records the count and ``--resume`` says so when it changes.
+agree only to float rounding; the run's record keeps the count and ``--resume`` says so when it changes.
 
 Loss. ``loss="hard"`` is cross-entropy against the sampled answer (the paper's recipe);
 ``loss="soft"`` is cross-entropy against the exact Bayes posterior, which has the same expected
@@ -25,7 +25,7 @@ import shlex
 import time
 import os
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -34,13 +34,13 @@ import models
 from models.base import training_loss as loss_fn  # the objective lives with the models (analyses use it)
 import tasks
 from analyses.base import held_out_batch
-from tasks.base import curriculum_choice, stage_options
+from tasks.base import curriculum_choice
 
 from . import checkpoint, distributed
 from .checkpoint import pick_device
 from .errors import Diverged, UserError
-from .files import RunFolder, append_regular, atomic_write_bytes, atomic_write_json, read_json, read_regular
-from .recipe import TrainSettings, bf16_on, recorded_train
+from .files import RunFolder, append_regular, atomic_write_bytes, atomic_write_json, read_regular
+from .recipe import Recipe, TrainSettings, bf16_on, recorded_train, stage_tasks
 
 
 def checkpoint_steps(total: int, every: int = 0) -> list[int]:
@@ -161,22 +161,6 @@ def load_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tensor])
     opt.load_state_dict(full)
 
 
-RECORD_FIELDS = dict(task=dict, arch=str, model=dict, train=dict, status=str, final=dict, n_params=int,
-                     wall_time_s=(int, float))
-
-
-def record_problem(record: dict) -> str | None:
-    """What is wrong with the shape of a run.json (its values are checked where they are used), or None."""
-    missing = [k for k in ("task", "arch", "model", "train") if k not in record]
-    if missing:
-        return f"missing {', '.join(missing)}"
-    for key, kind in RECORD_FIELDS.items():
-        if key in record and (not isinstance(record[key], kind) or isinstance(record[key], bool)):
-            names = {dict: "a JSON object", str: "a string", int: "an integer"}
-            return f"{key} must be {names.get(kind, 'a number')}, got {json.dumps(record[key])[:40]}"
-    return None
-
-
 def check_optimizer(opt: torch.optim.Optimizer, moments: dict[str, torch.Tensor], step: int, where) -> None:
     """A resume state's optimizer tensors are AdamW's: a step and two moments shaped like each parameter."""
     params = [p for group in opt.param_groups for p in group["params"]]
@@ -229,35 +213,11 @@ def denormals_flushed(active: bool = True):
 
 
 def held_out_metrics(model, batch) -> dict:
-    """The numbers a run records at each evaluation and at its end (run.json's ``final``)."""
+    """The numbers a run records at each evaluation and at its end (its record's ``final``)."""
     from analyses.calibration import measure
 
     return {k: v for k, v in measure(model, batch).items()
             if k in ("entropy_mae_bits", "kl_bits", "accuracy", "infeasible_mass", "relative_mean_error")}
-
-
-def stage_tasks(task, curriculum, n_ctx: int | None) -> list[list]:
-    """Every curriculum stage's task (a mixture's options in turn), each checked: the one check of a curriculum,
-    shared by ``interp train`` and by ``interp tune``'s check of every trial before the first one trains (a stage
-    found wrong only when its trial starts would strand the trials before it). ``n_ctx``: the model's context,
-    where it has one."""
-    return [[stage_task(task, option, n_ctx) for option in stage_options(settings)] for _, settings in curriculum]
-
-
-def stage_task(task, settings: dict, n_ctx: int | None):
-    """The task with a curriculum stage's settings changed; it must share the task's vocabulary and answers."""
-    try:
-        stage = tasks.from_config(task.config() | settings)
-    except tasks.ConfigError as err:
-        raise UserError(f"curriculum stage {settings}: {err}") from None
-    shape = lambda t: (t.name, getattr(t, "vocab_size", None), getattr(t, "n_classes", None))
-    if shape(stage) != shape(task):
-        raise UserError(f"curriculum stage {settings} changes the vocabulary or the answers of the task; a stage "
-                        f"may change only what the model can be run on unchanged (sizes, lengths)")
-    if n_ctx is not None and stage.seq_len > n_ctx:
-        raise UserError(f"curriculum stage {settings} has sequences of {stage.seq_len} tokens, longer than the "
-                        f"model's context ({n_ctx}); train with -M n_ctx={stage.seq_len}")
-    return stage
 
 
 def bf16_problem(model, tokens: torch.Tensor, device: str) -> str | None:
@@ -278,24 +238,34 @@ def bf16_problem(model, tokens: torch.Tensor, device: str) -> str | None:
     return None
 
 
-def model_context(arch: str, task, model_config: dict) -> int | None:
-    """The context (n_ctx) the model of this config would have, where its architecture has one; built on the
-    meta device (no memory, no init), so that a check before training sees what training would build."""
-    with torch.device("meta"):
-        return getattr(models.build(arch, task, config=model_config).cfg, "n_ctx", None)
-
-
 class Trainer:
     """One training run in ``out``: build or restore, then step, evaluate and checkpoint.
 
-    Under torchrun (see ``distributed``) every process builds the same trainer: a mistake found by
-    any of them stops all of them, each trains on its share of every batch, and only rank 0 writes.
+        Trainer.start(out, recipe).run()     # a new run of a recipe (interp.recipe: resolve, stated)
+        Trainer.resume(out).run()            # the run there, on the recipe its record holds
+
+    The recipe comes checked (``Recipe.checked``); the trainer checks only what is the machine's or the folder's:
+    the device, the processes, bf16 on this CPU, the files. Under torchrun (see ``distributed``) every process
+    builds the same trainer: a mistake found by any of them stops all of them, each trains on its share of every
+    batch, and only rank 0 writes.
     """
 
-    def __init__(self, out: str | Path, task_config: dict | None = None, arch: str | None = None,
-                 model_config: dict | None = None, settings: TrainSettings | None = None,
-                 device: str | None = None, resume: bool = False, progress: bool = True, on_eval=None,
-                 compile: bool | None = None, root: str | Path | None = None, stop=None):
+    @classmethod
+    def start(cls, out: str | Path, recipe: Recipe, **options) -> "Trainer":
+        """A new run of ``recipe`` in ``out`` (which must hold no run). ``options``: device, progress, on_eval,
+        root, stop (see ``__init__``)."""
+        return cls(out, recipe, **options)
+
+    @classmethod
+    def resume(cls, out: str | Path, compile: bool | None = None, **options) -> "Trainer":
+        """The run in ``out``, continued where it stopped on the recipe its record holds; ``compile`` switches
+        torch.compile on or off (rounding only). ``options`` as for ``start``."""
+        return cls(out, None, compile=compile, **options)
+
+    def __init__(self, out: str | Path, recipe: Recipe | None, *, device: str | None = None, progress: bool = True,
+                 on_eval=None, compile: bool | None = None, root: str | Path | None = None, stop=None):
+        """Through ``start`` (a ``recipe``) or ``resume`` (None: the run's own)."""
+        resume = recipe is None
         self.out = Path(out)
         # every file the run writes, its lock among them; ``root``: the folder the user named, when the run is
         # one of many below it (a search's trial, a sweep's point)
@@ -305,7 +275,7 @@ class Trainer:
         # reports it to its pruner, and stops the run by raising (the run stays resumable)
         self.on_eval = on_eval
         # stop(step, metrics) after every held-out evaluation: a reason (str) ends the run there as finished,
-        # its checkpoint saved and the reason in run.json's ``stopped`` (a sweep's point that reached its
+        # its checkpoint saved and the reason in the record's ``stopped`` (a sweep's point that reached its
         # threshold spends no more of its budget); None trains on
         self.stop = stop
         self.fresh, self.progress_saved = not resume, False
@@ -323,7 +293,7 @@ class Trainer:
             with self.dist.together():  # every process checks and builds before rank 0 writes anything
                 if self.dist.is_main:
                     self.lock.acquire()
-                self._build(task_config, arch, model_config, settings, resume)
+                self._build(recipe)
                 if resume and compile is not None:
                     self._switch_compile(compile)
                 self._check_precision()
@@ -345,42 +315,36 @@ class Trainer:
         if getattr(self, "lock", None) is not None:
             self.lock.release()
 
-    def _build(self, task_config, arch, model_config, settings, resume) -> None:
-        run_file = self.folder.record
+    def _build(self, recipe: Recipe | None) -> None:
+        """The run's recipe (a resumed run's: its record's), then what trains it: the model (with the weights it
+        starts from), the curriculum's tasks, the optimizer, the held-out batch and, for a new run, its record."""
+        resume, run_file = recipe is None, self.folder.record
         self.folder.check()  # before anything is read or written through its files
         if resume:
             if not run_file.exists():
                 raise UserError(f"nothing to resume: {run_file} does not exist (start the run without --resume)")
             try:
-                self.record = read_json(run_file, "run record")
+                self.record = self.folder.read_record()
             except UserError as err:
                 raise UserError(f"{err}; it cannot be resumed, start a new run with another --out") from None
             if self.record.get("status") == "finished":
                 raise UserError(f"{self.out} has already finished; nothing to resume")
-            try:
-                if problem := record_problem(self.record):
-                    raise TypeError(problem)
-                task_config, arch, model_config = self.record["task"], self.record["arch"], self.record["model"]
-                settings = TrainSettings(**self.record["train"]).validate()
-            except (KeyError, TypeError, UserError) as err:
-                raise UserError(f"{run_file} is not a valid run record ({err}); it cannot be resumed") from None
+            recipe = Recipe.of_run(self.record, run_file)
             self._note_changed_machine()
-        elif run_file.exists() or checkpoint.list_checkpoints(self.out):
+        elif run_file.exists() or self.folder.saved():
             raise UserError(f"{self.out} already holds a run; pass --resume to continue it or choose another --out")
-        self.settings = (settings or TrainSettings()).validate()
+        self.settings = replace(recipe.train)  # the trainer's own (a resume may switch its compile)
         if self.settings.batch_size % self.dist.world_size:
             raise UserError(f"batch-size {self.settings.batch_size} is not divisible by the {self.dist.world_size} "
                             f"training processes; each takes an equal share of every batch")
+        self.task = recipe.task
         try:
-            # defaults: the first task listed and the capacity-reference architecture
-            self.task = tasks.from_config(task_config or {"name": tasks.NAMES[0]})
-            arch = arch or models.REFERENCE
-            self.model = models.build(arch, self.task, config=model_config, seed=self.settings.seed)
+            self.model = models.build(recipe.arch, self.task, config=recipe.model, seed=self.settings.seed)
         except tasks.ConfigError as err:
             raise UserError(f"{run_file}: {err}; it cannot be resumed" if resume else str(err)) from None
         # The start's weights, unless a resume state will replace them (then the start is not read again)
         if self.settings.init and not (resume and self.folder.resume.exists()):
-            init = self._start_from(self.settings.init, arch)
+            init = self._start_from(self.settings.init, recipe.arch)
         self.model.to(self.device)
         s = self.settings
         self.stages = stage_tasks(self.task, s.curriculum, getattr(self.model.cfg, "n_ctx", None))
@@ -392,7 +356,7 @@ class Trainer:
         self.step, self.elapsed = 0, 0.0
         self.eval_batch = held_out_batch(self.task, s.eval_size, s.seed).to(self.device)
         if not resume:
-            self.record = dict(task=self.task.config(), arch=arch, model=self.model.config.to_dict(),
+            self.record = dict(task=self.task.config(), arch=recipe.arch, model=self.model.config.to_dict(),
                                train=asdict(s), n_params=models.n_params(self.model), device=self.device,
                                bf16=bf16_on(s.bf16, self.device),  # the precision it trains in (a resume keeps it)
                                threads=torch.get_num_threads(), world_size=self.dist.world_size,
@@ -421,11 +385,11 @@ class Trainer:
         if bf16 and (problem := bf16_problem(self.model, self.eval_batch.tokens[:1], self.device)):
             self.record["bf16"] = False
             self.notes.append(f"this machine cannot train a {self.record.get('arch')} under bf16 autocast ({problem}); "
-                              f"it trains in float32 instead (run.json records bf16 false)")
+                              f"it trains in float32 instead ({self.folder.RECORD} records bf16 false)")
 
     def _switch_compile(self, compile: bool) -> None:
         """``--resume --no-compile`` (or ``--compile``): torch.compile changes how the step's kernels round,
-        not what it computes, so a run may continue with it switched. run.json keeps the setting the run
+        not what it computes, so a run may continue with it switched. The record keeps the setting the run
         was started with (its recipe) and records the switch among its resumes."""
         if not isinstance(compile, bool):
             raise UserError(f"compile must be true or false, got {compile!r}")
@@ -451,7 +415,7 @@ class Trainer:
         if resume_file.exists():  # everything is checked before anything is loaded or written
             meta, tensors = checkpoint.read(resume_file)
             if not self._same_run(meta):
-                raise UserError(f"{resume_file} is the state of another run than {self.out / 'run.json'} (their task, "
+                raise UserError(f"{resume_file} is the state of another run than {self.folder.record} (their task, "
                                 f"architecture or model differ); it cannot be resumed")
             if meta["step"] > self.settings.steps:
                 raise UserError(f"{resume_file} is at step {meta['step']}, beyond the run's {self.settings.steps} "
@@ -482,7 +446,7 @@ class Trainer:
             atomic_write_bytes(metrics, b"".join(line + b"\n" for line in kept))
 
     def _start_from(self, path: str, arch: str) -> dict:
-        """Load a checkpoint's weights as the starting point; what it was, for run.json."""
+        """Load a checkpoint's weights as the starting point; what it was, for the run's record."""
         path = checkpoint.resolve(path)  # a run folder means its last checkpoint
         meta, tensors = checkpoint.read(path)
         if meta["arch"] != arch:
@@ -508,15 +472,15 @@ class Trainer:
                 [self.task.config(), self.model.arch, self.model.config.to_dict(), self.settings.seed])
 
     def _check_checkpoints(self) -> None:
-        """Every checkpoint already on disk belongs to the run in run.json, at a step within it: resuming
+        """Every checkpoint already on disk belongs to the run in its record, at a step within it: resuming
         rewrites them, which only loses nothing when they are the ones this run writes."""
-        for step, path in checkpoint.list_checkpoints(self.out):
+        for step, path in self.folder.saved():
             meta, _ = checkpoint.read(path, tensors=False)
             if not self._same_run(meta) or meta["step"] != step or step > self.settings.steps:
                 why = (f"its step is {meta['step']}" if meta["step"] != step else
                        f"step {step} is beyond the run's {self.settings.steps} steps" if self._same_run(meta) else
-                       "its task, architecture, model or seed differ from run.json")
-                raise UserError(f"{path} does not belong to the run in {self.out / 'run.json'} ({why}); it cannot "
+                       f"its task, architecture, model or seed differ from {self.folder.RECORD}")
+                raise UserError(f"{path} does not belong to the run in {self.folder.record} ({why}); it cannot "
                                 f"be resumed without overwriting it")
 
     def _save_resume(self) -> None:
@@ -639,4 +603,30 @@ class Trainer:
         return final
 
 
-__all__ = ["Trainer", "checkpoint_steps", "held_out_metrics", "lr_at"]
+def finish(out: str | Path, recipe: Recipe, refused, ignore=(), replay=None, **options) -> dict:
+    """The record of a finished run of ``recipe`` in ``out``, however far a run there got before: none is started,
+    one stopped is resumed, one finished is taken as it is. This is how a search's trials, a sweep's points and a
+    reproduction's cells are trained; they differ only in the recipes they give.
+
+    A run there of another recipe (``Recipe.differences``, less the training settings named in ``ignore``) is
+    refused: ``refused(differences)`` is the refusal, in the caller's words. ``replay(step, metrics)`` is given every
+    evaluation a run already there logged, before it goes on (a search's pruner sees the whole curve);
+    ``options`` go to the trainer (device, progress, on_eval, root, stop).
+    """
+    folder = RunFolder(out)
+    if not folder.has_record():
+        Trainer.start(out, recipe, **options).run()
+        return folder.read_record()
+    record = folder.read_record()
+    if differences := recipe.differences(record, ignore):
+        raise UserError(refused(differences))
+    for logged in folder.logged_lines() if replay is not None else ():
+        if evaluated := {key.removeprefix("eval_"): v for key, v in logged.items() if key.startswith("eval_")}:
+            replay(logged["step"], evaluated)
+    if record.get("status") != "finished":
+        Trainer.resume(out, **options).run()
+        record = folder.read_record()
+    return record
+
+
+__all__ = ["Trainer", "checkpoint_steps", "finish", "held_out_metrics", "lr_at"]

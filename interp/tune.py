@@ -68,10 +68,9 @@ from analyses.base import Result
 
 from . import results as store
 from .files import (Lock, RunFolder, atomic_write_bytes, atomic_write_json, check_writes, child, component, kind_of,
-                    open_regular, probe_writable, read_json, read_regular, refuse_in_the_way)
-from . import checkpoint
-from .recipe import TrainSettings, fitted_curriculum, recorded_settings, resolve
-from .train import Trainer, model_context, stage_tasks
+                    open_regular, probe_writable, refuse_in_the_way)
+from .recipe import Recipe, TrainSettings, fitted_curriculum, preset_settings, resolve, resolved_task, resolved_train
+from .train import finish
 
 NOT_IN_SPACE = ("steps", "batch_size", "eval_every", "eval_size", "seed", "curriculum", "resume_every",
                 "checkpoint_every")  # the budget and the evaluation are the same for every trial
@@ -156,7 +155,7 @@ class Tune:
             if given is not None and given < 1:  # 0 is no budget, never "the preset's"
                 raise UserError(f"--{name} must be a positive integer, got {given}")
         self.storage = Storage(storage, self.out)  # parsed and reached before a trial trains
-        self.task = resolve(task, arch, preset, task_options=task_options).task
+        self.task = resolved_task(task, preset, task_options)
         # The primitive's metric where the task tests one; otherwise (regression) the entropy error every
         # task's evaluation reports, lower being better.
         primitive = self.task.primitive
@@ -181,8 +180,8 @@ class Tune:
             raise UserError(f"--space curriculum takes {', '.join(sorted(choices))}, got "
                             f"{','.join(self.space['curriculum'])}")
         # The budget: the capacity reference's preset recipe for the task unless given, the same for every trial.
-        reference = resolve(self.task, models.REFERENCE or arch, preset).train
-        own = resolve(self.task, arch, preset).train
+        reference = preset_settings(preset, self.task, models.REFERENCE or arch)
+        own = preset_settings(preset, self.task, arch)
         self.budget = dict(steps=reference.steps if steps is None else steps,
                            batch_size=reference.batch_size if batch_size is None else batch_size,
                            eval_size=eval_size, seed=seed)
@@ -197,9 +196,8 @@ class Tune:
         if curriculum is not None and not set(self.curricula) & set(self.space.get("curriculum", ())):
             raise UserError(f"--curriculum gives the stages of curriculum={','.join(self.curricula)}; add "
                             f"curriculum={','.join(self.curricula)} (and off, if wanted) to --space")
-        self.base = resolve(self.task, arch, preset, train_options=self.budget).train  # stages fitted to the budget
         try:
-            self.base.validate()
+            self.base = resolved_train(self.task, arch, preset, self.budget)[0].validate()  # stages fit the budget
         except UserError as err:
             raise UserError(f"budget: {err}") from None
         self.grid = grid_of(self.space)
@@ -225,8 +223,8 @@ class Tune:
         self.moved = False  # set by execute: the search was copied here from a machine that is gone
 
     # -- trials --------------------------------------------------------------------------------
-    def recipe(self, params: dict[str, str]) -> tuple[dict, dict, TrainSettings]:
-        """(task config, model config, training settings) of the trial with these settings."""
+    def recipe(self, params: dict[str, str]) -> Recipe:
+        """The recipe of the trial with these settings, checked."""
         model_fields = {f.name for f in fields(models.architecture(self.arch).config_class)}
         model, train = dict(self.model_options), {}
         for key, raw in params.items():
@@ -237,17 +235,11 @@ class Tune:
                 model[key] = None if key == "shift" and value == 0 else value
             else:
                 train[key] = value
-        try:
-            spec = resolve(self.task, self.arch, self.preset, model_options=model,
+        try:  # checked as interp train checks it: a start that is not there or a bad stage, before any trial trains
+            return resolve(self.task, self.arch, self.preset, model_options=model,
                            train_options=asdict(self.base) | train)
-            settings = spec.train.validate()
-            if settings.init is not None:  # a checkpoint to start from must be there before any trial trains
-                checkpoint.resolve(settings.init)
-            if settings.curriculum:  # checked as interp train checks it, with the model the trial would build
-                stage_tasks(self.task, settings.curriculum, model_context(self.arch, self.task, spec.model))
         except (UserError, TypeError, tasks.ConfigError) as err:
             raise UserError(f"trial {trial_name(params)}: {err}") from None
-        return self.task.config(), spec.model, settings
 
     def folder(self, params: dict[str, str]) -> Path:
         """The trial's run folder: its name made one safe name (a value such as ``init=../x`` never climbs out)."""
@@ -256,31 +248,20 @@ class Tune:
     def train(self, params: dict[str, str], report) -> float:
         """Train (or resume, or read back) one trial; its score."""
         folder = self.folder(params)
-        task_config, model_config, settings = self.recipe(params)
-        record = folder / "run.json"
-        if kind_of(record) is not None:
-            run = trial_record(folder)
-            recipe = dict(task=task_config, arch=self.arch, model=model_config, train=recorded_settings(asdict(settings)))
-            if isinstance(run.get("train"), dict):  # a setting added since the trial was written: at its default
-                run["train"] = recorded_settings(run["train"])
-            if (differs := first_difference(run, json.loads(json.dumps(recipe)))) is not None:
-                setting, held, wanted = differs
-                raise UserError(f"{folder} holds a run of another recipe than this search's trial {trial_name(params)} "
-                                f"({setting} {json.dumps(held)[:60]} there, {json.dumps(wanted)[:60]} now); move it away "
-                                f"to train the trial with this recipe (the other trials are kept), or use another --out")
-            for logged in RunFolder(folder).logged_lines():  # the curve so far, for the pruner
-                if f"eval_{self.metric}" in logged:
-                    report(logged["step"], {self.metric: logged[f"eval_{self.metric}"]}, replay=True)
-            if run.get("status") != "finished":
-                Trainer(folder, resume=True, device=self.device, progress=self.progress, on_eval=report,
-                        root=self.out).run()
-        else:
-            Trainer(folder, task_config, self.arch, model_config, settings, device=self.device,
-                    progress=self.progress, on_eval=report, root=self.out).run()
-        run = trial_record(folder)
+
+        def refused(differences) -> str:
+            setting, held, wanted = differences[0]
+            return (f"{folder} holds a run of another recipe than this search's trial {trial_name(params)} ({setting} "
+                    f"{json.dumps(held)[:60]} there, {json.dumps(wanted)[:60]} now); move it away to train the trial "
+                    f"with this recipe (the other trials are kept), or use another --out")
+
+        replay = lambda step, metrics: report(step, metrics, replay=True)  # noqa: E731 - the curve so far, for the pruner
+        run = finish(folder, self.recipe(params), refused, replay=replay, device=self.device, progress=self.progress,
+                     on_eval=report, root=self.out)
         score = run.get("final", {}).get(self.metric) if isinstance(run.get("final"), dict) else None
         if not isinstance(score, (int, float)):
-            raise UserError(f"{record} has no final {self.metric}; move {folder} away to train the trial again")
+            raise UserError(f"{RunFolder(folder).record} has no final {self.metric}; move {folder} away to train the "
+                            f"trial again")
         return score
 
     # -- the study -------------------------------------------------------------------------------
@@ -353,8 +334,9 @@ class Tune:
         if kind != "a folder":
             raise UserError(f"{expected}; {self.out} {'does not exist' if kind is None else f'is {kind}'}: check the "
                             f"path, or leave out --moved to start a new search")
-        if kind_of(self.out / "run.json") is not None:
-            raise UserError(f"{expected}; {self.out} holds run.json, a training run's: give the search's folder")
+        if RunFolder(self.out).has_record():
+            raise UserError(f"{expected}; {self.out} holds {RunFolder.RECORD}, a training run's: give the search's "
+                            f"folder")
         if not any(kind_of(self.out / name) is not None for name in marks):
             raise UserError(f"{expected}; {self.out} holds none of them: check the path, or leave out --moved to start "
                             f"a new search")
@@ -384,7 +366,7 @@ class Tune:
         check_writes(self.out, files=[STUDY_LOCK, "tune.json", "trials.json", "trials.csv", *self.storage.files],
                      folders=["trials", *(f"trials/{self.folder(p).name}" for p in self.grid)])
         for params in self.grid:  # a trial folder left broken is said now, not after the trials before it ran
-            if kind_of(self.folder(params) / "run.json") is not None:
+            if RunFolder(self.folder(params)).has_record():
                 trial_record(self.folder(params))
                 RunFolder(self.folder(params)).logged_lines()
 
@@ -490,7 +472,7 @@ class Tune:
             listed.add(name)
             folder = self.folder({k: params[k] for k in self.space}) if set(params) >= set(self.space) else None
             run = {}
-            if folder is not None and kind_of(folder / "run.json") is not None:
+            if folder is not None and RunFolder(folder).has_record():
                 try:  # the table lists what it can; the trial itself says what is wrong when it runs
                     run = trial_record(folder)
                 except UserError:
@@ -528,20 +510,6 @@ class Tune:
 
 
 
-def first_difference(held: dict, wanted: dict) -> tuple[str, object, object] | None:
-    """The first setting (``part`` or ``part.key``) where the record ``held`` differs from ``wanted``, with its value
-    in each; None when every part of ``wanted`` is as held."""
-    for part, value in wanted.items():
-        have = held.get(part)
-        if isinstance(value, dict) and isinstance(have, dict):
-            key = next((k for k in value.keys() | have.keys() if have.get(k) != value.get(k)), None)
-            if key is not None:
-                return f"{part}.{key}", have.get(key), value.get(key)
-        elif have != value:
-            return part, have, value
-    return None
-
-
 def orphaned(trial, moved: bool = False) -> bool:
     """Whether a running trial's worker is gone: a process of this host that no longer exists, or with ``moved``
     (the search was copied here from a machine that is gone) any other host's. A trial another worker has just
@@ -562,9 +530,9 @@ def optuna_module():
 
 
 def trial_record(folder: Path) -> dict:
-    """A trial's run.json, or a UserError that says how to start the trial afresh."""
+    """A trial's run record, or a UserError that says how to start the trial afresh."""
     try:
-        return read_json(folder / "run.json", "run record")
+        return RunFolder(folder).read_record()
     except UserError as err:
         raise UserError(f"{err}; move {folder} away to train the trial again") from None
 

@@ -38,7 +38,7 @@ def for_preset(name: str, preset: str, **settings) -> Task:
 
 
 def from_config(config: dict) -> Task:
-    """The task a ``task.config()`` dict describes (as stored in run.json and checkpoints)."""
+    """The task a ``task.config()`` dict describes (as stored in a run's record and in its checkpoints)."""
     if not isinstance(config, dict) or "name" not in config:
         raise ConfigError(f"a task config is a dict with a 'name', like {{'name': 'bijection', 'V': 20}}; "
                           f"got {config!r}")

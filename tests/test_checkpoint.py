@@ -108,3 +108,27 @@ def test_a_header_length_that_looks_like_a_pickle_still_loads(tmp_path, small_mo
             break
     assert path.read_bytes().startswith(first_bytes)
     assert interp.load(path).step == 3
+
+
+def test_the_run_folder_lists_its_series_finds_its_latest_and_the_run_of_a_checkpoint(tmp_path, small_model):
+    from interp.files import RunFolder, checkpoint_name
+
+    run = RunFolder(tmp_path / "run")
+    assert run.saved() == [] and run.latest() is None and not run.has_record() and run.record_if_readable() is None
+    for step in (200, 0, 10):
+        checkpoint.save(run.checkpoint(step), small_model, step=step, seed=0)
+    (run.checkpoints / "step-12.safetensors").write_bytes(b"")  # not a checkpoint's name: not in the series
+    assert run.saved() == [(0, run.checkpoint(0)), (10, run.checkpoint(10)), (200, run.checkpoint(200))]
+    assert run.latest() == run.checkpoint(200) == run.checkpoints / checkpoint_name(200)
+    assert checkpoint.resolve(tmp_path / "run") == run.latest()
+    assert RunFolder.of_checkpoint(run.checkpoint(10)).root == run.root
+    assert RunFolder.step_named(run.checkpoint(10)) == 10
+    assert RunFolder.of_checkpoint(tmp_path / "m.safetensors") is None  # a file on its own
+    run.record.write_text("{not json")
+    assert run.has_record() and run.record_if_readable() is None
+    with pytest.raises(UserError, match="cannot read"):
+        run.read_record()
+    run.metrics.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "eval_accuracy": 0.5}\n{"step": 3, "lo')  # cut short
+    assert run.logged_lines() == [{"step": 1, "loss": 2.0}, {"step": 2, "eval_accuracy": 0.5}]
+    model = interp.load(tmp_path / "run")  # a record that does not read leaves the budget unknown, not the load
+    assert model.step == 200 and model.provenance.budget is None and len(model.provenance.checkpoints) == 3

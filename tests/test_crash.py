@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file
 
 from interp import checkpoint
+from interp.recipe import stated
 from interp.train import Trainer
 from tests.cli import run_cli, threaded_cli
 
@@ -92,7 +93,7 @@ def sigkill_and_resume(tmp_path, capsys):
             if record["status"] == "finished":
                 break
             # What --resume will do: continue from the last complete resume state.
-            assert Trainer(run_dir, resume=True, progress=False).step == start, note
+            assert Trainer.resume(run_dir, progress=False).step == start, note
         log = tmp_path / f"child-{len(history)}.log"
         child = threaded_cli(log, "train", "--out", run_dir, *(ARGS if start is None else ["--resume", "--device", "cpu"]), threads=THREADS)
         # Even kills: any moment from the start (start-up included). Odd kills: just after the
@@ -129,11 +130,12 @@ def test_resume_removes_the_temp_files_of_cut_short_writes(tmp_path):
     from interp.train import TrainSettings
 
     settings = TrainSettings(steps=10, batch_size=4, warmup=1, eval_every=10, eval_size=10)
-    Trainer(tmp_path / "run", dict(name="bijection", V=4, L=3), "transformer",
-            dict(d_model=8, n_layers=1, n_heads=2), settings, progress=False)  # run.json only, as if killed
+    Trainer.start(tmp_path / "run",
+                  stated(dict(name="bijection", V=4, L=3), "transformer", dict(d_model=8, n_layers=1, n_heads=2),
+                         settings), progress=False)  # run.json only, as if killed
     stale = [tmp_path / "run" / ".run.json.x1.tmp", tmp_path / "run" / "checkpoints" / ".step-00000000.safetensors.x2.tmp"]
     for path in stale:
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(b"half")
-    Trainer(tmp_path / "run", resume=True, progress=False)
+    Trainer.resume(tmp_path / "run", progress=False)
     assert not any(path.exists() for path in stale)

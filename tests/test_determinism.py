@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import models
+from interp.recipe import stated
 from interp.train import Trainer, TrainSettings, deterministic
 
 THREADS = 2
@@ -29,7 +30,8 @@ def two_threads():
 
 
 def trained(folder, arch):
-    trainer = Trainer(folder, TASK, arch, None, SETTINGS, device="cpu", progress=False)  # bit for bit: a CPU claim
+    trainer = Trainer.start(folder, stated(TASK, arch, None, SETTINGS), device="cpu",
+                            progress=False)  # bit for bit: a CPU claim
     trainer.run()
     return trainer.model.state_dict()
 
@@ -48,9 +50,10 @@ def test_two_runs_with_one_seed_are_bit_identical_on_two_threads(tmp_path, arch,
 def test_the_run_records_its_thread_count_and_a_resume_on_another_says_so(tmp_path, two_threads):
     settings = TrainSettings(steps=4, batch_size=8, warmup=1, eval_every=1000, eval_size=8, resume_every=2)
     run = tmp_path / "run"
-    Trainer(run, TASK, "mlp", None, settings, device="cpu", progress=False)  # run.json written, as if killed at once
+    Trainer.start(run, stated(TASK, "mlp", None, settings), device="cpu",
+                  progress=False)  # run.json written, as if killed at once
     torch.set_num_threads(1)
-    resumed = Trainer(run, resume=True, device="cpu", progress=False)
+    resumed = Trainer.resume(run, device="cpu", progress=False)
     assert len(resumed.notes) == 1 and "threads 2 -> 1" in resumed.notes[0]
     assert "OMP_NUM_THREADS=2" in resumed.notes[0]
     resumed.run()

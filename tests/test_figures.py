@@ -17,6 +17,7 @@ import tasks
 from analyses import style
 from analyses.base import AnalysisError
 from interp import checkpoint
+from interp.recipe import stated
 from interp.train import Trainer, TrainSettings
 
 
@@ -34,8 +35,9 @@ def candidates(tmp_path_factory):
     out = tmp_path_factory.mktemp("figures") / "run"
     settings = TrainSettings(steps=20, batch_size=16, lr=3e-3, warmup=2, eval_every=20, eval_size=32,
                              checkpoint_every=5)
-    Trainer(out, dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=2, n_heads=2),
-            settings, progress=False).run()
+    Trainer.start(out,
+                  stated(dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=2, n_heads=2),
+                         settings), progress=False).run()
     cells = [(arch, task) for arch in models.ARCHS for task in tasks.NAMES]
     return [lambda: checkpoint.load(out)] + [lambda cell=cell: small_model(*cell) for cell in cells]
 

@@ -13,6 +13,7 @@ from interp import checkpoint
 from interp.errors import UserError
 from interp.files import RunFolder
 from interp.results import checkpoint_digest
+from interp.recipe import stated
 from interp.train import Trainer, TrainSettings
 
 TASK = dict(name="hmm", S=2, O=2, K=4)
@@ -71,20 +72,22 @@ def test_a_run_with_offsets_replays_itself_bit_for_bit(tmp_path):
     config = offsets_model().config.to_dict()
     weights = []
     for name in ("a", "b"):
-        trainer = Trainer(tmp_path / name, TASK, "transformer", config, TrainSettings(**SETTINGS), progress=False)
+        trainer = Trainer.start(tmp_path / name, stated(TASK, "transformer", config, TrainSettings(**SETTINGS)),
+                                progress=False)
         trainer.run()
         weights.append(trainer.model.state_dict())
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
 
 
 def test_init_starts_from_the_checkpoint_and_records_it(tmp_path):
-    first = Trainer(tmp_path / "first", TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**SETTINGS),
-                    progress=False)
+    first = Trainer.start(tmp_path / "first",
+                          stated(TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**SETTINGS)), progress=False)
     first.run()
     start = checkpoint.resolve(tmp_path / "first")
     # the fine-tune changes a model option that leaves the weights' shapes alone
-    tuned = Trainer(tmp_path / "tuned", TASK, "transformer", dict(SMALL, n_ctx=20, position_offsets=True),
-                    TrainSettings(**SETTINGS, init=str(tmp_path / "first")), progress=False)
+    tuned = Trainer.start(tmp_path / "tuned",
+                          stated(TASK, "transformer", dict(SMALL, n_ctx=20, position_offsets=True),
+                                 TrainSettings(**SETTINGS, init=str(tmp_path / "first"))), progress=False)
     _, init_weights = checkpoint.read(start)
     assert all(torch.equal(tuned.model.state_dict()[k], init_weights[k]) for k in init_weights)
     tuned.run()
@@ -101,22 +104,25 @@ def test_init_starts_from_the_checkpoint_and_records_it(tmp_path):
     ("transformer", dict(TASK, O=3), "weights do not match"),
 ])
 def test_init_of_another_architecture_task_or_shape_is_refused_in_one_line(tmp_path, arch, task, match):
-    Trainer(tmp_path / "first", TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**dict(SETTINGS, steps=1)),
-            progress=False).run()
+    Trainer.start(tmp_path / "first",
+                  stated(TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**dict(SETTINGS, steps=1))),
+                  progress=False).run()
     config = dict(SMALL, n_ctx=20) if arch == "transformer" else None
     with pytest.raises(UserError, match=match):
-        Trainer(tmp_path / "second", task, arch, config, TrainSettings(**SETTINGS, init=str(tmp_path / "first")),
-                progress=False)
+        Trainer.start(tmp_path / "second",
+                      stated(task, arch, config, TrainSettings(**SETTINGS, init=str(tmp_path / "first"))),
+                      progress=False)
     assert not (tmp_path / "second" / "run.json").exists()
 
 
 def test_a_fine_tuned_models_budget_counts_what_its_start_had_seen_and_the_matrix_prints_it(tmp_path):
     import analyses
 
-    Trainer(tmp_path / "first", TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**SETTINGS),
-            progress=False).run()
-    Trainer(tmp_path / "tuned", TASK, "transformer", dict(SMALL, n_ctx=20),
-            TrainSettings(**dict(SETTINGS, steps=2, init=str(tmp_path / "first"))), progress=False).run()
+    Trainer.start(tmp_path / "first", stated(TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**SETTINGS)),
+                  progress=False).run()
+    Trainer.start(tmp_path / "tuned",
+                  stated(TASK, "transformer", dict(SMALL, n_ctx=20),
+                         TrainSettings(**dict(SETTINGS, steps=2, init=str(tmp_path / "first")))), progress=False).run()
     length = tasks.from_config(TASK).seq_len
     assert checkpoint.budget(RunFolder(tmp_path / "first"), 3) == dict(
         steps=3, batch_size=8, init_sequences=0, sequences=24, init_tokens=0, tokens=24 * length)
@@ -185,18 +191,18 @@ def test_a_model_cards_command_trains_the_same_run_again_with_init_curriculum_an
 def test_a_run_started_from_a_checkpoint_resumes_from_its_own_state_without_reading_the_start_again(tmp_path):
     import shutil
 
-    Trainer(tmp_path / "first", TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**SETTINGS),
-            progress=False).run()
+    Trainer.start(tmp_path / "first", stated(TASK, "transformer", dict(SMALL, n_ctx=20), TrainSettings(**SETTINGS)),
+                  progress=False).run()
     settings = TrainSettings(**dict(SETTINGS, steps=4, eval_every=2, resume_every=2, init=str(tmp_path / "first")))
 
     def stop(step, metrics):
         raise KeyboardInterrupt  # as a killed worker would leave it: a resume state at step 2
 
     with pytest.raises(KeyboardInterrupt):
-        Trainer(tmp_path / "tuned", TASK, "transformer", dict(SMALL, n_ctx=20), settings, progress=False,
-                on_eval=stop).run()
+        Trainer.start(tmp_path / "tuned", stated(TASK, "transformer", dict(SMALL, n_ctx=20), settings), progress=False,
+                      on_eval=stop).run()
     shutil.rmtree(tmp_path / "first")  # the start is gone; the run's own state is all it needs
-    resumed = Trainer(tmp_path / "tuned", resume=True, progress=False)
+    resumed = Trainer.resume(tmp_path / "tuned", progress=False)
     assert resumed.step == 2
     resumed.run()
     record = json.loads((tmp_path / "tuned" / "run.json").read_text())

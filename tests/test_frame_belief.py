@@ -12,6 +12,7 @@ import tasks
 from analyses import belief_clusters as bc
 from analyses import frame_precision as fp
 from interp import checkpoint
+from interp.recipe import stated
 from interp.train import Trainer, TrainSettings
 
 TASK = dict(name="bijection", V=6, L=5)
@@ -62,7 +63,7 @@ def tiny_run(tmp_path_factory):
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("frame") / "run"
     settings = TrainSettings(steps=250, batch_size=32, lr=3e-3, warmup=20, eval_every=250, eval_size=64)
-    Trainer(out, TASK, "transformer", MODEL, settings, progress=False).run()
+    Trainer.start(out, stated(TASK, "transformer", MODEL, settings), progress=False).run()
     return out
 
 

@@ -164,13 +164,15 @@ def test_cuda_parallel_scan_matches_the_reference(dtype, tolerance):
 
 @cuda
 def test_a_cuda_trainer_trains_in_bf16_by_default_and_in_float32_when_asked(tmp_path):
+    from interp.recipe import stated
     from interp.train import Trainer, TrainSettings
 
     for name, bf16 in (("auto", None), ("off", False)):
-        trainer = Trainer(tmp_path / name, dict(name="bijection", V=6, L=5), "transformer",
-                          dict(d_model=16, n_layers=1, n_heads=2),
-                          TrainSettings(steps=2, batch_size=8, warmup=1, eval_every=2, eval_size=16, bf16=bf16),
-                          device="cuda", progress=False)
+        trainer = Trainer.start(tmp_path / name,
+                                stated(dict(name="bijection", V=6, L=5), "transformer",
+                                       dict(d_model=16, n_layers=1, n_heads=2),
+                                       TrainSettings(steps=2, batch_size=8, warmup=1, eval_every=2, eval_size=16,
+                                                     bf16=bf16)), device="cuda", progress=False)
         assert trainer.record["bf16"] is (bf16 is None)
         trainer.run()
 
@@ -187,13 +189,16 @@ def train_briefly(folder, bf16="unset", resume=False):
     """A 2-step tiny run on the CPU; returns (run.json, whether each training forward pass autocast)."""
     import json
 
+    from interp.recipe import stated
     from interp.train import Trainer, TrainSettings
 
     settings = {} if bf16 == "unset" else dict(bf16=bf16)
-    trainer = (Trainer(folder, resume=True, device="cpu", progress=False) if resume else
-               Trainer(folder, dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
-                       TrainSettings(steps=2, batch_size=8, warmup=1, eval_every=100, eval_size=16, **settings),
-                       device="cpu", progress=False))
+    trainer = (Trainer.resume(folder, device="cpu", progress=False) if resume else
+               Trainer.start(folder,
+                             stated(dict(name="bijection", V=6, L=5), "transformer",
+                                    dict(d_model=16, n_layers=1, n_heads=2),
+                                    TrainSettings(steps=2, batch_size=8, warmup=1, eval_every=100, eval_size=16,
+                                                  **settings)), device="cpu", progress=False))
     seen = []
     trainer.model.register_forward_pre_hook(lambda module, args: seen.append(torch.is_autocast_enabled("cpu"))
                                             if module.training else None)
@@ -214,11 +219,14 @@ def test_a_run_json_from_before_auto_resumes_as_it_ran(legacy, autocast, tmp_pat
     import json
 
     from interp.recipe import recorded_train
+    from interp.recipe import stated
     from interp.train import Trainer, TrainSettings
 
     run = tmp_path / "run"
-    Trainer(run, dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
-            TrainSettings(steps=2, batch_size=8, warmup=1, eval_every=100, eval_size=16), device="cpu", progress=False)
+    Trainer.start(run,
+                  stated(dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
+                         TrainSettings(steps=2, batch_size=8, warmup=1, eval_every=100, eval_size=16)), device="cpu",
+                  progress=False)
     record = json.loads((run / "run.json").read_text())
     del record["bf16"]
     record["train"]["bf16"] = legacy

@@ -74,12 +74,14 @@ def test_two_trainers_released_together_on_one_folder(tmp_path, monkeypatch, att
 
 @pytest.mark.parametrize("attempt", range(2))
 def test_two_resumes_released_together(tmp_path, monkeypatch, attempt):
+    from interp.recipe import stated
     from interp.train import Trainer, TrainSettings
 
     monkeypatch.chdir(tmp_path)
     # a run interrupted before its first resume state: --resume trains it from the start
-    Trainer(tmp_path / "paused", dict(name="bijection", V=6, L=5), "transformer",
-            dict(d_model=16, n_layers=1, n_heads=2), TrainSettings(steps=300, batch_size=8), progress=False).close()
+    Trainer.start(tmp_path / "paused",
+                  stated(dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
+                         TrainSettings(steps=300, batch_size=8)), progress=False).close()
     results = race(tmp_path, ["train", "--resume", "--out", "paused"], ["train", "--resume", "--out", "paused"])
     one_refused(results)
     assert json.loads((tmp_path / "paused" / "run.json").read_text())["status"] == "finished"

@@ -8,6 +8,7 @@ import analyses
 import models
 import tasks
 from analyses import calibration
+from interp.recipe import stated
 from interp.train import TrainSettings, Trainer
 from tasks.regression import conditioned_predictive as regression_predictive
 
@@ -120,8 +121,9 @@ def test_a_transformer_reads_continuous_inputs_with_hooks_and_learns(tmp_path):
     with pytest.raises(analyses.AnalysisError, match="no hypothesis tokens"):
         analyses.run("key-orthogonality", model)
     settings = TrainSettings(steps=600, batch_size=64, lr=3e-3, warmup=30, eval_every=600, eval_size=500)
-    trainer = Trainer(tmp_path / "reg", task.config(), "transformer", dict(d_model=32, n_layers=2, n_heads=2),
-                      settings, progress=False)
+    trainer = Trainer.start(tmp_path / "reg",
+                            stated(task.config(), "transformer", dict(d_model=32, n_layers=2, n_heads=2), settings),
+                            progress=False)
     before = trainer.evaluate()["entropy_mae_bits"]
     after = trainer.run()["entropy_mae_bits"]
     assert after < before / 2

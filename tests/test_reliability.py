@@ -130,11 +130,14 @@ def test_a_reproduction_rerun_after_a_full_disk_makes_its_figures(tmp_path, monk
     the cached result, and reproduction.md linked PNGs that never came. Now the JSON is written last, and
     a result is reused only when every figure it lists is there."""
     from interp.reproduce import Reproduction
+    from interp.recipe import stated
     from interp.train import Trainer, TrainSettings
 
     job = Reproduction("cpu", tmp_path / "runs", tmp_path / "repro", ("bijection",), ("mlp",))
-    Trainer(job.run_dir("bijection", "mlp"), dict(name="bijection", V=6, L=5), "mlp", dict(d_model=16),
-            TrainSettings(steps=5, batch_size=8, warmup=1, eval_every=5, eval_size=20), progress=False).run()
+    Trainer.start(job.run_dir("bijection", "mlp"),
+                  stated(dict(name="bijection", V=6, L=5), "mlp", dict(d_model=16),
+                         TrainSettings(steps=5, batch_size=8, warmup=1, eval_every=5, eval_size=20)),
+                  progress=False).run()
     folder = tmp_path / "repro" / "bijection-mlp-cpu"
     real_fsync = os.fsync
 
@@ -161,11 +164,13 @@ def test_a_reproduction_rerun_after_a_full_disk_makes_its_figures(tmp_path, monk
 def test_the_advice_of_a_compile_that_cannot_build_is_a_command_that_works(tmp_path):
     """Resuming a --compile run where no C++ compiler works said to pass --no-compile, which --resume
     refused. Now the advice is the whole command, and the test runs it."""
+    from interp.recipe import stated
     from interp.train import Trainer, TrainSettings
 
-    Trainer(tmp_path / "run", dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
-            TrainSettings(steps=5, batch_size=8, warmup=1, eval_every=5, eval_size=20, compile=True),
-            progress=False).close()  # a compile run interrupted before its first step
+    Trainer.start(tmp_path / "run",
+                  stated(dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
+                         TrainSettings(steps=5, batch_size=8, warmup=1, eval_every=5, eval_size=20, compile=True)),
+                  progress=False).close()  # a compile run interrupted before its first step
     # In fresh processes: a compiler that failed once stays failed in inductor's caches for the rest of
     # a process, which would break every later compiled test in the same pytest run.
     env = dict(os.environ, CXX="/nonexistent/c++", TORCHINDUCTOR_FORCE_DISABLE_CACHES="1")  # no compiler, no cache

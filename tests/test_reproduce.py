@@ -1,4 +1,5 @@
 """interp reproduce: reuses finished runs, fills the paper's rows from the analyses, resumes."""
+import dataclasses
 import json
 from pathlib import Path
 
@@ -6,6 +7,7 @@ import pytest
 
 import models
 import tasks
+from interp.recipe import stated
 from interp.reproduce import Reproduction, plan, rows
 from tests.cli import run_cli
 
@@ -16,10 +18,9 @@ def tiny_recipes(monkeypatch):
     real = Reproduction.recipe
 
     def tiny(self, task, arch):
-        recipe = real(self, task, arch)
-        recipe["model"].update(d_model=16, n_layers=2, **({"n_heads": 2} if "n_heads" in recipe["model"] else {}))
-        recipe["train"].update(steps=20)
-        return recipe
+        spec = real(self, task, arch)
+        model = dict(spec.model, d_model=16, n_layers=2, **({"n_heads": 2} if "n_heads" in spec.model else {}))
+        return stated(spec.task, arch, model, dataclasses.replace(spec.train, steps=20))
 
     monkeypatch.setattr(Reproduction, "recipe", tiny)
 

@@ -37,12 +37,14 @@ def files_in(folder: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
     """A two-layer tiny run (4 steps), trained once for the module."""
+    from interp.recipe import stated
     from interp.train import TrainSettings, Trainer
 
     folder = tmp_path_factory.mktemp("runs") / "tiny"
-    Trainer(folder, dict(name="bijection", **tiny.TASK), "transformer", tiny.MODEL,
-            TrainSettings(steps=4, batch_size=4, warmup=1, eval_every=4, eval_size=8), device="cpu",
-            progress=False).run()
+    Trainer.start(folder,
+                  stated(dict(name="bijection", **tiny.TASK), "transformer", tiny.MODEL,
+                         TrainSettings(steps=4, batch_size=4, warmup=1, eval_every=4, eval_size=8)), device="cpu",
+                  progress=False).run()
     return folder
 
 
@@ -292,11 +294,14 @@ def test_moved_refuses_what_is_not_a_search(tmp_path, monkeypatch, capsys, folde
 
 # -- the Jacobian lens: one check of its fit for --ckpt and --model --------------------------------------------------
 def test_the_jacobian_lens_on_one_layer_names_the_missing_layer(tmp_path, monkeypatch, capsys):
+    from interp.recipe import stated
     from interp.train import TrainSettings, Trainer
 
     monkeypatch.chdir(tmp_path)
-    Trainer("one", dict(name="bijection", **tiny.TASK), "transformer", tiny.MODEL | {"n_layers": 1},
-            TrainSettings(steps=2, batch_size=4, warmup=1, eval_every=2, eval_size=8), device="cpu", progress=False).run()
+    Trainer.start("one",
+                  stated(dict(name="bijection", **tiny.TASK), "transformer", tiny.MODEL | {"n_layers": 1},
+                         TrainSettings(steps=2, batch_size=4, warmup=1, eval_every=2, eval_size=8)), device="cpu",
+                  progress=False).run()
     shown = run_cli(capsys, "run", "jacobian-lens", "--ckpt", "one", "--n", "8", "--n-fit", "4")
     assert (shown.code, shown.err.strip()) == (1, (
         "interp: error: the Jacobian lens carries each layer below the last to the last, and this model has 1 layer: "

@@ -19,6 +19,20 @@ def test_the_seed_range_is_defined_once():
     assert found == ["tasks/base.py"], found
 
 
+def test_a_run_folders_files_are_spelled_only_by_run_folder():
+    """interp.files.RunFolder answers every question about a run's files (its record, its checkpoints, its metrics
+    log): no other module, benchmark or experiment names them, in code or words (tests may: they check the format
+    on disk). The checkpoints folder counts where a path is made of it (``/ "checkpoints"``, ``== "checkpoints"``)."""
+    spelled = re.compile(r"run\.json|metrics\.jsonl"
+                         r"|/\s*f?[\"']checkpoints[\"']|==\s*[\"']checkpoints[\"']|[\"']checkpoints/")
+    scripts = [(path.relative_to(ROOT).as_posix(), path.read_text()) for folder in ("benchmarks", "experiments")
+               for path in sorted((ROOT / folder).glob("*.py"))]
+    found = [f"{name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0)}" for name, text in [*sources(), *scripts]
+             for m in spelled.finditer(text) if name != "interp/files.py"]
+    assert found == [], "\n".join(found)
+    assert all(spelled.search(code) for code in ('run / "checkpoints"', "p.name == 'checkpoints'", '"run.json"'))
+
+
 def test_the_held_out_seeding_formula_is_written_once():
     found = [name for name, text in sources() if "HELD_OUT_SEED_BASE +" in text]
     assert found == ["tasks/base.py"], found

@@ -94,11 +94,13 @@ def test_a_grid_sweep_takes_one_lr_and_curriculum_for_every_point_and_draws_each
 
 
 def tiny_run(folder, task, arch, **task_settings):
+    from interp.recipe import stated
     from interp.train import Trainer, TrainSettings
 
     t = tasks.make(task, **task_settings)
-    Trainer(folder, t.config(), arch, models.model_config(arch, "cpu", t),
-            TrainSettings(steps=10, batch_size=8, warmup=2, eval_size=16), progress=False).run()
+    Trainer.start(folder,
+                  stated(t.config(), arch, models.model_config(arch, "cpu", t),
+                         TrainSettings(steps=10, batch_size=8, warmup=2, eval_size=16)), progress=False).run()
     return str(folder)
 
 

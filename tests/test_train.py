@@ -1,4 +1,5 @@
 """Training: schedule, checkpoints, and exact resumption after a hard kill."""
+import dataclasses
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ from safetensors.torch import load_file
 
 from interp import checkpoint
 from interp.errors import UserError
-from interp.recipe import TrainSettings, fitted_curriculum
+from interp.recipe import TrainSettings, fitted_curriculum, stated
 from interp.train import Trainer, checkpoint_steps, denormals_are_flushed, lr_at
 
 TASK = dict(name="bijection", V=6, L=5)
@@ -52,8 +53,8 @@ def test_a_cpu_run_flushes_denormals_while_it_trains_and_puts_them_back(tmp_path
     # run (hypothesis refuses to draw floats without subnormals) must find IEEE floats again
     seen = []
     settings = TrainSettings(steps=4, batch_size=4, lr=1e-3, warmup=0, eval_every=2, eval_size=8)
-    Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, device="cpu", progress=False,
-            on_eval=lambda step, metrics: seen.append(denormals_are_flushed())).run()
+    Trainer.start(tmp_path / "run", stated(TASK, "transformer", MODEL, settings), device="cpu", progress=False,
+                  on_eval=lambda step, metrics: seen.append(denormals_are_flushed())).run()
     assert seen and all(seen)
     assert not denormals_are_flushed() and 1e-308 * 1e-10 != 0.0
 
@@ -61,7 +62,7 @@ def test_a_cpu_run_flushes_denormals_while_it_trains_and_puts_them_back(tmp_path
 @pytest.mark.slow  # trains hundreds of steps or starts processes: minutes on a busy 2-core machine
 def test_training_learns_the_task(tmp_path):
     settings = TrainSettings(steps=300, batch_size=64, lr=3e-3, warmup=30, eval_every=300, eval_size=500)
-    final = Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False).run()
+    final = Trainer.start(tmp_path / "run", stated(TASK, "transformer", MODEL, settings), progress=False).run()
     # An untrained model is ~0.5 bits off on V=6; a few hundred soft-target steps get far closer.
     assert final["entropy_mae_bits"] < 0.1
 
@@ -69,8 +70,8 @@ def test_training_learns_the_task(tmp_path):
 @pytest.mark.slow  # trains hundreds of steps or starts processes: minutes on a busy 2-core machine
 def test_resume_after_sigkill_is_bit_exact(tmp_path):
     settings = dict(steps=400, batch_size=32, warmup=20, resume_every=50, eval_every=100, eval_size=200)
-    reference = Trainer(tmp_path / "straight", TASK, "transformer", MODEL, TrainSettings(**settings),
-                        device="cpu", progress=False)  # bit for bit: a CPU claim
+    reference = Trainer.start(tmp_path / "straight", stated(TASK, "transformer", MODEL, TrainSettings(**settings)),
+                              device="cpu", progress=False)  # bit for bit: a CPU claim
     reference.run()
 
     run_dir = tmp_path / "killed"
@@ -88,7 +89,7 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path):
     assert (run_dir / "resume.safetensors").exists(), "killed before any resume state was written"
     for _, path in checkpoint.list_checkpoints(run_dir):
         checkpoint.load(path)  # every checkpoint on disk is complete
-    resumed = Trainer(run_dir, resume=True, device="cpu", progress=False)
+    resumed = Trainer.resume(run_dir, device="cpu", progress=False)
     # The kill may land between checkpoint 200 and the resume state written after it: then the
     # run resumes from the previous state, at step 100, and must still end bit for bit the same.
     assert resumed.step in (100, 200)
@@ -102,7 +103,7 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path):
 
 def test_a_non_finite_loss_stops_training_and_keeps_the_last_good_checkpoint(tmp_path):
     settings = TrainSettings(steps=300, batch_size=16, lr=1e-3, warmup=5, eval_every=100, eval_size=50)
-    trainer = Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
+    trainer = Trainer.start(tmp_path / "run", stated(TASK, "transformer", MODEL, settings), progress=False)
     original = trainer.task.sample
 
     def poisoned(batch_size, generator=None):
@@ -126,13 +127,13 @@ def test_a_corrupt_run_record_cannot_be_resumed(tmp_path):
     (tmp_path / "run" / "run.json").write_text(json.dumps({"task": {}, "arch": "transformer", "model": {},
                                                            "train": {"stepz": 3}}))
     with pytest.raises(UserError, match="not a valid run record"):
-        Trainer(tmp_path / "run", resume=True, progress=False)
+        Trainer.resume(tmp_path / "run", progress=False)
 
 
 def test_a_curriculum_trains_on_its_stages_then_on_the_task(tmp_path):
     stage = dict(L=3)
     settings = TrainSettings(steps=20, batch_size=8, warmup=2, eval_every=20, eval_size=50, curriculum=[[10, stage]])
-    trainer = Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
+    trainer = Trainer.start(tmp_path / "run", stated(TASK, "transformer", MODEL, settings), progress=False)
     assert trainer.task_at(0).config() == trainer.task.config() | stage
     assert trainer.task_at(9).L == 3 and trainer.task_at(10) is trainer.task
     trainer.run()
@@ -145,7 +146,7 @@ def test_a_mixture_stage_takes_its_settings_in_turn_and_counts_its_tokens(tmp_pa
 
     mixture = [dict(L=3), dict(L=4), {}]
     settings = TrainSettings(steps=14, batch_size=4, warmup=2, eval_every=14, eval_size=20, curriculum=[[10, mixture]])
-    trainer = Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
+    trainer = Trainer.start(tmp_path / "run", stated(TASK, "transformer", MODEL, settings), progress=False)
     assert [trainer.task_at(step).L for step in range(12)] == [3, 4, 5, 3, 4, 5, 3, 4, 5, 3, 5, 5]
     trainer.run()
     record = json.loads((tmp_path / "run" / "run.json").read_text())
@@ -161,9 +162,10 @@ def test_a_mixture_stage_takes_its_settings_in_turn_and_counts_its_tokens(tmp_pa
 def test_mamba_trains_as_mamba_ssm_when_asked_a_log_undecayed_and_rmsnorm_eps(tmp_path):
     settings = TrainSettings(steps=1, batch_size=4, eval_size=20)
     model = dict(d_model=16, n_layers=2)
-    plain = Trainer(tmp_path / "a", TASK, "mamba", model, settings, progress=False)
-    as_ssm = Trainer(tmp_path / "b", TASK, "mamba", model | dict(ssm_weight_decay=False, norm_eps=1e-5),
-                     settings, progress=False)
+    plain = Trainer.start(tmp_path / "a", stated(TASK, "mamba", model, settings), progress=False)
+    as_ssm = Trainer.start(tmp_path / "b",
+                           stated(TASK, "mamba", model | dict(ssm_weight_decay=False, norm_eps=1e-5), settings),
+                           progress=False)
     undecayed = lambda trainer: {id(p) for p in trainer.opt.param_groups[1]["params"]}
     names = lambda trainer: {n for n, p in trainer.model.named_parameters() if id(p) in undecayed(trainer)}
     assert {n for n in names(plain) if "A_log" in n} == set()
@@ -177,7 +179,7 @@ def test_mamba_trains_as_mamba_ssm_when_asked_a_log_undecayed_and_rmsnorm_eps(tm
 def test_a_stage_longer_than_a_learned_position_table_is_refused_with_the_fix(tmp_path):
     settings = TrainSettings(steps=20, batch_size=8, curriculum=[[10, dict(L=7, replacement=True)]])
     with pytest.raises(UserError, match=r"longer than the model's context \(9\); train with -M n_ctx=13"):
-        Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
+        Trainer.start(tmp_path / "run", stated(TASK, "transformer", MODEL, settings), progress=False)
 
 
 @pytest.mark.parametrize("curriculum, message", [
@@ -188,7 +190,7 @@ def test_a_stage_longer_than_a_learned_position_table_is_refused_with_the_fix(tm
 def test_a_bad_curriculum_is_refused_before_anything_is_written(tmp_path, curriculum, message):
     settings = TrainSettings(steps=20, batch_size=8, curriculum=curriculum)
     with pytest.raises(UserError, match=message):
-        Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False)
+        Trainer.start(tmp_path / "run", stated(TASK, "transformer", MODEL, settings), progress=False)
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
 
 
@@ -208,9 +210,10 @@ def test_a_compiled_run_learns_replays_itself_and_says_so_in_its_card(tmp_path):
     from interp.pretrained import ship
 
     settings = dict(steps=60, batch_size=32, warmup=6, eval_every=60, eval_size=200)
-    eager = Trainer(tmp_path / "eager", TASK, "transformer", MODEL, TrainSettings(**settings), progress=False).run()
-    runs = [Trainer(tmp_path / name, TASK, "transformer", MODEL, TrainSettings(**settings, compile=True),
-                    progress=False) for name in ("compiled", "again")]
+    eager = Trainer.start(tmp_path / "eager", stated(TASK, "transformer", MODEL, TrainSettings(**settings)),
+                          progress=False).run()
+    runs = [Trainer.start(tmp_path / name, stated(TASK, "transformer", MODEL, TrainSettings(**settings, compile=True)),
+                          progress=False) for name in ("compiled", "again")]
     finals = [trainer.run() for trainer in runs]
     assert finals[0]["entropy_mae_bits"] == pytest.approx(eager["entropy_mae_bits"], abs=2e-3)
     ends = [load_file(tmp_path / name / "checkpoints" / checkpoint.checkpoint_name(60)) for name in ("compiled", "again")]
@@ -229,14 +232,15 @@ def test_a_compile_that_cannot_build_its_kernels_is_one_line_saying_how_to_go_on
     torch._dynamo.reset()
     settings = TrainSettings(steps=5, batch_size=8, warmup=1, eval_every=5, eval_size=20, compile=True)
     with pytest.raises(UserError, match="torch.compile could not build the training step .*--no-compile"):
-        Trainer(tmp_path / "run", TASK, "transformer", MODEL, settings, progress=False).run()
+        Trainer.start(tmp_path / "run", stated(TASK, "transformer", MODEL, settings), progress=False).run()
     torch._dynamo.reset()
 
 
 @pytest.mark.parametrize("name", ["compile", "bf16"])
 def test_compile_and_bf16_must_be_booleans(tmp_path, name):
     with pytest.raises(UserError, match=f"{name} must be true or false"):
-        Trainer(tmp_path / "run", TASK, "transformer", MODEL, TrainSettings(steps=5, **{name: "yes"}), progress=False)
+        Trainer.start(tmp_path / "run", stated(TASK, "transformer", MODEL, TrainSettings(steps=5, **{name: "yes"})),
+                      progress=False)
 
 
 @pytest.mark.slow  # trains two runs: over a minute on a busy machine
@@ -246,8 +250,10 @@ def test_bf16_on_the_cpu_trains_in_float32_weights_and_is_recorded(tmp_path):
     from interp.pretrained import ship
 
     settings = dict(steps=150, batch_size=32, lr=3e-3, warmup=15, eval_every=150, eval_size=200)
-    eager = Trainer(tmp_path / "eager", TASK, "transformer", MODEL, TrainSettings(**settings), progress=False).run()
-    trainer = Trainer(tmp_path / "run", TASK, "transformer", MODEL, TrainSettings(**settings, bf16=True), progress=False)
+    eager = Trainer.start(tmp_path / "eager", stated(TASK, "transformer", MODEL, TrainSettings(**settings)),
+                          progress=False).run()
+    trainer = Trainer.start(tmp_path / "run", stated(TASK, "transformer", MODEL, TrainSettings(**settings, bf16=True)),
+                            progress=False)
     final = trainer.run()
     assert abs(final["entropy_mae_bits"] - eager["entropy_mae_bits"]) < 0.03, (final, eager)
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
@@ -283,3 +289,31 @@ def test_the_run_folder_undoes_a_failed_fresh_run_and_leaves_what_is_not_its_own
     folder.undo_fresh()
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["notes.txt"]  # the user's file stays
     assert [p.name for p in folder.own_files()] == ["run.json", "metrics.jsonl", "resume.safetensors"]
+
+
+def test_finish_starts_resumes_takes_up_or_refuses_the_run_in_its_folder(tmp_path):
+    """How a search's trials, a sweep's points and a reproduction's cells are trained: a run is started where there
+    is none, one stopped is resumed (the evaluations it logged replayed first), one finished is taken as it is, and
+    one of another recipe is refused in the caller's words."""
+    from interp.train import finish
+
+    settings = TrainSettings(steps=4, batch_size=4, warmup=1, eval_every=2, eval_size=8, checkpoint_every=2)
+    spec, run = stated(TASK, "transformer", MODEL, settings), tmp_path / "run"
+
+    def interrupt(step, metrics):
+        raise KeyboardInterrupt  # after step 2's evaluation and saves, as a pruned trial or a kill leaves it
+
+    with pytest.raises(KeyboardInterrupt):
+        finish(run, spec, str, progress=False, on_eval=interrupt)
+    assert json.loads((run / "run.json").read_text())["status"] == "running"
+    replayed, seen = [], []
+    record = finish(run, spec, str, progress=False, replay=lambda step, metrics: replayed.append(step),
+                    on_eval=lambda step, metrics: seen.append(step))
+    assert record["status"] == "finished" and replayed == [2] and seen == [4]
+    log = (run / "metrics.jsonl").read_text()
+    assert finish(run, spec, str, progress=False, on_eval=interrupt) == record  # taken as it is: nothing trains
+    assert (run / "metrics.jsonl").read_text() == log
+    other = stated(TASK, "transformer", MODEL, dataclasses.replace(settings, lr=1e-2, checkpoint_every=0))
+    with pytest.raises(UserError, match=r"^refused: train\.lr 0\.003 there, 0\.01 now$"):
+        finish(run, other, lambda found: "refused: " + "; ".join(f"{s} {a} there, {b} now" for s, a, b in found),
+               ignore=("checkpoint_every",), progress=False)

@@ -27,11 +27,13 @@ def build_workspace(root: Path) -> None:
     from safetensors.torch import save as save_bytes
 
     from interp import checkpoint
+    from interp.recipe import stated
     from interp.train import TrainSettings, Trainer
 
     settings = TrainSettings(steps=20, batch_size=8, warmup=2, eval_every=20, eval_size=20)
-    Trainer(root / "tiny", dict(name="bijection", V=6, L=5), "transformer",  # the CPU: the cases score it there
-            dict(d_model=16, n_layers=1, n_heads=2), settings, device="cpu", progress=False).run()
+    Trainer.start(root / "tiny",
+                  stated(dict(name="bijection", V=6, L=5), "transformer", dict(d_model=16, n_layers=1, n_heads=2),
+                         settings), device="cpu", progress=False).run()
     good = root / "tiny" / "checkpoints" / checkpoint.checkpoint_name(20)
     meta, tensors = checkpoint.read(good)
     record = json.loads((root / "tiny" / "run.json").read_text())
@@ -138,6 +140,7 @@ def build_hardening_workspace(root: Path, meta: dict, tensors: dict, record: dic
     from safetensors.torch import save as save_bytes
 
     from interp import checkpoint
+    from interp.recipe import stated
     from interp.train import Trainer, TrainSettings, loss_fn
 
     # -- checkpoint metadata and weights
@@ -169,8 +172,9 @@ def build_hardening_workspace(root: Path, meta: dict, tensors: dict, record: dic
     (root / "changed-run" / "run.json").write_text(json.dumps(dict(running, task=dict(record["task"], V=8, L=7))))
     # -- a run paused after one step (a real resume state), and resume states broken in each way
     settings = TrainSettings(steps=20, batch_size=8, warmup=2, eval_every=20, eval_size=20)
-    paused = Trainer(root / "paused", dict(name="bijection", V=6, L=5), "transformer",  # stepped on CPU batches below
-                     dict(d_model=16, n_layers=1, n_heads=2), settings, device="cpu", progress=False)
+    paused = Trainer.start(root / "paused",
+                           stated(dict(name="bijection", V=6, L=5), "transformer",
+                                  dict(d_model=16, n_layers=1, n_heads=2), settings), device="cpu", progress=False)
     loss_fn(paused.model, paused.task.sample(8, generator=torch.Generator().manual_seed(0)), "soft").backward()
     paused.opt.step()
     paused.step = 1
