@@ -133,10 +133,10 @@ def test_the_explorer_warns_beyond_loopback(host, warned, tmp_path, monkeypatch,
 def test_the_explorer_refuses_malformed_requests(workspace_template, tmp_path):
     from interp.errors import UserError
     from interp.explore import Explorer, parse_tokens
-
-    explorer = Explorer(workspace_template / "half-evil")  # its step-10 checkpoint is a pickle
     from interp.explore.attention import attention_view
     from interp.explore.hooks import ablated
+
+    explorer = Explorer(workspace_template / "half-evil")  # its step-10 checkpoint is a pickle
     for text in ("٣", "²", "k1 ¹"):  # Unicode digits that str.isdigit() accepts and int() does not (or should not)
         with pytest.raises(UserError):
             parse_tokens(explorer.task, text)

@@ -402,12 +402,12 @@ def test_a_patching_job_does_not_hold_the_explorers_lock(tiny_run, monkeypatch):
     once: the job patches its own copy of the model."""
     import interp.explore.patching as patching
     from interp.explore import Explorer
+    from interp.explore.pairs import WindTunnelPairs
 
     explorer = Explorer(tiny_run, n_calibration=8, n_geometry=8)
     source = WindTunnelPairs(explorer)
     site = threading.Event()
     real = patching.SiteAnswers.update
-    from interp.explore.pairs import WindTunnelPairs
 
     def slow(self, *args, **kwargs):
         site.set()
