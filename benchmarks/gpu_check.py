@@ -119,7 +119,7 @@ def shipped_models(summary: Summary, device: str, n: int = 128) -> None:
 
 def parallel_scan(summary: Summary, device: str, batch: int) -> None:
     import scan_speed
-    from models.mamba import reference_scan, selective_scan, scan_method
+    from models.mamba import reference_scan, scan_method, selective_scan, selective_scan_fn
 
     inputs = [t.detach().double().requires_grad_() for t in scan_speed.inputs(4, 329, 16, 16, "cpu", torch.float32)]
     weights = torch.randn(4, 329, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -131,7 +131,8 @@ def parallel_scan(summary: Summary, device: str, batch: int) -> None:
     expected = values_and_grads(reference_scan, inputs)
     for dtype, tolerance in ((torch.float64, 1e-10), (torch.float32, 1e-4)):
         xs = [t.detach().to(device, dtype).requires_grad_() for t in inputs]
-        os.environ["INTERP_MAMBA_SCAN"] = "auto" if device.startswith("cuda") else "parallel"  # unforced on CUDA
+        unforced = device.startswith("cuda") and selective_scan_fn is None  # CUDA without mamba-ssm
+        os.environ["INTERP_MAMBA_SCAN"] = "auto" if unforced else "parallel"
         assert scan_method(xs[0], hooked=False) == "parallel"
         got = values_and_grads(lambda *a: selective_scan(*a), xs)
         error = max(((x.double().cpu() - e).abs().max() / e.abs().max()).item() for x, e in zip(got, expected))

@@ -32,8 +32,10 @@ installed, ``selective_scan_fn`` computes the same y (it never materialises h ei
 needs a CUDA toolchain to install), an unhooked scan runs ``parallel_scan``: the same recurrence in
 about 2 log2(T) whole-tensor steps (``scan_in_place``) instead of one Python step per position, states
 in float32 under autocast. INTERP_MAMBA_SCAN=parallel (or loop) forces a path anywhere, so the CPU
-tests cover it (``scan_method``). tests/test_architectures.py and tests/test_gpu_path.py check every
-path against a direct sequential reference; the CUDA equivalence tests run where a GPU exists.
+tests cover it. ``scan_method`` is the one choice among these five (mamba-ssm, the C++ kernel, the
+parallel scan, the loop, the loop for a hooked ``hook_h``). tests/test_architectures.py and
+tests/test_gpu_path.py check every path against a direct sequential reference; the CUDA equivalence
+tests run where a GPU exists.
 """
 from __future__ import annotations
 
@@ -269,35 +271,62 @@ def _use_kernels(*tensors) -> bool:
 SCANS = ("auto", "parallel", "loop")  # what INTERP_MAMBA_SCAN may say
 
 
-def scan_method(x: torch.Tensor, hooked: bool) -> str:
-    """Which scan ``selective_scan`` runs on ``x``: "loop" (``LinearRecurrence`` and ``carried``) whenever
-    ``hook_h`` has hooks; else what INTERP_MAMBA_SCAN forces ("parallel" or "loop": tests and benchmarks
-    compare the paths with it); else "kernel" where the C++ kernel takes the inputs (CPU, float32/64),
-    "parallel" on any other device (CUDA without mamba-ssm), and "loop" on the CPU without the kernel."""
+def forced_scan() -> str:
+    """INTERP_MAMBA_SCAN, checked: "auto" (unset: ``scan_method`` chooses) or the scan it forces ("parallel" or
+    "loop"); anything else is a ConfigError. The one place the variable is read. It is read at every scan, not
+    once at import, because tests (``monkeypatch.setenv``) and benchmarks switch it between forward passes of one
+    process; one dictionary look-up is nothing next to a scan."""
     forced = os.environ.get("INTERP_MAMBA_SCAN", "auto")
     if forced not in SCANS:
         raise ConfigError(f"INTERP_MAMBA_SCAN must be one of {', '.join(SCANS)}, got {forced!r}")
+    return forced
+
+
+# One function chooses among the five scans, and ``selective_scan`` is the one place that asks it: when the
+# choice was made in two places (the mixer tried mamba-ssm first, reading INTERP_MAMBA_SCAN on its own, then
+# this function chose among the rest), a new path or a new reason had to be added to both, and they could
+# disagree about what a forced scan or a hooked ``hook_h`` means.
+def scan_method(x: torch.Tensor, hooked: bool, *others: torch.Tensor) -> str:
+    """Which scan ``selective_scan`` runs on ``x`` (``others``: the rest of the inputs the C++ kernel would read,
+    delta, B and C), in this order:
+
+    - "hooked" whenever ``hook_h`` has hooks: the states materialised (``LinearRecurrence``), so the hooks see
+      them and what they return is carried on (``carried``), whatever is forced or installed;
+    - what INTERP_MAMBA_SCAN forces (``forced_scan``), "parallel" or "loop", on any device: tests and
+      benchmarks compare the paths with it;
+    - "mamba-ssm" on CUDA where mamba-ssm is installed (its ``selective_scan_fn``);
+    - "kernel" where the C++ kernel takes the inputs (CPU, all float32 or all float64: ``_use_kernels``);
+    - "loop" on the CPU otherwise (another dtype, or no kernel built): the states materialised, unhooked;
+    - "parallel" on any other device (CUDA without mamba-ssm): ``parallel_scan``."""
+    forced = forced_scan()
     if hooked:
-        return "loop"
+        return "hooked"
     if forced != "auto":
         return forced
-    if x.device.type == "cpu":
-        return "kernel" if cpu_kernels() is not None and x.dtype in (torch.float32, torch.float64) else "loop"
-    return "parallel"
+    if x.is_cuda and selective_scan_fn is not None:
+        return "mamba-ssm"
+    if _use_kernels(x, *others):
+        return "kernel"
+    return "loop" if x.device.type == "cpu" else "parallel"
 
 
 def selective_scan(x, delta, A, B, C, D, hook_h=None):
     """The selective scan on [B, T, ...] inputs: returns y [B, T, E] and the states h [B, T, E, N]
-    (None when the C++ kernel ran, which never forms them); ``scan_method`` says which scan runs.
+    (None when mamba-ssm or the C++ kernel ran, which never form them); ``scan_method`` says which scan runs.
 
     When ``hook_h`` (a HookPoint) has hooks, they see the states and may replace them, and y is read
-    from what they return; so the states are materialised, as they are where the kernel is missing.
+    from what they return; so the states are materialised, as they are where no kernel takes the inputs.
     """
-    method = scan_method(x, hook_h is not None and bool(hook_h.fwd_hooks))
-    if method == "kernel" and _use_kernels(x, delta, B, C):
+    method = scan_method(x, hook_h is not None and bool(hook_h.fwd_hooks), delta, B, C)
+    if method == "mamba-ssm":  # its layout is [B, E, T] (B and C [B, N, T]); A float32, as is D here
+        y = selective_scan_fn(x.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), A,
+                              B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous(), D.float())
+        return y.transpose(1, 2), None
+    if method == "kernel":
         return CompiledScan.apply(x, delta, A.to(x.dtype), B, C, D.to(x.dtype)), None
     if method == "parallel":
         return parallel_scan(x, delta, A, B, C, D)
+    # "loop" or "hooked": one step per position, the states materialised
     decay = torch.exp(delta.unsqueeze(-1) * A).transpose(0, 1).contiguous()  # [T, B, E, N]: positions first,
     drive = ((delta * x).unsqueeze(-1) * B.unsqueeze(-2)).transpose(0, 1).contiguous()  # so each step is one slice
     h = LinearRecurrence.apply(decay, drive).transpose(0, 1)  # [B, T, E, N]
@@ -423,13 +452,7 @@ class MambaMixer(nn.Module):
         delta = self.hook_delta(F.softplus(self.dt_proj(dt)))
         B, C = self.hook_B(B), self.hook_C(C)
         A = -torch.exp(at_least_float32(self.A_log))  # float32 for the CUDA kernel; float64 kept
-        if (u.is_cuda and selective_scan_fn is not None and not self.hook_h.fwd_hooks
-                and os.environ.get("INTERP_MAMBA_SCAN", "auto") == "auto"):  # mamba-ssm first, unless a scan is forced
-            y = selective_scan_fn(x.transpose(1, 2).contiguous(), delta.transpose(1, 2).contiguous(), A,
-                                  B.transpose(1, 2).contiguous(), C.transpose(1, 2).contiguous(),
-                                  self.D.float()).transpose(1, 2)
-        else:
-            y, _ = selective_scan(x, delta, A, B, C, self.D, hook_h=self.hook_h)
+        y, _ = selective_scan(x, delta, A, B, C, self.D, hook_h=self.hook_h)  # scan_method chooses the scan
         y = self.hook_y(y)
         return self.hook_out_proj(self.out_proj(gate(y, z)))
 

@@ -90,7 +90,8 @@ def test_float32_parallel_scan_matches_the_float64_reference():
     ("auto", False, "kernel"),  # the CPU: the C++ kernel
     ("parallel", False, "parallel"),
     ("loop", False, "loop"),
-    ("parallel", True, "loop"),  # hooks on hook_h see (and may change) the states: always materialised
+    ("parallel", True, "hooked"),  # hooks on hook_h see (and may change) the states: always materialised
+    ("auto", True, "hooked"),
 ])
 def test_which_scan_runs(forced, hooked, expected, monkeypatch):
     monkeypatch.setenv("INTERP_MAMBA_SCAN", forced)
@@ -100,11 +101,25 @@ def test_which_scan_runs(forced, hooked, expected, monkeypatch):
         hook.add_hook(lambda h, hook: h)
     assert mamba.scan_method(inputs[0], hooked) == expected
     y, h = selective_scan(*inputs, hook_h=hook)
-    ran = {"kernel": "CompiledScan", "parallel": "ParallelRecurrence", "loop": "LinearRecurrence"}[expected]
+    ran = {"kernel": "CompiledScan", "parallel": "ParallelRecurrence", "loop": "LinearRecurrence",
+           "hooked": "LinearRecurrence"}[expected]
     if expected == "kernel":
         assert h is None and ran in type(y.grad_fn).__name__
     else:
         assert any(ran in str(node) for node in graph_nodes(h))
+
+
+def test_mamba_ssm_is_chosen_on_cuda_only_and_never_over_hooks_or_a_forced_scan(monkeypatch):
+    """The one choice (``scan_method``) holds mamba-ssm's place too: first on CUDA, never on the CPU."""
+    monkeypatch.setattr(mamba, "selective_scan_fn", lambda *args: None)  # as if installed: only the choice is asked
+    monkeypatch.setenv("INTERP_MAMBA_SCAN", "auto")
+    x = scan_inputs()[0]
+    assert mamba.scan_method(x, False) == "kernel"
+    if torch.cuda.is_available():
+        x = x.cuda()
+        assert mamba.scan_method(x, False) == "mamba-ssm" and mamba.scan_method(x, True) == "hooked"
+        monkeypatch.setenv("INTERP_MAMBA_SCAN", "parallel")
+        assert mamba.scan_method(x, False) == "parallel"
 
 
 def graph_nodes(tensor):
@@ -152,8 +167,10 @@ def test_under_bf16_autocast_the_states_stay_float32():
 
 @cuda
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
-def test_cuda_parallel_scan_matches_the_reference(dtype, tolerance):
-    """On the GPU (where it runs unforced): the float64 reference on the CPU, forward and gradients."""
+def test_cuda_parallel_scan_matches_the_reference(dtype, tolerance, monkeypatch):
+    """On the GPU without mamba-ssm (where it runs unforced): the float64 reference on the CPU, forward and
+    gradients."""
+    monkeypatch.setattr(mamba, "selective_scan_fn", None)  # where mamba-ssm is installed, it would run instead
     inputs = scan_inputs(seed=7, batch=4, T=329, E=16, N=16)
     expected = values_and_grads(reference_scan, inputs)
     assert mamba.scan_method(inputs[0].cuda(), hooked=False) == "parallel"
