@@ -145,7 +145,7 @@ class AnswerHead:
         """
         if not self.has_attention():
             raise ValueError(f"this {self.arch or type(self).__name__} model has no attention patterns")
-        names = [f"blocks.{l}.attn.hook_pattern" for l in range(self.cfg.n_layers)]
+        names = [act_name("pattern", l) for l in range(self.cfg.n_layers)]
         _, cache = self.run_with_cache(tokens, names_filter=names)
         return [cache[name] for name in names]
 

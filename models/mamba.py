@@ -53,7 +53,7 @@ from transformer_lens.hook_points import HookPoint
 
 from tasks import ConfigError
 
-from .base import HookedSequenceModel, ModelConfig, at_least_float32
+from .base import HookedSequenceModel, ModelConfig, act_name, at_least_float32
 
 class _NoCudaRuntimeNotice(logging.Filter):
     """Drops the one "No CUDA runtime is found, using CUDA_HOME=..." notice that torch's C++ extension
@@ -495,14 +495,14 @@ class WindTunnelMamba(HookedSequenceModel):
 
     def _scan_matrices(self, tokens: torch.Tensor, layers: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(M, x) of ``effective_attention`` for several layers from one forward pass."""
-        prefixes = [f"blocks.{layer}.mixer." for layer in layers]
-        _, cache = self.run_with_cache(tokens, names_filter=[p + f"hook_{k}" for p in prefixes
-                                                             for k in ("conv", "delta", "B", "C")])
+        kinds = ("conv", "delta", "B", "C")
+        _, cache = self.run_with_cache(tokens, names_filter=[act_name(f"mixer.{k}", layer) for layer in layers
+                                                             for k in kinds])
         out = []
-        for layer, prefix in zip(layers, prefixes):
-            A = -torch.exp(self.blocks[layer].mixer.A_log.to(cache[prefix + "hook_delta"].dtype))
-            out.append((scan_matrix(cache[prefix + "hook_delta"], A, cache[prefix + "hook_B"], cache[prefix + "hook_C"]),
-                        F.silu(cache[prefix + "hook_conv"])))
+        for layer in layers:
+            conv, delta, B, C = (cache[act_name(f"mixer.{k}", layer)] for k in kinds)
+            A = -torch.exp(self.blocks[layer].mixer.A_log.to(delta.dtype))
+            out.append((scan_matrix(delta, A, B, C), F.silu(conv)))
         return out
 
     @torch.no_grad()
@@ -512,15 +512,14 @@ class WindTunnelMamba(HookedSequenceModel):
 
         M itself ([B, E, T, T]) is never held whole: |M| is summed block of channels by block, so long
         sequences (recall's 329 tokens) and large batches fit in memory."""
-        prefixes = [f"blocks.{layer}.mixer." for layer in range(self.cfg.n_layers)]
-        _, cache = self.run_with_cache(tokens, names_filter=[p + f"hook_{k}" for p in prefixes
-                                                             for k in ("delta", "B", "C")])
+        kinds, layers = ("delta", "B", "C"), range(self.cfg.n_layers)
+        _, cache = self.run_with_cache(tokens, names_filter=[act_name(f"mixer.{k}", layer) for layer in layers
+                                                             for k in kinds])
         patterns = []
-        for layer, prefix in enumerate(prefixes):
-            delta = cache[prefix + "hook_delta"]
+        for layer in layers:
+            delta, B, C = (cache[act_name(f"mixer.{k}", layer)] for k in kinds)
             A = -torch.exp(self.blocks[layer].mixer.A_log.to(delta.dtype))
-            weight = sum(block.abs().sum(1, keepdim=True)
-                         for block in scan_matrix_blocks(delta, A, cache[prefix + "hook_B"], cache[prefix + "hook_C"]))
+            weight = sum(block.abs().sum(1, keepdim=True) for block in scan_matrix_blocks(delta, A, B, C))
             patterns.append(weight / weight.sum(-1, keepdim=True).clamp_min(1e-30))
         return patterns
 
