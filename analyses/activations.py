@@ -24,7 +24,8 @@ from tasks.prompts import PromptSet, read_words
 
 from models.base import act_name
 
-from .base import AnalysisError, Option, bootstrap_sums
+from .base import AnalysisError, Option
+from .intervals import bootstrap_sums
 
 PROMPT_OPTIONS = (
     Option("prompts", "", "prompt task: " + ", ".join(prompt_tasks.NAMES) + " (auto: wind-tunnel on a wind-tunnel "

@@ -17,7 +17,8 @@ from models.base import training_loss
 from models.base import act_name
 
 from . import style
-from .base import Analysis, AnalysisError, Option, Result, bootstrap_sums, eval_batch, n_option, seed_option
+from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option
+from .intervals import bootstrap_sums
 
 DEFINITION = " ".join("""
  On one held-out batch of n sequences, a float64 copy of the model computes the training loss L

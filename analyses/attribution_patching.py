@@ -8,7 +8,8 @@ import torch
 
 from . import interventions as P
 from .activation_patching import POSITIONS
-from .base import Analysis, Option, Result, bootstrap_sums
+from .base import Analysis, Option, Result
+from .intervals import bootstrap_sums
 
 DEFINITION = " ".join("""
  The clean/corrupted pair, the sites and the two scales are those of activation-patching. One forward

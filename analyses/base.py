@@ -4,6 +4,9 @@ An analysis is one module in analyses/ that defines ``ANALYSIS = Analysis(...)``
 definition of its numbers, its entry point, a typed option schema and what it requires of a model.
 The registry finds it; the CLI builds ``interp run NAME --help`` and its validation from the schema,
 and every model it cannot run on is refused up front with the requirement that is not met.
+
+The bootstrap intervals the analyses share are in ``analyses.intervals``; what a checkpoint was trained on
+(its budget, from the run's record) is in ``analyses.budget``.
 """
 from __future__ import annotations
 
@@ -298,50 +301,6 @@ def readout_r2(X, y, fit, test, ridge: bool = False) -> float | None:
     return r2 if math.isfinite(r2) else None
 
 
-def _ratio_resamples(sums: torch.Tensor, counts: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """sum(sums) / sum(counts) over each resample of sequences (a row of ``rows``)."""
-    return sums.double().flatten()[rows].sum(1) / counts.double().flatten()[rows].sum(1).clamp(min=1)
-
-
-def _percentile_interval(values: torch.Tensor, level: float) -> list[float]:
-    """The central ``level`` interval of resampled values [resamples] or of each column of [resamples, m] (then a
-    list of m [low, high]). A resample can leave a number undefined (0/0: a mean over a subset of the sequences
-    that drew none of them); it is left out of that number's percentiles rather than making the interval NaN."""
-    tail = (1 - level) / 2
-    q = torch.tensor([tail, 1 - tail], dtype=torch.float64)
-    if values.dim() == 1:
-        return torch.nanquantile(values, q).tolist()
-    # torch's quantiles refuse inputs past 2^24 elements: a few thousand columns at a time
-    return torch.cat([torch.nanquantile(part, q, dim=0) for part in values.split(4096, dim=1)], dim=1).T.tolist()
-
-
-def _resampled_rows(n: int, resamples: int, seed: int) -> torch.Tensor:
-    return torch.randint(0, n, (resamples, n), generator=torch.Generator().manual_seed(seed))
-
-
-def bootstrap_interval(right: torch.Tensor, asked: torch.Tensor, level: float = 0.95, resamples: int = 2000,
-                       seed: int = 0) -> list[float]:
-    """A percentile bootstrap interval for sum(right) / sum(asked), resampling whole sequences (row i of
-    ``right`` and ``asked`` is what sequence i got right, or its summed error, and how many queries it
-    has): the queries of one sequence share its hidden truth, so they are not independent draws, and
-    resampling them one by one would understate the spread. Deterministic for a seed."""
-    if not asked.numel() or asked.sum() == 0:
-        return [math.nan, math.nan]
-    return _percentile_interval(_ratio_resamples(right, asked, _resampled_rows(asked.numel(), resamples, seed)), level)
-
-
-def bootstrap_difference(first: tuple[torch.Tensor, torch.Tensor], second: tuple[torch.Tensor, torch.Tensor],
-                         level: float = 0.95, resamples: int = 2000, seed: int = 0, ratio: bool = False) -> list[float]:
-    """The interval of mean(first) - mean(second) (with ``ratio``, mean(first) / mean(second)) for two
-    models measured on the same sequences, each mean given as a (per-sequence sums, counts) pair as for
-    ``bootstrap_interval``: a paired bootstrap, one resample of sequences for both, so what the two share
-    (the same hard sequences) cancels. A difference whose interval excludes 0 (a ratio's: 1) is beyond
-    the noise of the evaluation set."""
-    rows = _resampled_rows(first[1].numel(), resamples, seed)
-    a, b = _ratio_resamples(*first, rows), _ratio_resamples(*second, rows)
-    return _percentile_interval(a / b if ratio else a - b, level)
-
-
 def held_out_batch(task, n: int, seed: int):
     """tasks.base.held_out_batch, its refusals as an AnalysisError."""
     try:
@@ -378,71 +337,3 @@ def untrained_twin(model):
     on the model's device, for baselines that separate what training did from what the shape gives."""
     twin = models.build(model.arch, model.task, config=model.config.to_dict(), seed=model.provenance.seed)
     return twin.to(next(model.parameters()).device).eval()
-
-
-def training_tokens(record: dict, step: int) -> int:
-    """Tokens a run (its run record, ``record``) trained on in its first ``step`` steps: sequences x their
-    length, each curriculum stage at its own length (a short-table step costs what its shorter
-    sequences cost; a mixture's steps each at their option's length)."""
-    from tasks import from_config
-    from tasks.base import stage_options
-
-    task = from_config(record["task"])
-    total, start = 0, 0
-    for end, settings in record["train"].get("curriculum") or ():
-        steps, options = max(0, min(step, end) - start), stage_options(settings)
-        for i, option in enumerate(options):  # a mixture's options take its steps in turn
-            total += (steps // len(options) + (i < steps % len(options))) * from_config(task.config() | option).seq_len
-        start = end
-    return (total + max(0, step - start) * task.seq_len) * record["train"]["batch_size"]
-
-
-def training_budget(record: dict | None, step: int, start: dict | None = None) -> dict | None:
-    """What a checkpoint at ``step`` of a run was trained on, from the run's record (``record``, read by whoever
-    loaded the checkpoint: analyses never read a run's files; None for a lone checkpoint file, whose budget is
-    unknown: None): steps x batch of its run and the tokens, plus, for a run started from another checkpoint
-    (``--init``), what that one had seen, as the record counts it, or for a record from before the start's tokens
-    were counted, ``start``: that checkpoint's own budget (None: unknown, counted as none)."""
-    try:
-        batch = record["train"]["batch_size"]
-        tokens = training_tokens(record, step)
-    except (TypeError, ValueError, KeyError):
-        return None
-    init = record.get("init") or {}
-    before, tokens_before = init.get("sequences") or 0, init.get("tokens")
-    if tokens_before is None:
-        tokens_before = start["tokens"] if start else 0
-    return dict(steps=step, batch_size=batch, init_sequences=before, sequences=step * batch + before,
-                init_tokens=tokens_before, tokens=tokens + tokens_before)
-
-
-def budget_text(budget: dict | None) -> str:
-    """``25,000 x 64`` or, after a start from another checkpoint, ``6,000 x 64 after 1.6M sequences``."""
-    if not budget:
-        return "budget unknown"
-    own, before = f"{budget['steps']:,} x {budget['batch_size']}", budget["init_sequences"]
-    seen = f"{before / 1e6:.3g}M" if before >= 100_000 else f"{before:,}"
-    return own + (f" after {seen} sequences" if before else "")
-
-
-def bootstrap_sums(per_sequence: torch.Tensor, statistic: Callable[[torch.Tensor], torch.Tensor], level: float = 0.95,
-                   resamples: int = 2000, seed: int = 0) -> list:
-    """The percentile bootstrap interval of ``statistic`` of the column sums of ``per_sequence`` [n, k] (row i: what
-    sequence i adds to each of k sums), resampling whole sequences with ``bootstrap_interval``'s resamples. For
-    numbers that are functions of several sums over the same sequences: a ratio whose denominator is not a count
-    (it may be small or negative, where ``bootstrap_interval`` clamps a count's sum at 1), or the difference of two
-    such ratios (paired: one resample for both). ``statistic`` maps [resamples, k] sums to [resamples] values (one
-    interval) or to [resamples, m] (m intervals, a list of [low, high]): the sums are one matrix product, so many
-    numbers cost one resampling."""
-    return _percentile_interval(statistic(resampled_sums(per_sequence, resamples, seed)), level)
-
-
-def resampled_sums(per_sequence: torch.Tensor, resamples: int = 2000, seed: int = 0) -> torch.Tensor:
-    """The column sums of ``per_sequence`` [n, k] over each of ``bootstrap_interval``'s resamples of whole sequences
-    for ``seed``, [resamples, k] float64 (what ``bootstrap_sums`` takes percentiles of): for a statistic of the
-    resamples that is not an interval, such as how often one settling step precedes another."""
-    x = per_sequence.detach().double().cpu().reshape(len(per_sequence), -1)
-    rows = _resampled_rows(len(x), resamples, seed)
-    weights = torch.zeros(resamples, len(x), dtype=torch.float64).scatter_add_(
-        1, rows, torch.ones(rows.shape, dtype=torch.float64))  # how often each sequence is drawn
-    return weights @ x

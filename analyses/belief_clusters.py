@@ -11,7 +11,8 @@ import torch
 from models.base import act_name
 
 from .activations import collect
-from .base import Analysis, AnalysisError, Result, bootstrap_sums, eval_batch, n_option, seed_option
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option
+from .intervals import bootstrap_sums
 from .style import error_bars
 
 DEFINITION = " ".join("""

@@ -12,8 +12,9 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from .base import Analysis, AnalysisError, Result, bootstrap_sums, eval_batch, n_option, seed_option, untrained_twin
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, seed_option, untrained_twin
 from .belief_clusters import PALETTE, residuals_at_queries, resid_name
+from .intervals import bootstrap_sums
 from .style import error_bars
 
 DEFINITION = " ".join("""

@@ -13,8 +13,8 @@ from tasks import entropy_bits
 from tasks.regression import gaussian_entropy_bits
 
 from . import activations
-from .base import (Analysis, Result, answer_probs, bootstrap_difference, bootstrap_interval, eval_batch, n_option,
-                   seed_option)
+from .base import Analysis, Result, answer_probs, eval_batch, n_option, seed_option
+from .intervals import bootstrap_difference, bootstrap_interval
 
 DEFINITION = """\
 The model's answer against the exact Bayes posterior (all in bits, over the task's C answer classes only,

@@ -11,9 +11,11 @@ import plotly.graph_objects as go
 import models
 import tasks
 
-from .base import (Analysis, AnalysisError, Option, Result, bootstrap_difference, budget_text, eval_batch,
-                   held_out_batch, n_option, read_result, seed_option)
+from .base import (Analysis, AnalysisError, Option, Result, eval_batch, held_out_batch, n_option, read_result,
+                   seed_option)
+from .budget import budget_text
 from .calibration import measure
+from .intervals import bootstrap_difference
 from .style import error_bars
 
 def primitives() -> dict[str, tuple]:

@@ -12,8 +12,8 @@ import torch
 from tasks import ConfigError
 
 from . import style
-from .base import (Analysis, AnalysisError, Option, Result, bootstrap_interval, held_out_batch, n_option, seed_option,
-                   unmeasurable)
+from .base import Analysis, AnalysisError, Option, Result, held_out_batch, n_option, seed_option, unmeasurable
+from .intervals import bootstrap_interval
 
 DEFINITION = " ".join("""
 Accuracy is the fraction of bound queries (keys that are in the table) whose arg-max answer is the bound

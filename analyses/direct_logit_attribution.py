@@ -11,7 +11,8 @@ from models.base import act_name
 
 from . import interventions as P
 from .interventions import differs
-from .base import Analysis, Result, bootstrap_sums
+from .base import Analysis, Result
+from .intervals import bootstrap_sums
 
 DEFINITION = " ".join("""
  On the clean and on the corrupted input of the task's corruption (see activation-patching), at the

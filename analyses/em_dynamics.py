@@ -13,7 +13,8 @@ from plotly.subplots import make_subplots
 
 from . import frame_precision, style
 from .advantage_law import CHUNK, finish, float64_copy, measure, per_sequence_columns, signals_of_sums
-from .base import Analysis, Result, bootstrap_sums, eval_batch, n_option, seed_option
+from .base import Analysis, Result, eval_batch, n_option, seed_option
+from .intervals import bootstrap_sums
 
 DEFINITION = " ".join("""
  Every checkpoint of the model's run (as in frame-precision) is measured on one and the same

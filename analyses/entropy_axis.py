@@ -12,7 +12,8 @@ import torch
 from models.base import act_name
 
 from . import activations
-from .base import Analysis, AnalysisError, Option, Result, bootstrap_sums
+from .base import Analysis, AnalysisError, Option, Result
+from .intervals import bootstrap_sums
 from sklearn.linear_model import RidgeCV
 
 from .base import RIDGE_ALPHAS, readout_r2

@@ -14,8 +14,9 @@ from plotly.subplots import make_subplots
 from models.base import act_name
 
 from . import style
-from .base import Analysis, AnalysisError, Result, bootstrap_sums, eval_batch, n_option, readout_r2, seed_option
+from .base import Analysis, AnalysisError, Result, eval_batch, n_option, readout_r2, seed_option
 from .calibration import measure
+from .intervals import bootstrap_sums
 from .key_orthogonality import key_vectors
 
 DEFINITION = " ".join("""

@@ -34,7 +34,8 @@ from models.base import act_name
 from tasks import ConfigError
 
 from .activations import PROMPT_OPTIONS, device_of, prompt_set
-from .base import AnalysisError, Option, bootstrap_sums, held_out_batch, is_language_model, n_option, seed_option
+from .base import AnalysisError, Option, held_out_batch, is_language_model, n_option, seed_option
+from .intervals import bootstrap_sums
 
 ALL = "all"  # the column of a site patched at every position at once
 

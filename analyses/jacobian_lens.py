@@ -37,8 +37,8 @@ from models.base import act_name
 from tasks.base import SEED_LIMIT, entropy_bits
 
 from . import activations
-from .base import Analysis, AnalysisError, Option, Result, bootstrap_difference, bootstrap_interval, eval_batch, \
-    n_option, seed_option
+from .base import Analysis, AnalysisError, Option, Result, eval_batch, n_option, seed_option
+from .intervals import bootstrap_difference, bootstrap_interval
 from .logit_lens import compare
 from .style import error_bars
 

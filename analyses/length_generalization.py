@@ -11,9 +11,10 @@ import torch
 from tasks import ConfigError
 
 from . import style
-from .base import Analysis, AnalysisError, Option, Result, bootstrap_sums, held_out_batch, n_option, seed_option
+from .base import Analysis, AnalysisError, Option, Result, held_out_batch, n_option, seed_option
 from .belief_clusters import PALETTE
 from .calibration import measure
+from .intervals import bootstrap_sums
 
 DEFINITION = " ".join("""
  For each value n of the task's length setting (bijection L, HMM K, regression n,

@@ -10,8 +10,9 @@ from plotly.subplots import make_subplots
 
 from tasks.base import entropy_bits
 
-from .base import Analysis, Result, bootstrap_sums, eval_batch, n_option, seed_option
+from .base import Analysis, Result, eval_batch, n_option, seed_option
 from .belief_clusters import resid_name
+from .intervals import bootstrap_sums
 from .style import error_bars
 
 DEFINITION = " ".join("""

@@ -31,7 +31,7 @@ OUT = Path("figures/readme/equal-footing")
 
 def tokens_seen(run: dict, steps) -> dict[int, int]:
     """Training tokens of a run (its run record) after each of these steps (curriculum stages at their own length)."""
-    from analyses.base import training_tokens
+    from analyses.budget import training_tokens
 
     return {int(step): training_tokens(run, int(step)) for step in steps}
 

@@ -26,7 +26,7 @@ OUT = Path("figures/readme/equal-footing")
 
 def curve(folder: Path, metric: str) -> tuple[dict, list[tuple[int, int, float]]]:
     """A run's record and its (step, tokens, score) at every held-out evaluation."""
-    from analyses.base import training_tokens
+    from analyses.budget import training_tokens
     from interp.checkpoint import budget
     from interp.files import RunFolder
 

@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analyses import style
-from analyses.base import training_tokens
+from analyses.budget import training_tokens
 from interp.export import PNG_WIDTH, figure_image, figure_pdf
 from interp.files import RunFolder, atomic_write_bytes, atomic_write_json
 

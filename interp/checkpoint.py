@@ -226,10 +226,10 @@ def load(path: str | Path, task: str | None = None, device: str | None = None):
 
 
 def budget(run: RunFolder | None, step: int) -> dict | None:
-    """What a checkpoint at ``step`` of ``run`` was trained on (``analyses.base.training_budget`` of the run's
+    """What a checkpoint at ``step`` of ``run`` was trained on (``analyses.budget.training_budget`` of the run's
     record); None for a checkpoint file on its own. For a run started from another checkpoint whose record is from
     before the start's tokens were counted, that checkpoint's own run is asked (it may have had a start too)."""
-    from analyses.base import training_budget
+    from analyses.budget import training_budget
 
     record = run.record_if_readable() if run is not None else None
     init = record.get("init") if record else None

@@ -94,7 +94,7 @@ class Provenance:
     the checkpoint file, its run folder, the run's whole checkpoint series and ``loader``, the
     function that loads one of them, so an analysis of training dynamics reads the series without
     knowing how checkpoints are stored, and ``budget``, what the weights were trained on
-    (``analyses.base.training_budget``, from the run's record), so an analysis never reads the run's files.
+    (``analyses.budget.training_budget``, from the run's record), so an analysis never reads the run's files.
     """
 
     seed: int = 0

@@ -71,7 +71,7 @@ def test_a_positional_shortcut_is_caught():
 
 
 def test_a_bootstrap_interval_resamples_sequences_not_queries():
-    from analyses.base import bootstrap_interval
+    from analyses.intervals import bootstrap_interval
 
     # 4,000 sequences, each either all right or all wrong on its 4 queries: the spread is that of 4,000
     # coin flips, twice what 16,000 independent queries would give

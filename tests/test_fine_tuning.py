@@ -8,7 +8,7 @@ import torch
 
 import models
 import tasks
-from analyses.base import budget_text, training_budget
+from analyses.budget import budget_text, training_budget
 from interp import checkpoint
 from interp.errors import UserError
 from interp.files import RunFolder
@@ -150,7 +150,7 @@ def test_a_fine_tuned_models_budget_counts_what_its_start_had_seen_and_the_matri
 
 
 def test_training_tokens_count_each_curriculum_stage_at_its_own_length():
-    from analyses.base import training_tokens
+    from analyses.budget import training_tokens
 
     record = dict(task=dict(TASK), train=dict(batch_size=8, curriculum=[[2, {"K": 1}], [5, {"K": 2}]]))
     lengths = [tasks.from_config(dict(TASK, K=k)).seq_len for k in (1, 2, 4)]

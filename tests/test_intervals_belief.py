@@ -11,7 +11,7 @@ import analyses
 import models
 import tasks
 from analyses import advantage_law, belief_state, em_dynamics, length_generalization
-from analyses.base import bootstrap_interval
+from analyses.intervals import bootstrap_interval
 
 
 # -- belief-state: R² and RMSE of a read-out, resampling held-out sequences ----------------------------------------

@@ -9,8 +9,8 @@ import torch
 import analyses
 from analyses import interventions as P
 from analyses.attribution_patching import gap_intervals
-from analyses.base import bootstrap_interval, bootstrap_sums
 from analyses.direct_logit_attribution import figure, intervals as dla_intervals
+from analyses.intervals import bootstrap_interval, bootstrap_sums
 from tests.test_patching import N, one_head_circuit
 
 

@@ -75,7 +75,7 @@ def test_the_shared_layers_live_in_one_module_each():
               "PRESETS = {": "interp/recipe.py", "def output_folder(": "interp/results.py",
               # a checkpoint's content hash is the checkpoint layer's (training records it for --init too)
               "def checkpoint_digest(": "interp/checkpoint.py", "SOURCE_MARK = ": "interp/results.py",
-              "def training_budget(": "analyses/base.py",
+              "def training_budget(": "analyses/budget.py",
               "def ablation_hook(": "analyses/activations.py", "def part_hooks(": "analyses/activations.py",
               "def mean_z(": "analyses/activations.py", "def read_result(": "analyses/base.py"}
     for needle, owner in owners.items():

@@ -142,7 +142,7 @@ def test_a_curriculum_trains_on_its_stages_then_on_the_task(tmp_path):
 
 
 def test_a_mixture_stage_takes_its_settings_in_turn_and_counts_its_tokens(tmp_path):
-    from analyses.base import training_tokens
+    from analyses.budget import training_tokens
 
     mixture = [dict(L=3), dict(L=4), {}]
     settings = TrainSettings(steps=14, batch_size=4, warmup=2, eval_every=14, eval_size=20, curriculum=[[10, mixture]])
