@@ -122,6 +122,21 @@ def test_mamba_ssm_is_chosen_on_cuda_only_and_never_over_hooks_or_a_forced_scan(
         assert mamba.scan_method(x, False) == "parallel"
 
 
+def test_the_mamba_ssm_path_hands_its_kernel_the_layout_it_takes(monkeypatch):
+    """mamba-ssm's ``selective_scan_fn`` takes x and delta as [B, E, T], B and C as [B, N, T], and gives y as
+    [B, E, T]: the reference scan in that layout stands in for it, so the path is checked without a GPU."""
+    def kernel(u, delta, A, B, C, D):
+        y, _ = reference_scan(u.transpose(1, 2), delta.transpose(1, 2), A, B.transpose(1, 2), C.transpose(1, 2), D)
+        return y.transpose(1, 2)
+
+    monkeypatch.setattr(mamba, "selective_scan_fn", kernel)
+    monkeypatch.setattr(mamba, "scan_method", lambda *args: "mamba-ssm")
+    inputs = [t.detach() for t in scan_inputs()]
+    y, h = selective_scan(*inputs)
+    assert h is None
+    torch.testing.assert_close(y, reference_scan(*inputs)[0], rtol=1e-6, atol=1e-6)  # D goes over as float32
+
+
 def graph_nodes(tensor):
     """Every autograd node behind ``tensor``."""
     seen, todo = set(), [tensor.grad_fn]
