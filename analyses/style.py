@@ -147,9 +147,16 @@ def number_text(x: float) -> str:
     return (f"{m:g}×" if m != 1 else "") + f"10<sup>{k}</sup>"
 
 
+def _nice_step(rough: float) -> float:
+    """The largest 1, 2 or 5 x 10^k at most ``rough`` (a tick spacing)."""
+    k = math.floor(math.log10(rough))
+    return max(m * 10.0 ** k for m in (1, 2, 5) if m * 10.0 ** k <= rough)
+
+
 def _log_ticks(fig, values: dict) -> None:
-    """Labelled ticks at 1, 2, 5 x 10^k (powers of ten alone over more than 3 decades) on every log axis,
-    instead of plotly's unlabelled-decade digits ("2" for 20, "7" for 0.7)."""
+    """Labelled ticks at 1, 2, 5 x 10^k (powers of ten alone over more than 3 decades; 1, 1.5, 2, 3, 5, 7 where
+    fewer than three of those fall among the values, and evenly spaced ticks where fewer than three of those do)
+    on every log axis, instead of plotly's unlabelled-decade digits ("2" for 20, "7" for 0.7)."""
     for key, axis in _axes(fig):
         positive = [v for v in values.get(key) or [] if v > 0]
         if axis.type != "log" or not positive or axis.tickmode or axis.tickvals is not None:
@@ -157,6 +164,13 @@ def _log_ticks(fig, values: dict) -> None:
         low, high = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
         every = max(1, math.ceil((high - low) / 10))  # at most about ten labelled decades
         ticks = [m * 10.0 ** k for k in range(low, high + 1, every) for m in ((1, 2, 5) if high - low <= 3 else (1,))]
+        inside = lambda ticks: sum(min(positive) <= t <= max(positive) for t in ticks)  # noqa: E731
+        if inside(ticks) < 3:  # values within a decade: finer steps
+            ticks = [float(f"{m}e{k}") for k in range(low, high + 1) for m in (1, 1.5, 2, 3, 5, 7)]
+        if inside(ticks) < 3 and max(positive) > min(positive):  # within a fraction of one: evenly spaced
+            step = _nice_step((max(positive) - min(positive)) / 4)
+            first = math.floor(min(positive) / step)
+            ticks = [round(k * step, 12) for k in range(first, math.ceil(max(positive) / step) + 1) if k > 0]
         axis.update(tickmode="array", tickvals=ticks, ticktext=[number_text(t) for t in ticks])
 
 
@@ -271,13 +285,14 @@ def label(fig, color: str, **place) -> None:
 
 
 def reference_line(fig, value: float, text: str, axis: str = "y", dash: str = "dash", color: str = "gray",
-                   position: str = "right") -> None:
-    """A horizontal (``axis`` "y") or vertical ("x") line at ``value`` with the label ``text`` beside it.
-    Call it after the axis type is set (the label's place depends on it)."""
+                   position: str = "right", above: bool = True) -> None:
+    """A horizontal (``axis`` "y") or vertical ("x") line at ``value`` with the label ``text`` beside it (a
+    horizontal line's label at its ``position`` end, ``above`` it or below). Call it after the axis type is set
+    (the label's place depends on it)."""
     if axis == "y":
         fig.add_hline(y=value, line_dash=dash, line_color=color)
         label(fig, color, text=text, x=1 if position == "right" else 0, xref="x domain", y=_at(fig, "y", value),
-               yref="y", xanchor=position, yanchor="bottom")
+               yref="y", xanchor=position, yanchor="bottom" if above else "top")
     else:
         fig.add_vline(x=value, line_dash=dash, line_color=color)
         label(fig, color, text=text, y=1, yref="y domain", x=_at(fig, "x", value), xref="x", xanchor="left",
