@@ -1,7 +1,7 @@
 """Copy the binding ladder's sweeps (experiments/binding-ladder.sh) into figures/readme/binding-ladder/: each sweep's
-sweep.json and figures, and summary.json with what the results page reads: per cell, each architecture's chosen
-rate, accuracy and sequences to 90% (each seed), Mamba's sequences over the transformer's, and each architecture's
-training speed. Run it whenever the ladder has moved on; an unfinished sweep is copied as it stands (its
+sweep.json and its figures (drawn again from it), and summary.json with what the results page reads: per cell, each
+architecture's chosen rate, accuracy and sequences to 90% (each seed), Mamba's sequences over the transformer's, and
+each architecture's training speed. Run it whenever the ladder has moved on; an unfinished sweep is copied as it stands (its
 ``complete`` says so).
 
     python experiments/binding_ladder.py [--runs runs/binding-ladder]
@@ -14,7 +14,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "figures" / "readme" / "binding-ladder"
-FIGURES = ("sweep-learning.png", "sweep-curves.png", "sweep.pdf")
+FIGURES = ("learning", "curves")  # the sweep's figures the results page and the folder keep, as PNGs
+
+
+def draw(sweep: dict, target: Path) -> None:
+    """The sweep's figures drawn again from its summary, with this checkout's figure code (a ladder that has run
+    for days wrote its own with the code it started with), into ``target``: the PNGs of ``FIGURES`` and the PDF."""
+    from interp.export import figure_image, merged_pdf
+    from interp.sweep import figures
+
+    drawn = figures(sweep)
+    for name in FIGURES:
+        if name in drawn:
+            (target / f"sweep-{name}.png").write_bytes(figure_image(drawn[name], "png"))
+    (target / "sweep.pdf").write_bytes(merged_pdf(drawn))
 
 
 def cell_rows(sweep: dict) -> list[dict]:
@@ -69,9 +82,7 @@ def main() -> None:
         target = OUT / name
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target / "sweep.json")
-        for figure in FIGURES:
-            if (args.runs / name / figure).exists():
-                shutil.copy2(args.runs / name / figure, target / figure)
+        draw(sweep, target)
         done = len(sweep["points"])
         planned = len(sweep["values"]) * len(sweep["archs"]) * max(1, len(sweep["lrs"])) * len(sweep["seeds"])
         summary[name] = dict(complete=sweep["complete"], points_done=done, points_planned=planned,

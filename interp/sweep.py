@@ -630,12 +630,7 @@ class Sweep:
         from . import results as store
 
         summary = self.summary(results)
-        figures = {"curves": curve_figure(summary)}
-        if any(r.get("learning_curve") for r in results):
-            figures["learning"] = learning_figure(summary)
-        if len(self.widths) > 1:
-            figures["grid"] = grid_figure([summary])
-        result = Result("sweep", DEFINITION, summary, figures)
+        result = Result("sweep", DEFINITION, summary, figures(summary))
         store.write(result, self.out, ("pdf", "html", "png", "json"), store.provenance(), root=self.out)
         return summary
 
@@ -658,6 +653,17 @@ def _worker(arguments: dict, log: str) -> None:
         except UserError as err:
             print(f"error: {err}")
             raise SystemExit(1) from None
+
+
+def figures(summary: dict) -> dict[str, go.Figure]:
+    """A sweep's figures, by name, from its summary (the ``metrics`` of its sweep.json): they can be drawn again
+    from a sweep.json alone, without its runs."""
+    drawn = {"curves": curve_figure(summary)}
+    if any(r.get("learning_curve") for r in summary["points"]):
+        drawn["learning"] = learning_figure(summary)
+    if len(summary["widths"]) > 1:
+        drawn["grid"] = grid_figure([summary])
+    return drawn
 
 
 def grid_figure(summaries: list[dict], names: list[str] | None = None) -> go.Figure:
@@ -699,6 +705,9 @@ def grid_figure(summaries: list[dict], names: list[str] | None = None) -> go.Fig
     return use_template(fig)
 
 
+SPARE = ("#17becf", "#8c564b", "#e377c2", "#bcbd22")
+
+
 def curve_figure(summary: dict) -> go.Figure:
     fig = go.Figure()
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
@@ -706,7 +715,8 @@ def curve_figure(summary: dict) -> go.Figure:
     chosen = summary.get("chosen") or {}
     for i, arch in enumerate(summary["archs"]):
         for j, (curve, brk) in enumerate(summary["break_points"].get(arch, {}).items()):
-            colour = colours[i % len(colours)]
+            # one colour per curve: an architecture's second curve (another model) takes a spare colour, not its dash alone
+            colour = colours[i % len(colours)] if j == 0 else SPARE[(i + j - 1) % len(SPARE)]
             label = arch + ("" if curve == "preset" else f" d={curve}" if curve.isdigit() else f" ({curve})")
             where = "beyond tested" if brk["value"] is None else f"breaks at {summary['axis']}={brk['value']}"
             if chosen:  # each cell at its chosen rate: the mean over seeds, the band their range
@@ -721,9 +731,8 @@ def curve_figure(summary: dict) -> go.Figure:
                                 if r["arch"] == arch and r["curve"] == curve)
             fig.add_scatter(x=[v for v, _ in points], y=[m for _, m in points], mode="lines+markers",
                             name=f"{label}: {where}", line=dict(color=colour, dash=dashes[j % 4]))
-    fig.add_hline(y=summary["threshold"], line_dash="dash", line_color="grey",
-                  annotation_text=f"threshold {summary['threshold']:g}")
     metric = {"entropy_mae_bits": "entropy MAE (bits)"}.get(summary["metric"], summary["metric"].replace("_", " "))
+    trained_at = []  # x of a trained value, marked once the axes are set
     if summary["mode"] == "trained":
         budget = summary["budget"]
         how = f"{budget['steps']} steps x batch {budget['batch_size']} for every point, {summary['preset']} preset capacity"
@@ -739,20 +748,53 @@ def curve_figure(summary: dict) -> go.Figure:
         how = f"trained models measured across {axis} (trained on {axis}={trained})"
         for low, high in ranges:
             if low == high:
-                fig.add_vline(x=high, line_dash="dot", line_color="#2ca02c", annotation_text="trained")
+                trained_at.append(high)
             else:
-                fig.add_vrect(x0=low, x1=high, fillcolor="#2ca02c", opacity=0.06,
-                              line_width=0, annotation_text="trained range")
+                trained_at.append((low, high))
     fig.update_layout(
-        title=f"{summary['primitive']} ({summary['task']}): {metric} against {summary['axis']}<br><sub>{how}</sub>",
+        title=f"{summary['primitive']} ({summary['task']}): {metric} against {summary['axis']}<br><sup>{how}</sup>",
         xaxis=dict(title=summary["axis"], type="log", tickvals=summary["values"], ticktext=[str(v) for v in summary["values"]],
                    # explicit, so the shapes' extent does not stretch the log axis
                    range=[math.log10(min(summary["values"])) - 0.1, math.log10(max(summary["values"])) + 0.1]),
         yaxis=dict(title=metric, type="log" if summary["direction"] == "max" else "linear"),
-        width=800, height=480, legend=dict(font=dict(size=11)))
-    from analyses.style import use_template
+        width=800, height=480)
+    from analyses import style
 
-    return use_template(fig)
+    log = fig.layout.yaxis.type == "log"
+    scale = (lambda v: math.log10(v)) if log else (lambda v: v)
+    drawn = summary["threshold"] > 0 or not log  # a threshold of 0 has no place on a log axis: not drawn
+    line = scale(summary["threshold"]) if drawn else None
+    curves = [trace for trace in fig.data if trace.showlegend is not False]  # not the seeds' bands
+    shown = [(x, scale(y)) for trace in curves for x, y in zip(trace.x, trace.y)
+             if y is not None and (y > 0 or not log)]
+    if shown:  # room above the curves for the marks' labels, which sit at the top of the plot
+        ys = [y for _, y in shown] + ([line] if drawn else [])
+        low, high = min(ys), max(ys)
+        span = (high - low) or 1
+        fig.update_yaxes(range=[low - 0.05 * span, high + 0.14 * span])
+    # the threshold's label at the end of its line, above or below it, where the nearest point at that end is farthest
+    # (a tie: right, above)
+    places = [(side, above) for side in ("right", "left") for above in (True, False)]
+    at = {"left": min(summary["values"]), "right": max(summary["values"])}
+    clear = {(side, above): min((abs(y - line) for x, y in shown if drawn and x == at[side] and (y >= line) == above),
+                                default=math.inf) for side, above in places}
+    side, above = max(places, key=lambda place: clear[place])
+    # after the axes (on a log axis plotly puts an hline's own label at 10^value); grey and black, no architecture's
+    # colour
+    if drawn:
+        style.reference_line(fig, summary["threshold"], f"threshold {summary['threshold']:g}", position=side,
+                             above=above)
+    for mark in trained_at:
+        if isinstance(mark, tuple):
+            style.reference_band(fig, *mark, "trained range", color="grey")
+        else:
+            style.reference_line(fig, mark, "trained", axis="x", dash="dot", color="black")
+    style.apply(fig)  # labelled log ticks (not plotly's bare "5", "2" between decades)
+    # the legend under the plot: its entries (a model, where it breaks) are long, and beside the plot they took half
+    # the page's width from it
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top"),
+                      height=fig.layout.height + 24 * len(curves))
+    return fig
 
 
 def add_band(fig: go.Figure, x: list, low: list, high: list, colour: str, **where) -> None:
@@ -789,7 +831,7 @@ def learning_figure(summary: dict) -> go.Figure:
     rate: the mean over seeds, the band their range; the threshold dashed."""
     from plotly.subplots import make_subplots
 
-    from analyses.style import use_template
+    from analyses import style
 
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     values = [str(v) for v in summary["values"]]
@@ -818,9 +860,10 @@ def learning_figure(summary: dict) -> go.Figure:
                          row=1, col=col)
     fig.update_yaxes(title_text=metric, row=1, col=1)
     seeds = len(summary.get("seeds") or [])
+    # the subtitle a <sup> line, which style.apply wraps to the page and makes room for above the panels' titles
     fig.update_layout(title=f"{summary['primitive']} ({summary['task']}): {metric} while training, each architecture "
-                            f"at its best rate<br><sub>mean of {seeds} seed(s)"
+                            f"at its best rate<br><sup>mean of {seeds} seed(s)"
                             f"{' (band: their range)' if seeds > 1 else ''}; threshold {summary['threshold']:g} "
-                            f"dashed{'; a point stops at it' if summary.get('stops_at_threshold') else ''}</sub>",
-                      width=max(520, 330 * len(values)), height=440, margin=dict(t=110))
-    return use_template(fig)
+                            f"dashed{'; a point stops at it' if summary.get('stops_at_threshold') else ''}</sup>",
+                      width=max(520, 330 * len(values)), height=440)
+    return style.apply(fig)
