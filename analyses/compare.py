@@ -16,7 +16,7 @@ from .base import (Analysis, AnalysisError, Option, Result, eval_batch, held_out
 from .budget import budget_text
 from .calibration import measure
 from .intervals import bootstrap_difference
-from .style import error_bars
+from .style import error_bars, text_width
 
 def primitives() -> dict[str, tuple]:
     """primitive -> (task, metric, direction, threshold), from the tasks' own declarations."""
@@ -178,33 +178,62 @@ def bar_figure(rows: list[dict]) -> go.Figure:
     return fig
 
 
+CELL_FONT = 13  # the cells' text, readable where the page shows the figure (~760 px wide)
+
+
+def cell_lines(line: str, width: float) -> list[str]:
+    """``line`` broken at spaces into lines at most ``width`` pixels wide at the cells' font (a bold line stays
+    bold)."""
+    bold = line.startswith("<b>") and line.endswith("</b>")
+    words, out = (line[3:-4] if bold else line).split(" "), [""]
+    for word in words:
+        trial = f"{out[-1]} {word}".strip()
+        if out[-1] and text_width(trial, CELL_FONT) > width:
+            out.append(word)
+        else:
+            out[-1] = trial
+    return [f"<b>{part}</b>" for part in out] if bold else out
+
+
 def matrix_figure(matrix: dict) -> go.Figure:
     archs, prims = list(matrix), list(primitives())
     score = {"pass": 1, "fail": 0, "not measured": 0.5}
-    def label(cell: dict) -> str:
+    width = 860
+    room = (width - 220) / max(1, len(prims)) - 16  # a cell's width less its padding (the row labels take ~140 px)
+
+    def lines(cell: dict) -> list[str]:
+        """The cell's lines: where the sweep's curve breaks and its budget per point, then the verdict on the run's
+        own task, then that run's budget and parameters (one plain line each, none in a smaller font)."""
+        out = []
+        curve = cell.get("curve")
+        if curve:
+            out.append(f"<b>{curve['text']}</b>")
+            if curve["budget_steps"]:
+                budget = dict(steps=curve["budget_steps"], batch_size=curve["budget_batch_size"],
+                              init_sequences=curve.get("budget_init_sequences") or 0)
+                out.append(f"{budget_text(budget)} per point")
         single = cell["status"] + (f" {cell['value']:.3g}" if cell["value"] is not None else "")
         if cell.get("judged_on"):  # measured on the task as the primitive is judged, not the run's own
             single += " on " + ", ".join(f"{k}={v}" for k, v in cell["judged_on"].items())
+        out.append(single)
         if cell["value"] is not None:  # the budget of the run the cell is judged from, in every cell
             params = f" · {cell['n_params'] / 1e3:.0f}k params" if cell.get("n_params") else ""
-            single += f"<br><sub>{budget_text(cell.get('budget'))}{params}</sub>"
-        curve = cell.get("curve")
-        if not curve:
-            return single
-        budget = dict(steps=curve["budget_steps"], batch_size=curve["budget_batch_size"],
-                      init_sequences=curve.get("budget_init_sequences") or 0)
-        per_point = f" ({budget_text(budget)} per point)" if curve["budget_steps"] else ""
-        return f"<b>{curve['text']}</b>{per_point}<br>{single}"
+            out.append(f"{budget_text(cell.get('budget'))}{params}")
+        return [part for line in out for part in cell_lines(line, room)]
 
-    text = [[label(matrix[a][p]) for p in prims] for a in archs]
+    text = [[lines(matrix[a][p]) for p in prims] for a in archs]
+    tallest = max((len(cell) for row in text for cell in row), default=1)
     fig = go.Figure(go.Heatmap(
-        z=[[score[matrix[a][p]["status"]] for p in prims] for a in archs], x=prims, y=archs, text=text,
-        texttemplate="%{text}", zmin=0, zmax=1, showscale=False,
+        z=[[score[matrix[a][p]["status"]] for p in prims] for a in archs], x=prims, y=archs,
+        text=[["<br>".join(cell) for cell in row] for row in text],
+        texttemplate="%{text}", textfont=dict(size=CELL_FONT), zmin=0, zmax=1, showscale=False, xgap=2, ygap=2,
         colorscale=[[0, "#f4a6a6"], [0.5, "#e8e8e8"], [1, "#9fd8a4"]],
         hovertemplate="%{y} · %{x}<br>%{text}<extra></extra>"))
-    fig.update_layout(yaxis_autorange="reversed",
-                      title="Inference primitives, measured (training steps x batch and parameters in each cell; "
-                            "thresholds in the JSON)", width=860, height=160 + 90 * len(archs))
+    fig.update_layout(yaxis=dict(autorange="reversed", showgrid=False), xaxis=dict(showgrid=False),
+                      title="Inference primitives, measured<br><sup>each cell: where the sweep's curve breaks (its budget "
+                            "per point), the verdict on the run's own task, that run's steps x batch and parameters; "
+                            "thresholds in the JSON</sup>",
+                      width=width, height=120 + len(archs) * (18 * tallest + 24))
     return fig
 
 
