@@ -132,11 +132,13 @@ def compute(model, n: int = 64, seed: int = 1234, chunk: int = 32) -> Result:
 def signals_figure(metrics: dict) -> go.Figure:
     steps = metrics["steps"]
     shown = [s if s > 0 else (min(x for x in steps if x > 0) / 2 if any(steps) else 1) for s in steps]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("gradient signals", "routing / precision"))
+    # room between the panels for the right one's axis title
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("gradient signals", "routing / precision"),
+                        horizontal_spacing=0.14)
     bounds = metrics.get("intervals")  # none in a record from before the intervals
     for key, name, color in (("routing_signal", "routing (advantage spread)", "#1f77b4"),
                              ("precision_signal", "precision (value gradient)", "#d62728"),
-                             ("score_grad_norm", "score gradient", "#7f7f7f")):
+                             ("score_grad_norm", "score gradient", "#9467bd")):
         if bounds:
             style.interval_band(fig, shown, bounds[key], color, group=name, row=1, col=1)
         fig.add_scatter(x=shown, y=metrics[key], mode="lines+markers", name=name, line_color=color, legendgroup=name,
@@ -145,20 +147,28 @@ def signals_figure(metrics: dict) -> go.Figure:
         style.interval_band(fig, shown, bounds["routing_to_precision"], "#2ca02c", row=1, col=2)
     fig.add_scatter(x=shown, y=metrics["routing_to_precision"], mode="lines+markers", name="ratio",
                     line_color="#2ca02c", showlegend=False, row=1, col=2)
-    fig.update_xaxes(type="log", title_text="training step (log; step 0 at half the first)")
+    # a short axis title under each panel (a long one ran into the other panel's); step 0's place in the subtitle
+    # ticks that fit a half-width panel unrotated: 1, 2, 5 x 10^k over two decades at most, else 1 and 3 x 10^k
+    low, high = math.floor(math.log10(min(shown))), math.ceil(math.log10(max(shown)))
+    fine = math.log10(max(shown) / min(shown)) <= 2
+    ticks = [m * 10 ** k for k in range(low, high + 1) for m in ((1, 2, 5) if fine else (1, 3))
+             if min(shown) <= m * 10 ** k <= max(shown)]
+    fig.update_xaxes(type="log", title_text="training step (log)", tickmode="array", tickvals=ticks,
+                     ticktext=[style.number_text(t) for t in ticks])
     fig.update_yaxes(type="log")
-    for height, (label, step, dash) in zip((1.0, 0.9), (("frame settles", metrics["frame_settling_step"], "dash"),
-                                                      ("calibration settles", metrics["calibration_settling_step"],
-                                                       "dot"))):
-        if step is not None:  # on the signals panel; the two labels one above the other, as the lines may be close
+    for label, step, dash in (("frame settles", metrics["frame_settling_step"], "dash"),
+                              ("calibration settles", metrics["calibration_settling_step"], "dot")):
+        if step is not None:  # on the signals panel, named in the legend (a label on the panel covered its curves)
             fig.add_vline(x=shown[steps.index(step)], line_dash=dash, line_color="gray", row=1, col=1)
-            style.label(fig, "gray", text=f"{label} ({step})", y=height, yref="y domain",
-                         x=math.log10(shown[steps.index(step)]), xref="x", xanchor="right", yanchor="top")
+            fig.add_scatter(x=[None], y=[None], mode="lines", name=f"{label} (step {step})", hoverinfo="skip",
+                            line=dict(color="gray", dash=dash), row=1, col=1)
     fig.update_yaxes(title_text="layer-mean signal (log)", row=1, col=1)
     fig.update_yaxes(title_text="routing / precision (log)", row=1, col=2)
-    fig.update_layout(title="Routing against precision signals of the gradient over training" + (
-        f"<br><sup>bands: 95% bootstrap intervals over the {metrics['n_sequences']:,} sequences (the same at every "
-        f"checkpoint)</sup>" if bounds else ""),
+    notes = ([f"step 0 drawn at {shown[0]:g}"] if steps and steps[0] == 0 else []) + (
+        [f"bands: 95% bootstrap intervals over the {metrics['n_sequences']:,} sequences (the same at every checkpoint)"]
+        if bounds else [])
+    fig.update_layout(title="Routing against precision signals of the gradient over training"
+                            + (f"<br><sup>{'; '.join(notes)}</sup>" if notes else ""),
                       width=1000, height=460)
     return fig
 

@@ -380,7 +380,8 @@ def settling_figure(metrics: dict, task_name: str) -> go.Figure:
               f"{metrics['precision_settling_step']} (95% {_steps(metrics['intervals']['settling_steps']['entropy_mae'])}, "
               f"over {metrics['n_sequences']:,} resampled sequences; the frame settles first in "
               f"{100 * metrics['frame_settles_first_share']:.0f}% of resamples); stars mark the settling steps</sup>",
-        xaxis_title=_x_title(steps), xaxis_type="log", yaxis_title="fraction of total change (first → final checkpoint)",
+        # a y title no taller than the plot (a longer one ran up into the subtitle); the title says what it is of
+        xaxis_title=_x_title(steps), xaxis_type="log", yaxis_title="fraction of its total change",
         width=820, height=480)
     return fig
 
