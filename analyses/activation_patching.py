@@ -103,6 +103,49 @@ def measure(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], answ
     return grid, scorer.both(P.patched_answers(pair, first, [None], clean, corrupted)[0])
 
 
+def cell_hooks(pair: P.Pair, cells: list[tuple[P.Site, int | None]], source: dict) -> list:
+    """Hooks for a run on ``len(cells)`` stacked copies of the batch: copy k gets ``source``'s (the clean run's)
+    activation of cell k's site at its position (None: every position), as ``interventions.patch_hooks`` patches one
+    site; sites that share a hook are patched by one hook. Not for taps or recurrent states (``measure_cells``)."""
+    B, by_name = len(pair.clean), {}
+    for k, (site, p) in enumerate(cells):
+        for name in site.hooks:
+            by_name.setdefault(name, []).append((k, site.head, slice(None) if p is None else p))
+
+    def make(name, copies):
+        value = source[name]
+
+        def put(act, hook):
+            act = act.clone()
+            for k, head, where in copies:
+                index = (slice(k * B, (k + 1) * B), where) + (() if head is None else (head,))
+                act[index] = value[(slice(None), where) + index[2:]].to(act.dtype)
+            return act
+        return put
+    return [(name, make(name, copies)) for name, copies in by_name.items()]
+
+
+def measure_cells(pair: P.Pair, cells: list[tuple[P.Site, int | None]], source: dict, into: dict) -> list:
+    """The answer [B, K] with each (site, position) cell patched (position None: every position), from the clean
+    run's activations ``source`` into the corrupted run (``into``: its own, which a tap's term needs): the cells of
+    any sites side by side in stacked forward passes (``interventions.TOKEN_BUDGET`` positions each), a tap's or a
+    recurrent state's by ``interventions.patched_answers``. Each answer is that of ``measure``'s cell."""
+    out: list = [None] * len(cells)
+    apart = [k for k, (site, _) in enumerate(cells) if site.kind in ("tap", "state")]
+    for k in apart:
+        out[k] = P.patched_answers(pair, cells[k][0], [cells[k][1]], source, into)[0]
+    together = [k for k in range(len(cells)) if out[k] is None]
+    B, T = pair.clean.shape[:2]
+    per = max(1, P.TOKEN_BUDGET // (B * T))
+    for i in range(0, len(together), per):
+        chunk = together[i:i + per]
+        tokens = pair.corrupted.repeat(len(chunk), *[1] * (pair.corrupted.dim() - 1))
+        answers = pair.answer(tokens, cell_hooks(pair, [cells[k] for k in chunk], source)).split(B)
+        for k, a in zip(chunk, answers):
+            out[k] = a
+    return out
+
+
 def strongest(chosen, where, values) -> list[dict]:
     """Per site kind and layer, the position whose patch restores most (Bayes scale)."""
     out = []

@@ -67,12 +67,15 @@ def gradients(pair: P.Pair, names: list[str]) -> tuple[dict, dict]:
     return {name: act.detach() for name, act in saved.items()}, grads
 
 
-def estimates(pair: P.Pair, chosen: list, where: list[int], scorer: P.Scorer, projected: list | None = None) -> dict:
+def estimates(pair: P.Pair, chosen: list, where: list[int], scorer: P.Scorer, projected: list | None = None,
+              clean: dict | None = None) -> dict:
     """Per scale, [site][position..., all] estimates of the activation-patching cells; ``projected``, when given,
     gets per site each cell's estimated per-pair projection (``Scorer.project``; None where there is no cell): the
-    corrupted answer's plus that pair's first-order change, since the gradient of a sum over pairs is per pair."""
+    corrupted answer's plus that pair's first-order change, since the gradient of a sum over pairs is per pair.
+    ``clean``: the clean run's activations of the sites' hooks (``interventions.run_cache``), if the caller has
+    them."""
     names = P.cache_names(pair.model, chosen)
-    clean = P.run_cache(pair, pair.clean, names)
+    clean = P.run_cache(pair, pair.clean, names) if clean is None else clean
     corrupted, grads = gradients(pair, names)
     pair.model.zero_grad(set_to_none=True)
     base = {"bayes": scorer.bayes(scorer.corrupted), "model": scorer.model(scorer.corrupted)}

@@ -153,7 +153,11 @@ def test_the_patching_panel_patches_drawn_prompts_and_a_click_draws_that_interve
     _, progress, shown = patched_map(client, app)
     assert "done in" in progress["patch-progress"]["children"]
     heat = shown["patch-map"]["figure"]["data"][0]
-    assert heat["y"][0] == "resid before L0" and "L0H0" in heat["y"] and heat["x"][-1] == "all positions"
+    assert heat["y"][0] == "resid before L0" and "L0H0" not in heat["y"] and heat["x"][-1] == "all positions"
+    # a layer's heads picked: the map drawn again with them in their place, from the same job
+    with_heads = answer(client, app, "patch-map<-patch-heads", dict(PATCH, **{"patch-heads.value": 0}))
+    assert with_heads["patch-map"]["figure"]["data"][0]["y"][:6] == [
+        "resid before L0", "L0H0", "L0H1", "L0H2", "L0H3", "L0 attention"]
     assert "shown observation 1 flipped" in json.dumps(shown["patch-pair"]["children"])
     # several prompts: the model's two answers on the Bayes scale with activation-patching's intervals over them
     assert re.search(r"\(95% intervals over \d+ pairs\)", shown["patch-map"]["figure"]["layout"]["title"]["text"])
@@ -167,22 +171,108 @@ def test_the_patching_panel_patches_drawn_prompts_and_a_click_draws_that_interve
     assert patched == pytest.approx(clean, abs=1e-5) and "model scale 1.000" in cell["layout"]["title"]["text"]
 
 
+def test_the_estimated_map_measures_its_cells_as_the_exhaustive_map_does(explorer):
+    """A language model's map (every cell estimated, the strongest measured) against activation patching's exhaustive
+    map on the same pair: each measured cell's answer and scores are the exhaustive ones (stacked with other sites'
+    cells, heads of several layers in one pass), the others are attribution patching's estimates, and the cells
+    measured are those of the largest estimates."""
+    from analyses import interventions as P
+    from analyses.activation_patching import measure, measure_cells
+    from analyses.attribution_patching import estimates
+    from interp.explore.pairs import LANGUAGE_ALPHA, LANGUAGE_PROMPTS
+    from interp.explore.lm_patching import EXACT_CELLS, default_sites, estimated_map, whole
+
+    pair = P.language_pair(explorer.lm, "two-label", "mixed", LANGUAGE_PROMPTS, LANGUAGE_ALPHA, 3, 1)
+    scorer = P.Scorer(pair)
+    chosen, where = P.sites(pair.model), pair.positions("auto")
+    exhaustive = {}
+    grid, _ = measure(pair, scorer, chosen, where, exhaustive)
+    columns, rows = [*where, None], {s.label: i for i, s in enumerate(chosen)}
+    shown = [(s.label, p) for s in default_sites(chosen) for p in columns]
+    assert len(shown) > EXACT_CELLS  # some cells are left estimated
+    new = estimated_map(pair, scorer, chosen, where)
+    first_order = estimates(pair, chosen, where, scorer)
+    clean_run = {(s.label, None) for s in whole(chosen)}  # the residual stream at every position: the clean run
+    assert len(clean_run) == 3 and clean_run <= new.measured <= set(shown)
+    assert len(new.measured - clean_run) == EXACT_CELLS
+    for site in chosen:
+        for j, p in enumerate(columns):
+            i = rows[site.label]
+            if (site.label, p) in new.measured:
+                assert torch.allclose(new.answers[site.label, p], exhaustive[site.label, p], atol=1e-6, rtol=0)
+                for scale in grid:
+                    assert new.grid[scale][i][j] == pytest.approx(grid[scale][i][j], abs=1e-6)
+            else:
+                assert (site.label, p) not in new.answers
+                assert [new.grid[scale][i][j] for scale in grid] == [first_order[scale][i][j] for scale in grid]
+    size = lambda cell: abs(first_order["model"][rows[cell[0]]][columns.index(cell[1])])  # noqa: E731
+    assert min(map(size, new.measured - clean_run)) >= max(size(c) for c in shown if c not in new.measured)
+    every = estimated_map(pair, scorer, chosen, where, exact=10 ** 6)  # every default cell measured: the exhaustive map
+    assert every.measured == set(shown)
+    assert all(every.grid[s][rows[label]][columns.index(p)] == pytest.approx(grid[s][rows[label]][columns.index(p)],
+                                                                                abs=1e-6) for label, p in shown for s in grid)
+    heads = [(s, p) for s in chosen if s.kind == "head" for p in (where[0], where[-1], None)]
+    for (site, p), a in zip(heads, measure_cells(pair, heads, new.clean, new.corrupted)):
+        assert torch.allclose(a, exhaustive[site.label, p], atol=1e-6, rtol=0)
+
+
+def test_the_language_models_map_is_what_its_panel_says(explorer):
+    """The panel's words about the map (its rows, its columns, how many cells are measured) are the map drawn."""
+    from analyses import interventions as P
+    from interp.explore.pairs import LANGUAGE_ALPHA, LANGUAGE_PROMPTS, LanguagePairs
+    from interp.explore.lm_patching import EXACT_CELLS, whole
+    from interp.explore.patching import panel
+
+    def find(component, id_):
+        if getattr(component, "id", None) == id_:
+            return component
+        children = getattr(component, "children", None)
+        for child in children if isinstance(children, list) else [children]:
+            found = find(child, id_) if child is not None and not isinstance(child, str) else None
+            if found is not None:
+                return found
+    said = find(panel(LanguagePairs(explorer)), "patch-covers").children
+    app = build_app(explorer)
+    _, _, shown = patched_map(app.server.test_client(), app, dict(PATCH, **{"seed.value": 6}))
+    heat, ringed = shown["patch-map"]["figure"]["data"]
+    pair = P.language_pair(explorer.lm, "two-label", "mixed", LANGUAGE_PROMPTS, LANGUAGE_ALPHA, 6, 1)
+    n_rows = int(re.search(r"The map's (\d+) rows", said).group(1))
+    assert heat["y"] == ["resid before L0", "L0 attention", "L0 MLP", "resid before L1", "L1 attention", "L1 MLP",
+                         "resid after L1"] and n_rows == len(heat["y"])
+    assert ("the residual stream before each of the 2 layers and after the last, each layer's attention output, its "
+            "MLP output (a layer's 4 heads: pick the layer in \"heads of layer\")") in said
+    assert "every position from two before the flipped observation to the answer" in said
+    lo, length = max(0, pair.changed[0] - 2), pair.clean.shape[1]
+    assert length - lo <= 48 and heat["x"] == [pair.labels[p] for p in range(lo, length)] + ["all positions"]
+    assert (f"the {EXACT_CELLS} cells of the largest estimated effect are measured exactly (ringed, as is the "
+            f"residual stream at all positions at once, which is the clean run itself)") in said
+    n_whole = len(whole(P.sites(explorer.lm.model)))
+    assert len(ringed["x"]) == EXACT_CELLS + n_whole and f"ringed: exact, the {EXACT_CELLS} cells measured" in \
+        shown["patch-map"]["figure"]["layout"]["title"]["text"]
+    assert {(x, y) for x, y in zip(ringed["x"], ringed["y"]) if x == "all positions"} >= {
+        ("all positions", label) for label in ("resid before L0", "resid before L1", "resid after L1")}
+    hover = [t for line in heat["text"] for t in line]
+    assert sum("measured exactly" in t for t in hover) == EXACT_CELLS
+    assert sum("exact: the clean run itself" in t for t in hover) == n_whole
+    assert sum("first-order estimate" in t for t in hover) == len(hover) - EXACT_CELLS - n_whole
+
+
 def test_patching_runs_in_the_background_with_progress_and_a_cancel_and_the_other_views_answer(explorer, monkeypatch):
-    """A press answers at once; while the job runs, the other views (a second tab's) are served between its sites,
-    the page's tick shows how many sites are done and about how long is left, and a cancel stops it."""
+    """A press answers at once; while the job runs, the other views (a second tab's) are served between its steps,
+    the page's tick shows how many cells are measured and about how long is left, and a cancel stops it."""
     import threading
     import time
 
-    from analyses import interventions
+    from interp.explore import lm_patching
     from tests.explorer_requests import answer
 
-    slow, release = interventions.patched_answers, threading.Event()
+    slow, release = lm_patching.measure_cells, threading.Event()
 
-    def patched_answers(*args, **kwargs):  # each site waits: the job is still running while the test looks
+    def measure_cells(*args, **kwargs):  # each step waits: the job is still running while the test looks
         release.wait(0.3)
         return slow(*args, **kwargs)
 
-    monkeypatch.setattr(interventions, "patched_answers", patched_answers)
+    monkeypatch.setattr(lm_patching, "measure_cells", measure_cells)
     app = build_app(explorer)
     client, other_tab = app.server.test_client(), app.server.test_client()
     values = dict(PATCH, **{"seed.value": 5})
@@ -193,7 +283,7 @@ def test_patching_runs_in_the_background_with_progress_and_a_cancel_and_the_othe
     assert job.state == "running"
     views = {"prompt.data": dict(text="river -> green", task=None, seed=None), "layer.value": 1, "head.value": 2,
              "scale.value": "linear"}
-    drawn = answer(other_tab, app, "attention", views)  # served while the job runs, between two of its sites
+    drawn = answer(other_tab, app, "attention", views)  # served while the job runs, between two of its steps
     assert drawn["attention"]["figure"]["data"] and job.state == "running", job.line()
     deadline = time.monotonic() + 120
     while job.done < 2:
@@ -201,7 +291,8 @@ def test_patching_runs_in_the_background_with_progress_and_a_cancel_and_the_othe
         time.sleep(0.1)
     line = answer(client, app, "patch-progress", values)["patch-progress"]["children"]
     assert "patch-shown" not in answer(client, app, "patch-progress", values)  # no map on the way yet
-    assert re.search(rf"activation patching on \d+ input pair\(s\): \d+ of {job.total} sites \(\d+%\), \d+ s so far, "
+    assert re.search(rf"activation patching on \d+ input pair\(s\): \d+ of {job.total} cells measured exactly "
+                     rf"\(\d+%\), \d+ s so far, "
                      rf"about \d+ s left", line), line
     assert answer(client, app, "patch-progress<-patch-cancel", dict(values, **{"patch-cancel.n_clicks": 1}))
     job.wait(60)
@@ -280,23 +371,24 @@ def test_patching_in_the_background_in_chromium(explorer, monkeypatch):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from analyses import interventions
+    from interp.explore import lm_patching
     from tests.test_explore import computed, figure
 
-    slow = interventions.patched_answers
+    slow = lm_patching.measure_cells
 
-    def patched_answers(*args, **kwargs):  # a site takes a while, as on a real language model
+    def measure_cells(*args, **kwargs):  # a step takes a while, as on a real language model
         time.sleep(0.4)
         return slow(*args, **kwargs)
 
-    monkeypatch.setattr(interventions, "patched_answers", patched_answers)
+    monkeypatch.setattr(lm_patching, "measure_cells", measure_cells)
     app = build_app(explorer)
     with in_chromium(app.server) as (browser, url):
         wait = WebDriverWait(browser, 120, poll_frequency=0.2)
         browser.get(url + "/")
         wait.until(lambda d: computed(d, "attention"), message="attention drawn")
         browser.find_element(By.ID, "patch-run").click()
-        wait.until(lambda d: " sites (" in d.find_element(By.ID, "patch-progress").text, message="progress shown")
+        wait.until(lambda d: " cells measured exactly (" in d.find_element(By.ID, "patch-progress").text,
+                   message="progress shown")
         assert browser.find_element(By.ID, "patch-cancel").is_displayed()
         job = app.patching_jobs.latest()
         browser.find_element(By.CSS_SELECTOR, "#layer input[value='1']").click()
@@ -325,17 +417,17 @@ def test_a_press_while_a_cancel_is_pending_starts_the_job_again_in_chromium(expl
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from analyses import interventions
+    from interp.explore import lm_patching
     from tests.test_explore import boxes, computed, figure
 
-    slow, calls, hold = interventions.patched_answers, [], threading.Event()
+    slow, calls, hold = lm_patching.measure_cells, [], threading.Event()
 
-    def patched_answers(*args, **kwargs):  # the first site takes a while; the second one until the test lets it end
+    def measure_cells(*args, **kwargs):  # the first step takes a while; the second one until the test lets it end
         calls.append(1)
         time.sleep(3) if len(calls) == 1 else hold.wait(60)
         return slow(*args, **kwargs)
 
-    monkeypatch.setattr(interventions, "patched_answers", patched_answers)
+    monkeypatch.setattr(lm_patching, "measure_cells", measure_cells)
     app = build_app(explorer)
     with in_chromium(app.server) as (browser, url):
         try:

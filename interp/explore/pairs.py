@@ -38,6 +38,7 @@ class WindTunnelPairs:
         # a small model's map takes seconds: the press waits for it (its progress and cancel shown meanwhile); the job
         # patches a copy of the model, its ablation hooks on the copy, so the other views are served meanwhile
         self.background = False
+        self.estimate_first = False  # every cell of the map measured (seconds on a wind tunnel)
 
     @contextmanager
     def applied(self, index, sequence, heads=None, blocks=None, mode=None):
@@ -91,9 +92,17 @@ class LanguagePairs:
         self.states = (State("seed", "value"),)
         self.follows = ()  # no ablation controls in the language-model explorer
         # minutes on a real language model: the press answers at once, the map arrives when the job is done, and
-        # between two sites the job lets the other views (a second tab's too) run on the model (nothing is left on
-        # it between sites: the patch hooks live for one site's runs)
+        # between two steps the job lets the other views (a second tab's too) run on the model (nothing is left on
+        # it between steps: the patch hooks live for one step's runs)
         self.background = True
+        # every cell of its map estimated to first order, the strongest measured (``lm_patching.estimated_map``): the
+        # whole map measured is hours on a CPU
+        self.estimate_first = True
+        self.model = state.lm.model
+
+    def sites(self) -> list:
+        """The sites the map may draw (``lm_patching.default_sites``, the heads of a layer picked)."""
+        return P.sites(self.model)
 
     @contextmanager
     def applied(self, *state):
