@@ -13,7 +13,7 @@ set -eu
 cd "$(dirname "$0")/.."
 M=${1:?usage: experiments/language-models.sh MODEL (smollm2-135m or gemma3-270m)}
 O=figures/readme/$M
-middle=$(python -c "import interp; print(interp.load_language_model('$M').model.cfg.n_layers // 2)")
+middle=$(python -c "import interp; print(interp.load_language_model('$M').model.cfg.n_layers // 2)" | tail -n 1)   # TransformerLens prints a line of its own first
 for a in calibration value-manifold key-orthogonality attention-focusing entropy-axis; do
   interp run $a --model "$M" --prompts two-label --words mixed --format json,png --out "$O/two-label-mixed"; done
 for a in calibration value-manifold attention-focusing entropy-axis; do

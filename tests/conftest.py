@@ -1,13 +1,20 @@
+import os
+
 import pytest
 import torch
 
 import models
 import tasks
 
+# Under pytest-xdist (`-n auto`) each worker is a process of its own, and one thread each keeps the workers from
+# asking for more threads than there are cores; run alone, the suite uses two threads. A test that needs a thread
+# count (a bit-exact replay) sets its own.
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+
 
 @pytest.fixture(autouse=True)
 def _threads():
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)
 
 
 @pytest.fixture

@@ -53,8 +53,8 @@ def test_model_card_is_the_one_written_from_run_json(name):
         assert f"Stopped at step {record['stopped_at']:,}" in card
 
 
-@pytest.mark.slow  # each shipped model on its recorded held-out batch: 10-40 s each
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.slow  # each model on its recorded held-out batch, 10-40 s each: the slow suite's models (tests/tiny.py)
+@pytest.mark.parametrize("name", slow_suite(SHIPPED))
 def test_shipped_weights_reproduce_the_recorded_final_metrics(name):
     """The trainer's last evaluation (same held-out batch) recomputed from the shipped final checkpoint."""
     path = SHIPPED[name]
@@ -147,7 +147,7 @@ def test_every_analysis_runs_on_every_shipped_model(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [name for name, path in SHIPPED.items() if summary(path)["arch"] == "transformer"])
+@pytest.mark.parametrize("name", [name for name in slow_suite(SHIPPED) if summary(SHIPPED[name])["arch"] == "transformer"])
 def test_the_advantage_law_holds_on_every_head_of_the_shipped_attention_models(name):
     metrics = analyses.run("advantage-law", load(name), n=32).metrics
     assert metrics["holds"] and metrics["max_relative_error"] <= 1e-6, (name, metrics["max_relative_error"])
