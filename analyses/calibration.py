@@ -266,6 +266,11 @@ def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float,
     numbers.update(answer_mass=mass.mean().item(), uniform_kl_bits=uniform_kl.mean().item(),
                    agreement=agree[decided].mean().item() if decided.any() else None,
                    n_prompts=len(prompt_set.prompts), prompts=prompt_set.description)
+    # 95% intervals over prompts (the same resampling as every other language-model analysis), so two models'
+    # calibrations can be told apart or not
+    mae_interval, kl_interval = activations.mean_intervals(
+        torch.stack(activations.calibration_terms(probs, prompt_set), 1), prompt_set)
+    numbers["intervals"] = dict(entropy_mae_bits=mae_interval, kl_bits=kl_interval)
     subject = prompt_set.description
     return Result("calibration", LANGUAGE_DEFINITION, numbers, {
         "by-shots": shots_figure(numbers["by_shots"], subject),

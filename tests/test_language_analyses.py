@@ -240,6 +240,9 @@ def test_calibration_on_a_language_model_is_the_brute_force_one(prompts):
     mae, kl = brute_force_calibration(lm, prompt_set, 0.8 if prompts == "two-label" else None)
     assert result.metrics["entropy_mae_bits"] == pytest.approx(mae, rel=1e-6)
     assert result.metrics["kl_bits"] == pytest.approx(kl, rel=1e-6)
+    for name, value in (("entropy_mae_bits", mae), ("kl_bits", kl)):  # a 95% interval over prompts around each
+        low, high = result.metrics["intervals"][name]
+        assert low < value < high
     by_shots = result.metrics["by_shots"]
     assert sorted(by_shots) == ([0, 1, 2, 4, 8] if prompts == "two-label" else [0, 1, 2, 4, 8, 16])
     assert by_shots[0]["uniform_kl_bits"] == pytest.approx(0.0, abs=1e-12)  # nothing shown: Bayes says 50/50
