@@ -130,6 +130,36 @@ def test_the_entropy_axis_analysis_reports_intact_ablated_and_random_axes():
     assert metrics["n_controls"] == 3 and metrics["random_axes"]["entropy_mae_bits"]["std"] is not None
 
 
+@pytest.mark.parametrize("name", [*FAMILIES, "random", "wind-tunnel"])
+def test_an_axis_projected_out_of_the_last_layer_is_decoded_as_the_forward_pass_answers(name):
+    """entropy-axis decodes the last layer's ablated stream through the final norm and the unembedding instead of
+    running the model again: the same answers and activations as the hooked forward pass, on every family."""
+    from analyses import entropy_axis as ea
+
+    if name == "wind-tunnel":
+        import models
+        import tasks
+
+        task = tasks.make("bijection", V=5, L=4)
+        lm = LanguageModel(models.build("transformer", task, {"d_model": 16, "n_layers": 2, "n_heads": 2}, seed=1),
+                           "t", task=task)
+    else:
+        lm = family(name)
+    prompt_set = activations.prompt_set(lm, "", "mixed", 6, 0.9, 0)
+    last = lm.model.cfg.n_layers - 1
+    fit, test = ea.split_halves(len(prompt_set.prompts), 0)
+    _, X, _, probs = ea.measure(lm, prompt_set, last, fit, test, None)
+    shortcut = ea.last_layer_shortcut(lm, last, X, probs, prompt_set.answers)
+    assert shortcut is not None and ea.last_layer_shortcut(lm, last - 1, X, probs, prompt_set.answers) is None
+    direction = np.random.default_rng(0).standard_normal(X.shape[1])
+    direction /= np.linalg.norm(direction)
+    hooked_numbers, hooked_X, _, hooked_probs = ea.measure(lm, prompt_set, last, fit, test, direction)
+    decoded_numbers, decoded_X, _, decoded_probs = ea.measure(lm, prompt_set, last, fit, test, direction, shortcut)
+    assert torch.allclose(decoded_probs, hooked_probs, atol=1e-5)
+    assert np.allclose(decoded_X, hooked_X, atol=1e-5)
+    assert decoded_numbers["entropy_mae_bits"] == pytest.approx(hooked_numbers["entropy_mae_bits"], abs=1e-5)
+
+
 def test_wind_tunnel_analyses_refuse_language_models_and_language_ones_wind_tunnels():
     lm = family("random")
     with pytest.raises(AnalysisError, match="needs a wind-tunnel model.*value-manifold"):
