@@ -28,9 +28,10 @@ from interp.recipe import stated
 from interp.train import Trainer
 from tests.cli import run_cli, threaded_cli
 
-# 1500 steps: checkpoints (and resume states) every 100 steps; about 5 s uninterrupted here (600
-# steps finished in 2 s on a faster day, before most kills could land).
-ARGS = ["--device", "cpu", "--steps", "1500", "--checkpoint-every", "100", "--batch-size", "16", "--warmup", "10", "-T", "V=6", "-T", "L=5",
+# 600 steps: checkpoints (and resume states) every 40 steps, 15 of them, enough for six kills to land at any moment;
+# the whole test takes 49 s alone on two threads (with 1,500 steps it took 71 s alone and 258 s beside another CI
+# worker, a tenth of CI's slow suite, for no more kills).
+ARGS = ["--device", "cpu", "--steps", "600", "--checkpoint-every", "40", "--batch-size", "16", "--warmup", "10", "-T", "V=6", "-T", "L=5",
         "-M", "d_model=16", "-M", "n_layers=1", "-M", "n_heads=2"]
 KILLS = 6
 SEED = int(os.environ.get("CRASH_SEED", "0"))
@@ -68,7 +69,7 @@ def check_after_kill(run_dir, reference, note: str) -> int | None:
     return int(checkpoint.read(resume)[0]["step"]) if resume.exists() else 0
 
 
-@pytest.mark.slow  # 1,500 in-process steps, killed and resumed six times: crawls on a busy machine
+@pytest.mark.slow  # 600 steps twice, one run killed and resumed six times: crawls on a busy machine
 def test_random_sigkills_then_resume_equal_an_uninterrupted_run(tmp_path, capsys):
     threads = torch.get_num_threads()
     torch.set_num_threads(THREADS)  # as the killed children: same thread count, same bits
