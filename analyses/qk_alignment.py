@@ -121,10 +121,10 @@ def measure(model, batch, group_ids: torch.Tensor, chunk: int = 256) -> dict:
         fraction_queries += (at_query * (columns > 0)).sum(0)
         member = {name: torch.isin(tokens, ids) for name, ids in groups.items()}  # [b, Tk]
         cache = model.run_with_cache(tokens, names_filter=names)[1] if heads else None
-        patterns = model.attention_patterns(tokens)
+        patterns = model.attention_patterns(tokens, rows=columns)  # [b, H, Q, Tk]: the query rows only
         per_sequence["valid"].append(valid)
         for l in range(n_layers):
-            pattern = patterns[l][:, :, columns].double()  # [b, H, Q, Tk]
+            pattern = patterns[l].double()  # [b, H, Q, Tk]
             aq = at_query[:, None]  # [b, 1, Q]
             h_bits = attention_entropy_bits(pattern)  # [b, H, Q]
             sums["entropy"][l] += (h_bits * aq).sum(0)

@@ -137,8 +137,9 @@ class AnswerHead:
         return self.has_attention() or type(self).attention_patterns is not AnswerHead.attention_patterns
 
     @torch.no_grad()
-    def attention_patterns(self, tokens: torch.Tensor) -> list[torch.Tensor]:
-        """Per layer, how each position mixes the positions up to it: [B, H, T, T], rows summing to 1.
+    def attention_patterns(self, tokens: torch.Tensor, rows: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """Per layer, how each position mixes the positions up to it: [B, H, T, T], rows summing to 1; only the
+        query positions ``rows`` ([R] indices) when given: [B, H, R, T].
 
         Attention models return their heads' ``hook_pattern``; an architecture whose mixer can be written
         as attention overrides this (Mamba: its selective scan's effective attention, one "head" per layer).
@@ -147,7 +148,7 @@ class AnswerHead:
             raise ValueError(f"this {self.arch or type(self).__name__} model has no attention patterns")
         names = [act_name("pattern", l) for l in range(self.cfg.n_layers)]
         _, cache = self.run_with_cache(tokens, names_filter=names)
-        return [cache[name] for name in names]
+        return [cache[name] if rows is None else cache[name][:, :, rows] for name in names]
 
     @property
     def seed(self) -> int:

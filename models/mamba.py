@@ -506,9 +506,10 @@ class WindTunnelMamba(HookedSequenceModel):
         return out
 
     @torch.no_grad()
-    def attention_patterns(self, tokens: torch.Tensor) -> list[torch.Tensor]:
+    def attention_patterns(self, tokens: torch.Tensor, rows: torch.Tensor | None = None) -> list[torch.Tensor]:
         """Each layer's effective attention as one head [B, 1, T, T]: |M| averaged over channels, every row
-        normalised to sum to 1 (how much each earlier position feeds position t, whatever the sign).
+        normalised to sum to 1 (how much each earlier position feeds position t, whatever the sign); only the
+        query positions ``rows`` when given ([B, 1, R, T], built from those rows alone: ``scan_matrix_rows``).
 
         M itself ([B, E, T, T]) is never held whole: |M| is summed block of channels by block, so long
         sequences (recall's 329 tokens) and large batches fit in memory."""
@@ -519,7 +520,8 @@ class WindTunnelMamba(HookedSequenceModel):
         for layer in layers:
             delta, B, C = (cache[act_name(f"mixer.{k}", layer)] for k in kinds)
             A = -torch.exp(self.blocks[layer].mixer.A_log.to(delta.dtype))
-            weight = sum(block.abs().sum(1, keepdim=True) for block in scan_matrix_blocks(delta, A, B, C))
+            blocks = scan_matrix_blocks(delta, A, B, C) if rows is None else scan_matrix_rows(delta, A, B, C, rows)
+            weight = sum(block.abs().sum(1, keepdim=True) for block in blocks)
             patterns.append(weight / weight.sum(-1, keepdim=True).clamp_min(1e-30))
         return patterns
 
@@ -562,3 +564,24 @@ def scan_matrix_blocks(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C:
             state[:, :, t] = d[:, t, :, None] * B[:, t, None, :]
             M[:, :, t, :t + 1] = torch.einsum("bn,besn->bes", C[:, t], state[:, :, :t + 1])
         yield M
+
+
+def scan_matrix_rows(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor, rows: torch.Tensor):
+    """Rows ``rows`` ([R] query positions) of ``scan_matrix``, as blocks of channels [B, e, R, T].
+
+    Straight from the closed form, exp(A (S_t - S_s)) with S the running sum of delta (in float64, so the
+    difference of two long sums loses nothing that matters): work grows with R x T instead of the T x T of the
+    whole matrix, which is what an analysis that reads only a task's query positions needs (recall: 8 of 329).
+    """
+    batch, T, E = delta.shape
+    rows = torch.as_tensor(rows, device=delta.device)
+    S = delta.double().cumsum(1)  # [B, T, E]
+    causal = (torch.arange(T, device=delta.device)[None, :] <= rows[:, None])  # [R, T]
+    CB = torch.einsum("brn,bsn->brsn", C[:, rows].double(), B.double())  # [B, R, T, N]
+    channels = max(1, min(E, BLOCK_ELEMENTS // (batch * len(rows) * T * A.shape[1])))
+    for start in range(0, E, channels):
+        stop = min(E, start + channels)
+        gap = (S[:, rows, None, start:stop] - S[:, None, :, start:stop]).clamp_min(0)  # [B, R, T, e]
+        decay = torch.exp(gap[..., None] * A[start:stop].double())  # [B, R, T, e, N]
+        M = torch.einsum("brsn,brsen->bers", CB, decay) * delta[:, :, start:stop].double().transpose(1, 2)[:, :, None]
+        yield (M * causal).to(delta.dtype)

@@ -97,6 +97,24 @@ def test_attention_patterns_are_the_normalised_effective_attention():
         assert (pattern.triu(1) == 0).all()
 
 
+def test_the_rows_of_a_query_are_the_same_rows_of_the_whole_pattern(monkeypatch):
+    import models.mamba
+
+    x, delta, A, B, C, _ = scan_inputs(T=9, E=5)
+    rows = torch.tensor([0, 3, 8])
+    monkeypatch.setattr(models.mamba, "BLOCK_ELEMENTS", 2 * 3 * 9 * 3 * 2)  # blocks of 2 channels: 2 does not divide 5
+    blocks = list(models.mamba.scan_matrix_rows(delta, A, B, C, rows))
+    assert [b.shape[1] for b in blocks] == [2, 2, 1]
+    assert torch.allclose(torch.cat(blocks, 1), scan_matrix(delta, A, B, C)[:, :, rows], rtol=0, atol=1e-12)
+    task, model = small_bijection_mamba()
+    tokens = task.sample(3, generator=torch.Generator().manual_seed(1)).tokens
+    rows = torch.tensor([1, tokens.shape[1] - 1])
+    transformer = models.build("transformer", task, {"d_model": 16, "n_layers": 2, "n_heads": 2}, seed=0).eval()
+    for each in (model, transformer):
+        for whole, part in zip(each.attention_patterns(tokens), each.attention_patterns(tokens, rows=rows)):
+            assert torch.allclose(part, whole[:, :, rows], atol=1e-6)
+
+
 def test_a_transformer_s_patterns_are_its_hook_pattern_and_an_lstm_has_none():
     task = tasks.make("bijection", V=5, L=4)
     model = models.build("transformer", task, {"d_model": 16, "n_layers": 2, "n_heads": 2}, seed=0).eval()
