@@ -421,6 +421,7 @@ class Sweep:
                              learning_curve=curve)
 
     def execute(self, progress: bool = True) -> dict:
+        self._drawn_at = time.monotonic()  # the figures' clock (see write): the first redraw a minute in
         # the folders every point writes, checked before the first one trains: no link at any level of them
         folders = [self.run_dir(p).relative_to(self.out) for p in self.points() if not p.run]
         check_writes(self.out, folders=folders + (["evaluated"] if self.runs else ["claims", "workers"]))
@@ -432,7 +433,7 @@ class Sweep:
                 for point in self.points():
                     bar.set_postfix_str(f"{point.run} {self.setting}={point.value}")
                     results.append(self.measure(point))
-                    self.write(results)
+                    self.write(results, final=False)
                     bar.update(1)
                 return self.write(results)
             for point in self.points():  # before any training: every run already there is this sweep's
@@ -444,7 +445,7 @@ class Sweep:
             def finished(point):  # this process's point or another's: the bar counts every measured point
                 done = self.finished_points()
                 bar.update(len(done) - bar.n)
-                self.write(done)
+                self.write(done, final=False)
 
             bar.update(len(self.finished_points()))
 
@@ -522,7 +523,7 @@ class Sweep:
                 if len(done) > seen:
                     bar.update(len(done) - seen)
                     seen = len(done)
-                    self.write(done)
+                    self.write(done, final=False)
         except KeyboardInterrupt:
             for worker in workers:
                 worker.terminate()  # their runs keep their resume states: rerun the sweep to go on
@@ -624,14 +625,23 @@ class Sweep:
                     model_options=self.model_options, n_sequences=self.n, definition=DEFINITION,
                     points=results, break_points=breaks, complete=len(results) == len(self.points()))
 
-    def write(self, results: list[dict]) -> dict:
+    FIGURES_EVERY_S = 60.0
+
+    def write(self, results: list[dict], final: bool = True) -> dict:
+        """sweep.json of ``results``, and its figures. While the sweep runs (``final`` False) the figures are
+        redrawn at most once a ``FIGURES_EVERY_S``: a redraw is seconds of Chromium, and a sweep of quick points
+        would spend most of its time drawing. The last write draws them always."""
         from analyses.base import Result
 
         from . import results as store
 
         summary = self.summary(results)
-        result = Result("sweep", DEFINITION, summary, figures(summary))
-        store.write(result, self.out, ("pdf", "html", "png", "json"), store.provenance(), root=self.out)
+        draw = final or time.monotonic() - getattr(self, "_drawn_at", 0.0) >= self.FIGURES_EVERY_S
+        formats = ("pdf", "html", "png", "json") if draw else ("json",)
+        store.write(Result("sweep", DEFINITION, summary, figures(summary)), self.out, formats, store.provenance(),
+                    root=self.out)
+        if draw:
+            self._drawn_at = time.monotonic()
         return summary
 
 

@@ -137,6 +137,8 @@ def test_every_analysis_runs_on_every_shipped_model(name):
         options = {"n": 8 if few else 64} if "n" in analysis.defaults() else {}
         if "n_fit" in analysis.defaults():  # the Jacobian lens: one backward pass per dimension per fitting batch
             options["n_fit"] = 8
+        if "moved" in analysis.defaults():  # content-addressing: one forward pass per sequence per destination slot
+            options["moved"] = 8
         unmet = analysis.unmet(model)
         if unmet:
             with pytest.raises(AnalysisError, match=re.escape(unmet[0])):
