@@ -14,6 +14,7 @@ model's answer is its next-token distribution there, renormalised over the two (
 """
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -72,6 +73,74 @@ def equal_length_batches(lm, prompts: PromptSet, chunk: int = 64):
                 bar.update(len(rows))
 
 
+class _Enough(Exception):
+    """Raised by ``run_until``'s hooks once the forward pass has computed every activation asked of it."""
+
+
+def run_until(model, tokens: torch.Tensor, names: list[str]) -> dict[str, torch.Tensor]:
+    """The activations ``names`` of a forward pass over ``tokens`` (name -> tensor, keyed by the names asked),
+    the pass stopped once the last of them is computed: what comes after is never run. For a language model
+    that is at least the unembedding of every position, a fifth of SmolLM2-135M's work and most of Gemma 3
+    270M's, whose vocabulary has 262,144 tokens."""
+    wanted, cache = set(names), {}
+
+    def keep(name: str):
+        def hook(value, hook):
+            cache[name] = value
+            if len(cache) == len(wanted):
+                raise _Enough
+        return hook
+    try:
+        with model.hooks(fwd_hooks=[(name, keep(name)) for name in wanted]):
+            model(tokens)
+    except _Enough:
+        pass
+    missing = wanted - cache.keys()
+    if missing:
+        raise AnalysisError(f"the forward pass never ran the hook point(s) {', '.join(sorted(missing))}")
+    return cache
+
+
+def decode_last(model, resid: torch.Tensor) -> torch.Tensor:
+    """Next-token logits [b, vocab] from the last block's output at one position per sequence, ``resid`` [b, d]:
+    after its last block a causal model only normalises each position and unembeds it."""
+    return model.unembed(model.ln_final(resid[:, None]))[:, 0]
+
+
+_DECODES_LAST = weakref.WeakKeyDictionary()  # model -> whether decode_last gives its own logits
+
+
+def decodes_last(model, tokens: torch.Tensor) -> bool:
+    """Whether ``decode_last`` of the last block's output gives ``model``'s own logits (to 1e-6 in every
+    probability), checked once per model on one sequence of ``tokens``: a model that does more after its last
+    block (a logit soft-cap, say) or names those parts otherwise keeps its whole forward pass."""
+    if model not in _DECODES_LAST:
+        one = tokens[:1]
+        final = act_name("resid_post", model.cfg.n_layers - 1)
+        try:
+            with torch.no_grad():
+                short = decode_last(model, run_until(model, one, [final])[final][:, -1])
+                whole = model(one)[:, -1]
+            same = torch.allclose(short.double().softmax(-1), whole.double().softmax(-1), rtol=1e-4, atol=1e-6)
+        except (AttributeError, RuntimeError, TypeError, AnalysisError):
+            same = False
+        _DECODES_LAST[model] = same
+    return _DECODES_LAST[model]
+
+
+def last_logits(lm, tokens: torch.Tensor, names: list[str] = ()) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The next-token logits at the last position [b, vocab] and the activations ``names`` of one forward pass
+    over ``tokens``, unembedding the last position alone where that gives the model's own logits
+    (``decodes_last``); the analyses read a language model's answer only there."""
+    model = lm.model
+    if decodes_last(model, tokens):
+        final = act_name("resid_post", model.cfg.n_layers - 1)
+        cache = run_until(model, tokens, [*names, final])
+        return decode_last(model, cache[final][:, -1]), cache
+    logits, cache = model.run_with_cache(tokens, names_filter=lambda name: name in names)
+    return logits[:, -1], cache
+
+
 @torch.no_grad()
 def last_positions(lm, prompts: PromptSet, names: list[str]) -> tuple[torch.Tensor, dict[str, list]]:
     """The model's answer distribution renormalised over the answer tokens [n, answers] (float64), and per
@@ -80,8 +149,8 @@ def last_positions(lm, prompts: PromptSet, names: list[str]) -> tuple[torch.Tens
     probs = torch.zeros(n, len(prompts.answers), dtype=torch.float64)
     caught: dict[str, list] = {name: [None] * n for name in names}
     for rows, tokens in equal_length_batches(lm, prompts):
-        logits, cache = lm.model.run_with_cache(tokens, names_filter=lambda name: name in names)
-        probs[rows] = torch.softmax(logits[:, -1, list(prompts.answers)].double(), -1).cpu()
+        logits, cache = last_logits(lm, tokens, names)
+        probs[rows] = torch.softmax(logits[:, list(prompts.answers)].double(), -1).cpu()
         for name in names:
             # a pattern is [batch, head, query, key]: its last query row; anything else its last position
             value = cache[name][:, :, -1] if name.endswith("hook_pattern") else cache[name][:, -1]

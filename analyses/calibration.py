@@ -241,7 +241,7 @@ def answer_distribution(lm, prompt_set) -> tuple[torch.Tensor, torch.Tensor]:
     n = len(prompt_set.prompts)
     probs, mass = torch.zeros(n, len(prompt_set.answers), dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
     for rows, tokens in activations.equal_length_batches(lm, prompt_set):
-        log_p = torch.log_softmax(lm.model(tokens)[:, -1].double(), -1)[:, list(prompt_set.answers)].cpu()
+        log_p = torch.log_softmax(activations.last_logits(lm, tokens)[0].double(), -1)[:, list(prompt_set.answers)].cpu()
         probs[rows], mass[rows] = torch.softmax(log_p, -1), log_p.exp().sum(-1)
     return probs, mass
 

@@ -99,8 +99,8 @@ def decode_last(lm, X: np.ndarray, answers) -> torch.Tensor:
     products instead of ten forward passes. ``on_language_model`` uses it only where it gives the model's own
     intact answer back."""
     model = lm.model
-    resid = torch.from_numpy(X).to(device=activations.device_of(lm), dtype=model.cfg.dtype)[:, None]
-    logits = model.unembed(model.ln_final(resid))[:, 0]
+    logits = activations.decode_last(model, torch.from_numpy(X).to(device=activations.device_of(lm),
+                                                                   dtype=model.cfg.dtype))
     return torch.softmax(logits[:, list(answers)].double(), -1).cpu()
 
 

@@ -165,7 +165,7 @@ def context_key_scores(lm, prompts) -> tuple[torch.Tensor, torch.Tensor]:
     for rows, tokens in activations.equal_length_batches(lm, prompts):
         if tokens.shape[1] < 2:
             continue
-        _, cache = lm.model.run_with_cache(tokens, names_filter=lambda name: name in names)
+        cache = activations.run_until(lm.model, tokens, names)  # nothing after the last layer's keys is run
         keys = torch.stack([cache[n] - b for n, b in zip(names, biases)])  # [L, B, T, kv, d]
         cos = cosine_matrices(keys.permute(0, 1, 3, 2, 4).double())  # [L, B, kv, T, T]
         different = (tokens[:, :, None] != tokens[:, None, :])[None, :, None]  # [1, B, 1, T, T]

@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
-from scipy import stats
+from scipy import linalg, stats
 from sklearn.decomposition import PCA
 
 from models.base import act_name
@@ -400,13 +400,37 @@ def pca_share_and_r(X: np.ndarray, entropy: np.ndarray) -> tuple[float, float]:
     return float(var[:2].sum() / var.sum()), float("nan") if r is None else abs(r)
 
 
+def gram_share_and_r(gram: np.ndarray, entropy: np.ndarray) -> tuple[float, float]:
+    """``pca_share_and_r`` of points given by their Gram matrix ``gram`` = X X^T [n, n]: the centred Gram
+    matrix has the squared singular values of the centred points as its eigenvalues, and PC1's scores are its
+    top eigenvector times the first singular value (a scale |r| ignores). For n points wider than n this is an
+    n x n eigenproblem, of which only the top two eigenpairs are computed, instead of an n x d SVD."""
+    centred = gram - gram.mean(0) - gram.mean(1)[:, None] + gram.mean()
+    total = float(np.trace(centred))
+    n = len(centred)
+    if n < 2 or total <= 0:
+        return float("nan"), float("nan")
+    values, vectors = linalg.eigh(centred, subset_by_index=[max(n - 2, 0), n - 1])
+    r = correlation(vectors[:, -1], entropy)
+    return float(values.clip(min=0).sum() / total), float("nan") if r is None else abs(r)
+
+
 def bootstrap_intervals(X: np.ndarray, entropy: np.ndarray, draws: int, seed: int) -> dict:
-    """95% percentile bootstrap intervals of (PC1 + PC2 share, |r(PC1, entropy)|) over resampled points."""
+    """95% percentile bootstrap intervals of (PC1 + PC2 share, |r(PC1, entropy)|) over resampled points.
+
+    Points wider than they are many (a language model's 576 to 640 dimensions at a few hundred prompts) are
+    resampled through their Gram matrix, computed once (``gram_share_and_r``): the same numbers, a tenth of
+    the time."""
     if draws == 0:
         return dict(pc12_variance_ci=[None, None], pc1_pearson_abs_ci=[None, None])
     rng = np.random.default_rng(seed)
-    samples = np.array([pca_share_and_r(X[idx], entropy[idx])
-                        for idx in (rng.integers(0, len(X), len(X)) for _ in range(draws))])
+    X = np.asarray(X, dtype=np.float64)
+    draws_idx = (rng.integers(0, len(X), len(X)) for _ in range(draws))
+    if X.shape[1] > X.shape[0]:
+        gram = X @ X.T
+        samples = np.array([gram_share_and_r(gram[np.ix_(idx, idx)], entropy[idx]) for idx in draws_idx])
+    else:
+        samples = np.array([pca_share_and_r(X[idx], entropy[idx]) for idx in draws_idx])
     low, high = np.nanpercentile(samples, [2.5, 97.5], axis=0)
     return dict(pc12_variance_ci=[_finite(low[0]), _finite(high[0])],
                 pc1_pearson_abs_ci=[_finite(low[1]), _finite(high[1])])

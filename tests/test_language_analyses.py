@@ -12,7 +12,7 @@ import analyses
 from analyses import activations
 from analyses.attention_focusing import normalised_entropy
 from analyses.base import AnalysisError
-from analyses.value_manifold import bootstrap_intervals, pca_share_and_r
+from analyses.value_manifold import bootstrap_intervals, gram_share_and_r, pca_share_and_r
 from models.language_model import LanguageModel, from_hugging_face, n_kv_heads
 from tests.tiny_language_models import native
 from tasks.prompts import two_label
@@ -102,6 +102,47 @@ def test_manifold_numbers_on_points_whose_answer_is_known():
     ci = bootstrap_intervals(X, entropy, 200, seed=0)
     assert ci["pc12_variance_ci"][0] < share < ci["pc12_variance_ci"][1]
     assert ci["pc1_pearson_abs_ci"][0] < r < ci["pc1_pearson_abs_ci"][1] and r > 0.9
+
+
+@pytest.mark.parametrize("name", ["random", *FAMILIES])
+def test_only_the_last_position_is_unembedded_and_the_logits_are_the_model_s_own(name):
+    from models.base import act_name
+
+    lm = family(name)
+    tokens = torch.randint(0, 20, (3, 7), generator=torch.Generator().manual_seed(0))
+    names = [act_name("k", 0), act_name("resid_post", 0)]
+    widths = []
+    handle = lm.model.unembed.register_forward_hook(lambda module, args, out: widths.append(args[0].shape[1]))
+    try:
+        logits, cache = activations.last_logits(lm, tokens, names)
+    finally:
+        handle.remove()
+    assert widths[-1] == 1  # the unembedding saw the last position alone
+    whole, reference = lm.model.run_with_cache(tokens, names_filter=lambda n: n in names)
+    assert torch.allclose(logits, whole[:, -1], rtol=1e-5, atol=1e-5)
+    for hook in names:
+        assert torch.allclose(cache[hook], reference[hook], rtol=1e-6, atol=1e-6)
+    assert not lm.model.hook_dict[names[0]]._forward_hooks  # the stopping hooks are gone
+    # a model that does more after its last block (here a logit soft-cap) keeps its whole forward pass
+    capped = LanguageModel(native(output_logits_soft_cap=2.0), "capped")
+    assert not activations.decodes_last(capped.model, tokens)
+    assert torch.allclose(activations.last_logits(capped, tokens)[0], capped.model(tokens)[:, -1])
+
+
+def test_wide_points_are_resampled_through_their_gram_matrix_with_the_same_numbers():
+    rng = np.random.default_rng(1)
+    entropy = rng.uniform(0, 1, 40)
+    X = np.outer(entropy, rng.standard_normal(90)) + 0.7 * rng.standard_normal((40, 90))  # wider than many
+    for idx in (np.arange(40), rng.integers(0, 40, 40)):  # a resample repeats points
+        assert np.allclose(gram_share_and_r(X[idx] @ X[idx].T, entropy[idx]), pca_share_and_r(X[idx], entropy[idx]),
+                           rtol=1e-9, atol=1e-12)
+    seeded = np.random.default_rng(2)
+    draws = [seeded.integers(0, 40, 40) for _ in range(50)]
+    samples = np.array([pca_share_and_r(X[idx], entropy[idx]) for idx in draws])
+    expected = np.nanpercentile(samples, [2.5, 97.5], axis=0)
+    ci = bootstrap_intervals(X, entropy, 50, seed=2)  # the same draws: the generator seeded alike
+    assert np.allclose(ci["pc12_variance_ci"], expected[:, 0], rtol=1e-9)
+    assert np.allclose(ci["pc1_pearson_abs_ci"], expected[:, 1], rtol=1e-9)
 
 
 def test_ablating_an_axis_removes_it_and_a_direction_the_answer_does_not_read_changes_nothing():
