@@ -162,19 +162,24 @@ class Jobs:
     def __init__(self, lock=None, keep: int = 4):
         self.lock = lock  # a TakingTurns lock: waiting views run between the job's steps
         self._jobs: dict[Any, Job] = {}
-        self._guard = threading.Lock()
+        # held while the table changes and while it is read: a new job of a key replaces the old one in two steps,
+        # and a reader between them (the page's progress tick) would see no job at all (re-entrant: start reads)
+        self._guard = threading.RLock()
         self.keep = keep
 
     def get(self, key) -> Job | None:
-        return self._jobs.get(key)
+        with self._guard:
+            return self._jobs.get(key)
 
     def latest(self) -> Job | None:
         """The job started last (running or ended)."""
-        return max(list(self._jobs.values()), key=lambda j: j.id, default=None)  # (a copy: start may add one)
+        with self._guard:
+            return max(self._jobs.values(), key=lambda j: j.id, default=None)
 
     def running(self) -> Job | None:
         """The job running (the one started last, where a cancelled one still finishes its step before it)."""
-        return max((j for j in list(self._jobs.values()) if j.state == "running"), key=lambda j: j.id, default=None)
+        with self._guard:
+            return max((j for j in self._jobs.values() if j.state == "running"), key=lambda j: j.id, default=None)
 
     def start(self, key, what: str, work: Callable[[Job], Any], unit: str = "steps", take_turns: bool = False) -> Job:
         """The job of ``key``: the one there is (running or done), or a new one running ``work(job)`` in a thread;
