@@ -418,9 +418,11 @@ def load_cached(folder: Path):
         tolerance = record.get("tolerance") if isinstance(record, dict) else None
         if not isinstance(tolerance, (int, float)):
             raise ValueError("parity.json has no tolerance")
-        hf_model, _ = read_folder(folder)
+        hf_model, _ = read_folder(folder, tokenizer=False)  # its tokenizer is the one in tokenizer/, read next
         reference = load_file(folder / "reference.safetensors")
-        tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer", local_files_only=True)
+        # add_bos_token: what TransformerLens's bridge would otherwise read the whole tokenizer again for (seconds
+        # for a 262,144-token vocabulary); every prompt here is encoded with add_special_tokens=False, so no BOS
+        tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer", local_files_only=True, add_bos_token=True)
     except (ConfigError, OSError, ValueError, TypeError, KeyError, RecursionError, SafetensorError) as err:
         raise damaged(str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__) from None
     model = from_hugging_face(hf_model, tokenizer, str(record.get("gguf", folder.name)).removesuffix(".gguf"))

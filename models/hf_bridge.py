@@ -36,8 +36,9 @@ class LanguageModel:
         return lambda text: self.tokenizer.encode(text, add_special_tokens=False)
 
 
-def read_folder(path: Path):
-    """The Hugging Face causal LM (float32) in ``path`` and its tokenizer (None: the folder has none)."""
+def read_folder(path: Path, tokenizer: bool = True):
+    """The Hugging Face causal LM (float32) in ``path`` and its tokenizer (None: the folder has none, or
+    ``tokenizer`` is False: the caller reads its own, and a 262,144-token vocabulary is seconds to read)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not (path / "config.json").is_file():
@@ -47,11 +48,13 @@ def read_folder(path: Path):
         hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     except (OSError, ValueError) as err:
         raise ConfigError(f"{path} is not a loadable Hugging Face causal LM: {str(err).splitlines()[0]}") from None
+    if not tokenizer:
+        return hf_model.eval(), None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        found = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, TypeError):  # no tokenizer files: prompts of token ids
-        tokenizer = None
-    return hf_model.eval(), tokenizer
+        found = None
+    return hf_model.eval(), found
 
 
 def from_hugging_face(hf_model, tokenizer=None, name: str = "external"):
