@@ -31,46 +31,158 @@ block patched at every position gives the model scale 1 up to float error, as it
 site, the position whose patch restores most on the Bayes scale. intervals: 95% bootstrap intervals over
 the pairs of the model's clean and corrupted answers on the Bayes scale, of its move between them, and
 of each strongest cell on both scales with its paired gain over the unpatched corrupted answer (differs:
-the gain's interval excludes 0); the cell is chosen once, on all pairs.
+the gain's interval excludes 0); the cell is chosen once, on all pairs. On a language model (where
+measuring every cell is hours on a CPU) the map is estimated first unless --exact all: every cell is
+estimated to first order (attribution patching: one forward pass on the clean input, one forward and
+backward pass on the corrupted one), the --exact cells of the largest estimated effect on the model
+scale are then measured exactly, and the residual stream at every position at once is the clean run
+itself (exact without a pass); exact_cells lists the cells measured, every other cell is an estimate,
+and strongest and its intervals are chosen among the measured cells only.
 """.split())
 
 
 def compute(model, corrupt: str = "", index: int = -1, n: int = 100, seed: int = 1234,
             positions: str = "auto") -> Result:
-    return patch(model, dict(corrupt=corrupt, index=index, n=n, seed=seed), positions)
+    return patch(model, dict(corrupt=corrupt, index=index, n=n, seed=seed), positions, P.ALL)
 
 
 def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int, index: int,
-                      positions: str) -> Result:
+                      positions: str, exact: str) -> Result:
     return patch(lm, dict(prompts=prompts, words=words, per_shot=per_shot, alpha=alpha, seed=seed, index=index),
-                 positions)
+                 positions, exact)
 
 
-def patch(model, options: dict, positions: str) -> Result:
+def exact_count(exact: str) -> int | None:
+    """--exact's cells measured exactly: a count, or None for every cell (``all``)."""
+    if exact.strip().lower() == P.ALL:
+        return None
+    if not exact.strip().isdigit():
+        raise AnalysisError(f"--exact must be a number of cells or all, got {exact!r}")
+    return int(exact)
+
+
+def patch(model, options: dict, positions: str, exact: str) -> Result:
     if positions not in ("auto", P.ALL):
         raise AnalysisError(f"--positions must be auto or all, got {positions!r}")
+    count = exact_count(exact)
     pair = P.make_pair(model, options)
     scorer = P.Scorer(pair)
     chosen, where = P.sites(pair.model), pair.positions(positions)
     projected = {}
-    grid, whole = measure(pair, scorer, chosen, where, projected=projected)
-    best = strongest(chosen, where, grid["bayes"])
+    if count is None:
+        grid, whole = measure(pair, scorer, chosen, where, projected=projected)
+        measured = None
+    else:
+        grid, _, measured, clean, corrupted = estimated(pair, scorer, chosen, where, chosen, count, projected=projected)
+        whole = whole_residual(pair, scorer, chosen, clean, corrupted)
+    best = strongest(chosen, where, grid["bayes"], measured)
+    columns = [*where, None]
     metrics = dict(
         subject=pair.subject, corruption=pair.what, query=pair.query, changed=list(pair.changed),
         answer=pair.kind, n_sequences=len(pair.clean), sites=[s.label for s in chosen], positions=where,
         position_labels=[pair.labels[p] for p in where], **scorer.baselines(),
         bayes_scale=grid["bayes"], model_scale=grid["model"],
         whole_residual=whole, restores_clean_exactly=whole["model"] is not None and abs(whole["model"] - 1) < 1e-4,
-        strongest=best, intervals=intervals(scorer, best, projected))
-    fig = P.patching_map(pair, chosen, where, grid, metrics, "bayes",
-                         f"{pair.subject}: activation patching, clean into corrupted ({pair.what})<br><sup>answer at "
-                         f"position {pair.query} on the Bayes scale (1: the clean input's Bayes answer, 0: the "
-                         f"corrupted one's)</sup>")
+        strongest=best, intervals=intervals(scorer, best, projected),
+        exact_cells="all" if measured is None else [[s.label, p] for s in chosen for p in columns
+                                                    if (s.label, p) in measured])
+    title = (f"{pair.subject}: activation patching, clean into corrupted ({pair.what})<br><sup>answer at position "
+             f"{pair.query} on the Bayes scale (1: the clean input's Bayes answer, 0: the corrupted one's)"
+             + ("" if measured is None else f"; ringed: the {len(measured)} cells measured exactly, the others "
+                "first-order estimates") + "</sup>")
+    fig = P.patching_map(pair, chosen, where, grid, metrics, "bayes", title)
+    if measured is not None:
+        ring(fig, chosen, where, pair, measured, {(s.label, None) for s in whole_sites(chosen)})
     return Result("activation-patching", DEFINITION, metrics, {"sites-by-position": fig}, descriptions=DESCRIPTIONS)
 
 
 DESCRIPTIONS = P.DESCRIPTIONS | {
-    "intervals": P.INTERVALS + "; strongest: per site, its strongest cell (chosen once, on all pairs)"}
+    "intervals": P.INTERVALS + "; strongest: per site, its strongest cell (chosen once, on all pairs)",
+    "exact_cells": "the [site, position] cells measured exactly (position null: every position at once), or all; "
+                   "every other cell of bayes_scale and model_scale is a first-order estimate"}
+
+EXACT_CELLS = 32  # a language model's map: how many cells are measured exactly, those of the largest estimates
+CELLS_PER_STEP = 4  # cells measured per stacked forward pass: a job's step (between two, a cancel takes effect)
+
+
+def estimated(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], ranked_among: list,
+              exact: int = EXACT_CELLS, job=None, projected: dict | None = None):
+    """A map estimated first: (grid, answers, measured, clean, corrupted). Every cell of every site is estimated to
+    first order (attribution patching), then the ``exact`` cells of ``ranked_among``'s sites with the largest
+    estimated effect (model scale) are measured exactly, as ``measure`` measures them; a residual stream patched at
+    every position at once is the clean run itself, exact without a pass (its estimate, often far from 1, would
+    otherwise take a measured cell). ``answers`` and ``projected`` hold the measured cells' answers and per-pair
+    projections; ``measured`` their (site label, position) keys; ``clean`` and ``corrupted`` the two runs'
+    activations a later cell is measured from (``measure_cells``). ``job``: the cells measured are its steps."""
+    from .attribution_patching import estimates
+
+    what = job.what if job is not None else ""
+    if job is not None:  # (its line until the estimate is done: "preparing")
+        job.what = f"{what}, every cell estimated to first order first"
+    names = P.cache_names(pair.model, chosen)
+    clean = P.run_cache(pair, pair.clean, names)
+    grid = estimates(pair, chosen, where, scorer, clean=clean)
+    taps = any(s.kind == "tap" for s in chosen)  # (only a tap's patch reads the corrupted run's activations)
+    corrupted = P.run_cache(pair, pair.corrupted, names) if taps else {}
+    rows = {s.label: i for i, s in enumerate(chosen)}
+    columns = [*where, None]
+    answers, measured = {}, set()
+    for site in whole_sites(chosen):
+        put(grid, answers, measured, scorer, rows[site.label], len(where), site, None, scorer.clean, projected)
+    ranked = sorted(((abs(v), rows[s.label], j) for s in ranked_among
+                     for j, v in enumerate(grid["model"][rows[s.label]]) if v is not None), reverse=True)
+    cells = [(chosen[i], columns[j]) for _, i, j in ranked if (chosen[i].label, columns[j]) not in measured][:exact]
+    if job is not None:
+        job.what, job.total = what, len(cells)
+        job.step(0)  # the estimate is done: a cancel takes effect here, and waiting views run
+    steps = range(0, len(cells), CELLS_PER_STEP)
+    for start in tqdm(steps, desc="measuring the largest cells", unit="step", leave=False, disable=job is not None or None):
+        chunk = cells[start:start + CELLS_PER_STEP]
+        for (site, p), answer in zip(chunk, measure_cells(pair, chunk, clean, corrupted)):
+            put(grid, answers, measured, scorer, rows[site.label], columns.index(p), site, p, answer, projected)
+        if job is not None:
+            job.step(len(chunk))
+    return grid, answers, measured, clean, corrupted
+
+
+def whole_sites(chosen: list) -> list:
+    """The residual-stream sites, whose cell at every position at once is the clean run itself (everything after
+    them is computed from them alone)."""
+    return [s for s in chosen if s.kind == "resid"]
+
+
+def whole_residual(pair: P.Pair, scorer: P.Scorer, chosen: list, clean: dict, corrupted: dict) -> dict:
+    """The residual stream before the first block patched at every position, measured (one pass): the scores
+    ``restores_clean_exactly`` checks."""
+    first = chosen[[s.kind for s in chosen].index("resid")]
+    return scorer.both(P.patched_answers(pair, first, [None], clean, corrupted)[0])
+
+
+def put(grid: dict, answers: dict, measured: set, scorer: P.Scorer, i: int, j: int, site, p, answer,
+        projected: dict | None = None) -> None:
+    """A measured cell's answer and scores in place of its estimate."""
+    score = scorer.both(answer)
+    for scale in grid:
+        grid[scale][i][j] = score[scale]
+    answers[site.label, p] = answer
+    measured.add((site.label, p))
+    if projected is not None:
+        projected[site.label, p] = scorer.project(answer)
+
+
+def ring(fig, rows: list, where: list[int], pair: P.Pair, measured: set, clean_run: set) -> None:
+    """An estimated map's exact cells ringed, and each cell's hover saying which it is."""
+    columns, names = [*where, None], [pair.labels[p] for p in where] + ["all positions"]
+    heat = fig.data[0]
+    said = lambda cell: ("exact: the clean run itself" if cell in clean_run else "measured exactly"  # noqa: E731
+                         if cell in measured else "first-order estimate: click to measure it")
+    heat.text = [[f"{text}<br>{said((s.label, p))}" for text, p in zip(line, columns)]
+                 for s, line in zip(rows, heat.text)]
+    ringed = [(names[j], s.label) for s in rows for j, p in enumerate(columns) if (s.label, p) in measured]
+    fig.update_layout(yaxis=dict(dtick=1, tickfont_size=11))  # every row named
+    fig.add_scatter(x=[x for x, _ in ringed], y=[y for _, y in ringed], mode="markers", hoverinfo="skip",
+                    showlegend=False, name="measured exactly",
+                    marker=dict(symbol="circle-open", size=9, color="black", line=dict(width=1.5)))
 
 
 def intervals(scorer: P.Scorer, best: list[dict], projected: dict) -> dict:
@@ -99,8 +211,7 @@ def measure(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], answ
         scores = [scorer.both(a) for a in patched] + [{}] * (len(where) + 1 - len(cols))
         for scale in grid:
             grid[scale].append([s.get(scale) for s in scores])
-    first = chosen[[s.kind for s in chosen].index("resid")]
-    return grid, scorer.both(P.patched_answers(pair, first, [None], clean, corrupted)[0])
+    return grid, whole_residual(pair, scorer, chosen, clean, corrupted)
 
 
 def cell_hooks(pair: P.Pair, cells: list[tuple[P.Site, int | None]], source: dict) -> list:
@@ -146,11 +257,13 @@ def measure_cells(pair: P.Pair, cells: list[tuple[P.Site, int | None]], source: 
     return out
 
 
-def strongest(chosen, where, values) -> list[dict]:
-    """Per site kind and layer, the position whose patch restores most (Bayes scale)."""
+def strongest(chosen, where, values, measured: set | None = None) -> list[dict]:
+    """Per site kind and layer, the position whose patch restores most (Bayes scale), among the cells ``measured``
+    (None: every cell); a site with none measured has none."""
     out = []
     for site, row in zip(chosen, values):
-        scored = [(v, p) for v, p in zip(row, where) if v is not None]
+        scored = [(v, p) for v, p in zip(row, where) if v is not None
+                  and (measured is None or (site.label, p) in measured)]
         if scored:
             v, p = max(scored)
             out.append(dict(site=site.label, position=p, bayes_scale=v))
@@ -158,8 +271,10 @@ def strongest(chosen, where, values) -> list[dict]:
 
 
 POSITIONS = Option("positions", "auto", "auto (around the change and the query) or all")
+EXACT = Option("exact", str(EXACT_CELLS), "cells measured exactly, those of the largest first-order estimates (the "
+               "others stay estimates), or all (every cell measured: hours on a CPU for a 100M+ model)")
 ANALYSIS = Analysis("activation-patching", "each site x position patched from a clean into a corrupted input, scored "
                     "between the two Bayes answers", DEFINITION, compute,
                     options=(*P.wind_tunnel_options(), POSITIONS), order=20,
-                    on_language_model=on_language_model, language_options=(*P.language_options(), POSITIONS),
+                    on_language_model=on_language_model, language_options=(*P.language_options(), POSITIONS, EXACT),
                     language_definition=DEFINITION, requires=("corruption",))

@@ -60,7 +60,7 @@ def gradients(pair: P.Pair, names: list[str]) -> tuple[dict, dict]:
         return hook
 
     with torch.enable_grad(), pair.model.hooks(fwd_hooks=[(name, keep(name)) for name in names]):
-        answer = pair.read(pair.model(pair.corrupted))
+        answer = pair.read(pair.output(pair.corrupted))
         (answer * pair.delta).sum().backward()
     grads = {name: (act.grad if act.grad is not None else torch.zeros_like(act)).detach()
              for name, act in saved.items()}

@@ -33,7 +33,7 @@ import torch
 from models.base import act_name
 from tasks import ConfigError
 
-from .activations import PROMPT_OPTIONS, device_of, prompt_set
+from .activations import PROMPT_OPTIONS, decode_last, decodes_last, device_of, prompt_set, run_until
 from .base import AnalysisError, Option, held_out_batch, is_language_model, n_option, seed_option
 from .intervals import bootstrap_sums
 
@@ -66,6 +66,7 @@ class Pair:
     subject: str  # the task's (or model's) name, for titles
     kind: str  # "probabilities" or "mean": what the answer vector is
     answer_index: Callable[[torch.Tensor], torch.Tensor] | None = None  # output vocab -> answer classes
+    last_only: bool = False  # a language model read at its last position, unembedded there alone (``output``)
 
     @property
     def delta(self) -> torch.Tensor:
@@ -73,7 +74,16 @@ class Pair:
 
     def answer(self, tokens: torch.Tensor, hooks=()) -> torch.Tensor:
         with torch.no_grad(), self.model.hooks(fwd_hooks=list(hooks)):
-            return self.read(self.model(tokens))
+            return self.read(self.output(tokens))
+
+    def output(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The model's output on ``tokens`` for ``read``; with ``last_only``, the last position's logits alone
+        [B, 1, vocab] (``activations.decode_last``): every other position's unembedding is most of the pass on a
+        large vocabulary (262,144 tokens on Gemma 3), and the answer never reads it. Hooks already set run."""
+        if not self.last_only:
+            return self.model(tokens)
+        final = act_name("resid_post", n_layers(self.model) - 1)
+        return decode_last(self.model, run_until(self.model, tokens, [final])[final][:, -1])[:, None]
 
     def positions(self, which: str) -> list[int]:
         """Every position (``all``), or (``auto``) from just before the first change to the end when that is
@@ -251,7 +261,7 @@ def language_pair(lm, prompts: str, words: str, per_shot: int, alpha: float, see
                 torch.stack(b_clean).to(device), torch.stack(b_corrupted).to(device),
                 f"shown observation {index} flipped", labels,
                 lambda out: out[:, -1, answers].double().softmax(-1), lm.name, "probabilities",
-                lambda logits: logits[..., answers])
+                lambda logits: logits[..., answers], last_only=decodes_last(lm.model, to(clean)))
 
 
 def make_pair(model, options: dict) -> Pair:
@@ -321,7 +331,10 @@ def cache_names(model, chosen: list[Site]) -> list[str]:
 
 
 def run_cache(pair: Pair, tokens: torch.Tensor, names: list[str]) -> dict[str, torch.Tensor]:
+    """The activations ``names`` of a pass over ``tokens``; a ``last_only`` pair's pass stops after the last of them."""
     with torch.no_grad():
+        if pair.last_only:
+            return run_until(pair.model, tokens, names)
         _, cache = pair.model.run_with_cache(tokens, names_filter=names)
     return {name: cache[name] for name in names}
 

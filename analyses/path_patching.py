@@ -10,7 +10,7 @@ from tqdm import tqdm
 from models.base import act_name
 
 from . import interventions as P
-from .base import Analysis, Result
+from .base import Analysis, AnalysisError, Option, Result
 
 DEFINITION = " ".join("""
  The clean/corrupted pair and the two scales are those of activation-patching. A sender is a component
@@ -29,21 +29,41 @@ effect on the answer. Only senders upstream of the receiver are paired with it. 
 into the read-out) that restores most on the Bayes scale. intervals: 95% bootstrap intervals over the
 pairs of the model's clean and corrupted answers on the Bayes scale, of its move between them, and of
 the strongest path on both scales with its paired gain over the unpatched corrupted answer (differs: the
-gain's interval excludes 0); the path is chosen once, on all pairs.
+gain's interval excludes 0); the path is chosen once, on all pairs. --receivers picks the columns:
+all, logits (the read-out alone: each sender's direct effect on the answer, one stacked pass per 16
+senders) or receiver labels separated by commas; a language model's default is the read-out (every path
+of a 100M+ model is hours on a CPU), a wind tunnel's every receiver. strongest is then among the
+receivers computed (the read-out's when it is the only one).
 """.split())
 
 
-def compute(model, corrupt: str = "", index: int = -1, n: int = 100, seed: int = 1234) -> Result:
-    return paths(model, dict(corrupt=corrupt, index=index, n=n, seed=seed))
+def compute(model, corrupt: str = "", index: int = -1, n: int = 100, seed: int = 1234, receivers: str = "auto") -> Result:
+    return paths(model, dict(corrupt=corrupt, index=index, n=n, seed=seed), "all" if receivers == "auto" else receivers)
 
 
-def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int, index: int) -> Result:
-    return paths(lm, dict(prompts=prompts, words=words, per_shot=per_shot, alpha=alpha, seed=seed, index=index))
+def on_language_model(lm, prompts: str, words: str, per_shot: int, alpha: float, seed: int, index: int,
+                      receivers: str) -> Result:
+    return paths(lm, dict(prompts=prompts, words=words, per_shot=per_shot, alpha=alpha, seed=seed, index=index),
+                 "logits" if receivers == "auto" else receivers)
 
 
 def senders(model) -> list[P.Site]:
     return [s for s in P.sites(model, states=False) if s.kind in ("tap", "head", "mlp_out", "mixer")
             or (s.kind == "resid" and s.layer < 0)]
+
+
+def chosen_receivers(model, which: str) -> list[tuple[P.Site, str | None]]:
+    """``receivers`` picked by --receivers: all, logits, or labels separated by commas (in the model's order)."""
+    every = receivers(model)
+    if which.strip() == "all":
+        return every
+    asked = [w.strip() for w in which.split(",") if w.strip()]
+    labels = [r.label for r, _ in every]
+    unknown = [w for w in asked if w not in labels]
+    if unknown or not asked:
+        raise AnalysisError(f"--receivers: {', '.join(unknown) or 'nothing'} is not a receiver of this model; give all, "
+                            f"logits, or labels such as {', '.join(labels[:3])} separated by commas")
+    return [r for r in every if r[0].label in asked]
 
 
 def receivers(model) -> list[tuple[P.Site, str | None]]:
@@ -95,7 +115,7 @@ def path_answers(pair: P.Pair, receiver: P.Site, entry: str, deltas: list[torch.
     def keep(act, hook):
         record["out"] = act if receiver.head is None else act[:, :, receiver.head]
     with torch.no_grad(), pair.model.hooks(fwd_hooks=[(entry, add), (name, keep)]):
-        pair.model(tokens)
+        pair.output(tokens)
 
     def put(act, hook):
         act = act.clone()
@@ -106,10 +126,10 @@ def path_answers(pair: P.Pair, receiver: P.Site, entry: str, deltas: list[torch.
     return list(pair.answer(tokens, [(name, put)]).split(B))
 
 
-def paths(model, options: dict) -> Result:
+def paths(model, options: dict, which: str) -> Result:
     pair = P.make_pair(model, options)
     scorer = P.Scorer(pair)
-    send, receive = senders(pair.model), receivers(pair.model)
+    send, receive = senders(pair.model), chosen_receivers(pair.model, which)
     names = sorted(set(P.cache_names(pair.model, send)) | {act_name("resid_pre", 0)})
     clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
     deltas = [write(pair, s, clean) - write(pair, s, corrupted) for s in send]
@@ -149,17 +169,21 @@ DESCRIPTIONS = P.DESCRIPTIONS | {
 
 
 def strongest(send, receive, grid) -> dict | None:
-    """The sender -> receiver path (not into the read-out) that restores most, on the Bayes scale."""
+    """The sender -> receiver path (not into the read-out, unless it is the only receiver) that restores most, on
+    the Bayes scale."""
+    readout_only = all(r.kind == "logits" for r, _ in receive)
     cells = [(v, s.label, r.label) for s, row in zip(send, grid["bayes"]) for (r, _), v in zip(receive, row)
-             if v is not None and r.kind != "logits"]
+             if v is not None and (r.kind != "logits" or readout_only)]
     if not cells:
         return None
     v, s, r = max(cells)
     return dict(sender=s, receiver=r, bayes_scale=v)
 
 
+RECEIVERS = Option("receivers", "auto", "the receivers: all, logits (each sender's direct effect on the answer) or "
+                   "labels such as 'L1H0,L1 MLP'; auto: logits on a language model, all on a wind tunnel")
 ANALYSIS = Analysis("path-patching", "the corruption's effect carried from each component directly into each later "
                     "one, scored between the two Bayes answers", DEFINITION, compute,
-                    options=P.wind_tunnel_options(), order=23, on_language_model=on_language_model,
-                    language_options=P.language_options(), language_definition=DEFINITION,
+                    options=(*P.wind_tunnel_options(), RECEIVERS), order=23, on_language_model=on_language_model,
+                    language_options=(*P.language_options(), RECEIVERS), language_definition=DEFINITION,
                     requires=("corruption",))

@@ -7,7 +7,8 @@
 #             paper builds it (its convolution alone; weight decay spares A_log and D, RMSNorm eps 1e-5), 2 seeds
 #   shift:    the same two with a 3-token shift on the embeddings, 2 seeds
 #   controls: the LSTM and the MLP with the shift, 1 seed (neither binds at any budget tried so far)
-# Run from the repository root; run it again to resume (finished points are read back, stopped ones go on).
+# Run from the repository root; run it again to resume (finished points are read back, stopped ones go on; in a
+# fresh clone, the points already in figures/readme/binding-ladder/ count as finished).
 # JOBS=2 trains two points at once, one thread each; a second copy of this script on another machine that shares
 # RUNS trains other points of the same sweeps. Then `python experiments/binding_ladder.py` copies the results into
 # figures/readme/binding-ladder/. Time: a point takes 1-30 minutes on one thread; the whole ladder (126 points)
@@ -19,6 +20,7 @@ export OMP_NUM_THREADS=1
 LADDER=(--task recall --axis N=4,8,16 --axis-with pool=8,16,32 -T N_min=null -T fillers=4 -T gap=2 -T queries=8
         --curriculum dense-mix --decay 0.25 --steps 12000 --batch-size 64 --lr 1e-3,3.2e-3,1e-2 --threshold 0.9
         --eval-every 250 --n 1024 --jobs "${JOBS:-1}")
+python experiments/binding_ladder.py --restore --runs "$RUNS"   # a fresh clone resumes from the shipped points
 PAPER=(-M positional=learned -M tied=false -M ssm_weight_decay=false -M norm_eps=1e-5)
 interp sweep "${LADDER[@]}" --archs transformer,mamba -M shift=null "${PAPER[@]}" --seeds 0,1 --out "$RUNS/plain"
 interp sweep "${LADDER[@]}" --archs transformer,mamba -M shift=3 "${PAPER[@]}" --seeds 0,1 --out "$RUNS/shift"

@@ -5,6 +5,10 @@ each architecture's training speed. Run it whenever the ladder has moved on; an 
 ``complete`` says so).
 
     python experiments/binding_ladder.py [--runs runs/binding-ladder]
+    python experiments/binding_ladder.py --restore   # before resuming in a fresh clone (binding-ladder.sh does it)
+
+``--restore`` writes the points this folder already holds back into the runs folder as finished points (their
+numbers, not their weights), so a ladder resumed in a fresh clone trains only what is missing.
 """
 import argparse
 import json
@@ -14,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "figures" / "readme" / "binding-ladder"
+SWEEPS = ("plain", "shift", "controls")  # experiments/binding-ladder.sh's sweeps, in the order it runs them
 FIGURES = ("learning", "curves")  # the sweep's figures the results page and the folder keep, as PNGs
 
 
@@ -69,12 +74,33 @@ def same_rate_ratios(sweep: dict, arch: str = "mamba", reference: str = "transfo
     return found
 
 
+def restore(runs: Path) -> int:
+    """Write each point of the shipped sweeps whose run folder under ``runs`` lacks it back as that run's
+    ``point.json`` (what the sweep reads to skip a finished point); returns how many it wrote."""
+    written = 0
+    for name in SWEEPS:
+        shipped = OUT / name / "sweep.json"
+        if not shipped.exists():
+            continue
+        for point in json.loads(shipped.read_text())["metrics"]["points"]:
+            saved = runs / name / "runs" / Path(point["run"]).name / "point.json"
+            if not saved.exists():
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                saved.write_text(json.dumps(point, indent=1) + "\n")
+                written += 1
+    return written
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "binding-ladder")
+    parser.add_argument("--restore", action="store_true", help="write the shipped points back into --runs as finished")
     args = parser.parse_args()
+    if args.restore:
+        print(f"restored {restore(args.runs)} finished points from {OUT.relative_to(ROOT)}")
+        return
     summary = {}
-    for name in ("plain", "shift", "controls"):
+    for name in SWEEPS:
         source = args.runs / name / "sweep.json"
         if not source.exists():
             continue

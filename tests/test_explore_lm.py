@@ -263,16 +263,16 @@ def test_patching_runs_in_the_background_with_progress_and_a_cancel_and_the_othe
     import threading
     import time
 
-    from interp.explore import lm_patching
+    from analyses import activation_patching
     from tests.explorer_requests import answer
 
-    slow, release = lm_patching.measure_cells, threading.Event()
+    slow, release = activation_patching.measure_cells, threading.Event()
 
     def measure_cells(*args, **kwargs):  # each step waits: the job is still running while the test looks
         release.wait(0.3)
         return slow(*args, **kwargs)
 
-    monkeypatch.setattr(lm_patching, "measure_cells", measure_cells)
+    monkeypatch.setattr(activation_patching, "measure_cells", measure_cells)  # the map's steps
     app = build_app(explorer)
     client, other_tab = app.server.test_client(), app.server.test_client()
     values = dict(PATCH, **{"seed.value": 5})
@@ -371,16 +371,16 @@ def test_patching_in_the_background_in_chromium(explorer, monkeypatch):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from interp.explore import lm_patching
+    from analyses import activation_patching
     from tests.test_explore import computed, figure
 
-    slow = lm_patching.measure_cells
+    slow = activation_patching.measure_cells
 
     def measure_cells(*args, **kwargs):  # a step takes a while, as on a real language model
         time.sleep(0.4)
         return slow(*args, **kwargs)
 
-    monkeypatch.setattr(lm_patching, "measure_cells", measure_cells)
+    monkeypatch.setattr(activation_patching, "measure_cells", measure_cells)  # the map's steps
     app = build_app(explorer)
     with in_chromium(app.server) as (browser, url):
         wait = WebDriverWait(browser, 120, poll_frequency=0.2)
@@ -417,17 +417,17 @@ def test_a_press_while_a_cancel_is_pending_starts_the_job_again_in_chromium(expl
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from interp.explore import lm_patching
+    from analyses import activation_patching
     from tests.test_explore import boxes, computed, figure
 
-    slow, calls, hold = lm_patching.measure_cells, [], threading.Event()
+    slow, calls, hold = activation_patching.measure_cells, [], threading.Event()
 
     def measure_cells(*args, **kwargs):  # the first step takes a while; the second one until the test lets it end
         calls.append(1)
         time.sleep(3) if len(calls) == 1 else hold.wait(60)
         return slow(*args, **kwargs)
 
-    monkeypatch.setattr(lm_patching, "measure_cells", measure_cells)
+    monkeypatch.setattr(activation_patching, "measure_cells", measure_cells)  # the map's steps
     app = build_app(explorer)
     with in_chromium(app.server) as (browser, url):
         try:

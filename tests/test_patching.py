@@ -237,17 +237,94 @@ def language_model():
 @pytest.mark.parametrize("prompts", ["two-label", "coin"])
 def test_patching_and_attribution_on_a_transformer_lens_model_with_the_prompt_tasks(prompts):
     lm = random_language_model()
-    metrics = analyses.run("activation-patching", lm, prompts=prompts, per_shot=4, positions="all").metrics
-    assert metrics["restores_clean_exactly"]
+    metrics = analyses.run("activation-patching", lm, prompts=prompts, per_shot=4, positions="all",
+                           exact="all").metrics
+    assert metrics["restores_clean_exactly"] and metrics["exact_cells"] == "all"
     m = grid(metrics)
     changed = metrics["changed"][0]
     assert m["resid before L0"][changed] == pytest.approx(1, abs=1e-5)
     assert all(m["resid before L0"][p] == pytest.approx(0, abs=1e-6) for p in metrics["positions"] if p != changed)
     assert analyses.run("direct-logit-attribution", lm, prompts=prompts, per_shot=4).metrics["sum_check"] < 1e-4
-    paths = analyses.run("path-patching", lm, prompts=prompts, per_shot=4).metrics
+    paths = analyses.run("path-patching", lm, prompts=prompts, per_shot=4, receivers="all").metrics
     cell = {(s, r): v for s, row in zip(paths["senders"], paths["bayes_scale"]) for r, v in zip(paths["receivers"], row)}
     assert cell["L0H0", "L0 MLP"] is not None  # a sequential block: attention feeds its MLP
     assert analyses.run("attribution-patching", lm, prompts=prompts, per_shot=4, exact=True).metrics["mean_abs_gap"] is not None
+
+
+def test_a_language_models_map_is_estimated_first_and_its_exact_cells_are_the_exhaustive_maps():
+    """On a language model the default map estimates every cell and measures the largest: each measured cell is the
+    exhaustive map's, the others are attribution patching's estimates, the strongest cells are measured ones, the
+    figure rings exactly the measured cells; the residual stream patched everywhere still restores the clean run."""
+    from analyses.activation_patching import EXACT_CELLS
+    from analyses.attribution_patching import estimates
+
+    lm = random_language_model()
+    options = dict(prompts="two-label", per_shot=4)
+    every = analyses.run("activation-patching", lm, exact="all", **options)
+    quick = analyses.run("activation-patching", lm, **options)
+    m, e = quick.metrics, every.metrics
+    assert m["restores_clean_exactly"] and e["exact_cells"] == "all"
+    columns = [*m["positions"], None]
+    exact = {(site, p) for site, p in m["exact_cells"]}
+    n_resid = sum(site.startswith("resid") for site in m["sites"])
+    assert len(exact) == EXACT_CELLS + n_resid and {(s, None) for s in m["sites"] if s.startswith("resid")} <= exact
+    pair = P.make_pair(lm, options | dict(seed=0, alpha=0.9, words="mixed", index=0))
+    first_order = estimates(pair, P.sites(pair.model), m["positions"], P.Scorer(pair))
+    for i, site in enumerate(m["sites"]):
+        for j, p in enumerate(columns):
+            for scale, key in (("model", "model_scale"), ("bayes", "bayes_scale")):
+                want = e[key][i][j] if (site, p) in exact else first_order[scale][i][j]
+                assert m[key][i][j] == pytest.approx(want, abs=1e-6), (site, p, scale)
+    size = {(s, p): abs(first_order["model"][i][j]) for i, s in enumerate(m["sites"]) for j, p in enumerate(columns)
+            if first_order["model"][i][j] is not None}
+    assert min(size[c] for c in exact if c[1] is not None or not c[0].startswith("resid")) >= max(
+        v for c, v in size.items() if c not in exact)
+    assert all((b["site"], b["position"]) in exact for b in m["strongest"]) and m["intervals"]["strongest"]
+    heat, ringed = quick.figures["sites-by-position"].data
+    assert len(ringed.x) == len(exact) and "ringed: the" in quick.figures["sites-by-position"].layout.title.text
+    with pytest.raises(analyses.AnalysisError, match="--exact must be a number of cells or all"):
+        analyses.run("activation-patching", lm, exact="some", **options)
+
+
+def test_a_language_models_pair_unembeds_the_answer_position_alone_and_answers_as_the_whole_pass_does():
+    """The pair's passes stop at the last block and unembed the last position alone: its answers, activations and
+    first-order estimates are the whole forward pass's."""
+    import dataclasses
+
+    from analyses.attribution_patching import estimates
+
+    lm = random_language_model()
+    quick = P.make_pair(lm, dict(prompts="two-label", words="mixed", per_shot=4, alpha=0.9, seed=0, index=0))
+    whole = dataclasses.replace(quick, last_only=False)
+    assert quick.last_only and quick.output(quick.clean).shape[1] == 1
+    assert torch.allclose(quick.answer(quick.corrupted), whole.answer(whole.corrupted), atol=1e-6, rtol=0)
+    chosen, where = P.sites(quick.model), quick.positions("auto")
+    names = P.cache_names(quick.model, chosen)
+    ours, theirs = P.run_cache(quick, quick.clean, names), P.run_cache(whole, whole.clean, names)
+    assert all(torch.equal(ours[name], theirs[name]) for name in names)
+    a, b = estimates(quick, chosen, where, P.Scorer(quick)), estimates(whole, chosen, where, P.Scorer(whole))
+    flat = lambda grid: [v for row in grid["model"] for v in row]  # noqa: E731
+    assert [v is None for v in flat(a)] == [v is None for v in flat(b)]
+    assert [v for v in flat(a) if v is not None] == pytest.approx([v for v in flat(b) if v is not None], abs=1e-6)
+
+
+def test_path_patching_on_a_language_model_reads_the_direct_effects_unless_asked():
+    """A language model's default receiver is the read-out (each sender's direct effect, every sender a row); named
+    receivers give their columns, equal to the same cells of every path; an unknown label is refused."""
+    lm = random_language_model()
+    options = dict(prompts="two-label", per_shot=4)
+    direct = analyses.run("path-patching", lm, **options).metrics
+    every = analyses.run("path-patching", lm, receivers="all", **options).metrics
+    named = analyses.run("path-patching", lm, receivers="L1H0,logits", **options).metrics
+    assert direct["receivers"] == ["logits"] and named["receivers"] == ["L1H0", "logits"]
+    assert direct["senders"] == every["senders"] and direct["strongest"]["receiver"] == "logits"
+    for got in (direct, named):
+        for receiver in got["receivers"]:
+            j, k = got["receivers"].index(receiver), every["receivers"].index(receiver)
+            assert [row[j] for row in got["bayes_scale"]] == pytest.approx([row[k] for row in every["bayes_scale"]],
+                                                                          abs=1e-9, nan_ok=True)
+    with pytest.raises(analyses.AnalysisError, match="L9H9 is not a receiver of this model"):
+        analyses.run("path-patching", lm, receivers="L9H9", **options)
 
 
 def test_direct_logit_attribution_adds_up_on_a_bridged_grouped_query_llama():
@@ -261,7 +338,8 @@ def test_direct_logit_attribution_adds_up_on_a_bridged_grouped_query_llama():
 @pytest.mark.parametrize("prompts", ["two-label", "coin"])
 def test_patching_and_attribution_run_on_a_hugging_face_language_model_with_the_prompt_tasks(prompts, language_model):
     lm = language_model
-    metrics = analyses.run("activation-patching", lm, prompts=prompts, per_shot=6, positions="all").metrics
+    metrics = analyses.run("activation-patching", lm, prompts=prompts, per_shot=6, positions="all",
+                           exact="all").metrics
     assert metrics["restores_clean_exactly"]
     m = grid(metrics)
     changed = metrics["changed"][0]
@@ -271,7 +349,7 @@ def test_patching_and_attribution_run_on_a_hugging_face_language_model_with_the_
             assert m["resid before L0"][p] == pytest.approx(0, abs=1e-6)
     dla = analyses.run("direct-logit-attribution", lm, prompts=prompts, per_shot=6).metrics
     assert dla["sum_check"] < 1e-4
-    paths = analyses.run("path-patching", lm, prompts=prompts, per_shot=6).metrics
+    paths = analyses.run("path-patching", lm, prompts=prompts, per_shot=6, receivers="all").metrics
     assert paths["receivers"][-1] == "logits" and len(paths["senders"]) == 1 + 2 * (4 + 1)
     cell = {(s, r): v for s, row in zip(paths["senders"], paths["bayes_scale"]) for r, v in zip(paths["receivers"], row)}
     assert ("L0H0", "L0 MLP") not in {k for k, v in cell.items() if v is not None}  # parallel block: not a path

@@ -4,7 +4,9 @@ Measuring every cell (every head of every layer at every position, a forward pas
 a CPU, so ``estimated_map`` estimates every cell to first order from one forward and one backward pass (attribution
 patching, ``analyses.attribution_patching.estimates``), then measures exactly the ``EXACT_CELLS`` cells of the
 largest estimates, ``CELLS_PER_STEP`` a step of the view's job, each as ``analyses.activation_patching.measure``
-measures it (``measure_cells``); the residual stream at every position at once is the clean run itself. The map's
+measures it (``measure_cells``; ``activation_patching.estimated`` is this map, which ``interp run
+activation-patching`` draws for a language model too); the residual stream at every position at once is the clean
+run itself. The map's
 rows are ``default_sites`` (the residual stream, each layer's attention and MLP outputs), a layer's heads added on
 demand (``shown_sites``); ``mark`` rings the exact cells, ``covers`` is the panel's sentence on what the map holds.
 ``Patched`` is the view's result, a wind tunnel's (every cell measured) too.
@@ -13,11 +15,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import plotly.graph_objects as go
 
 from analyses import interventions as P
-from analyses.activation_patching import measure_cells
-from analyses.attribution_patching import estimates
+from analyses.activation_patching import (CELLS_PER_STEP, EXACT_CELLS, estimated, measure_cells, put, ring,
+                                          whole_sites)
 
 
 class Patched(NamedTuple):
@@ -37,10 +38,6 @@ class Patched(NamedTuple):
     corrupted: dict | None = None
 
 
-EXACT_CELLS = 32  # a language model's map: how many cells are measured exactly, those of the largest estimates
-CELLS_PER_STEP = 4  # cells measured a step (one stacked forward pass): between two a cancel takes effect, views run
-
-
 def default_sites(chosen: list) -> list:
     """The rows of a language model's map: every site but the attention heads (a layer's heads are shown on
     demand, ``shown_sites``)."""
@@ -54,53 +51,14 @@ def shown_sites(chosen: list, layer: int | None) -> list:
 
 def estimated_map(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], job=None,
                   exact: int = EXACT_CELLS) -> Patched:
-    """A language model's map: every cell of every site (heads too) estimated to first order (attribution
-    patching: one forward pass on the clean input, one forward and backward pass on the corrupted one), then the
-    ``exact`` cells of ``default_sites`` with the largest estimated effect (model scale) measured exactly, as
-    ``measure`` measures them. A residual stream patched at every position at once (``whole``) is the clean run
-    itself: its answer is the model's clean answer, exact without a pass (its estimate, often far from 1, would
-    otherwise take a measured cell). ``job``: the cells measured are its steps (``CELLS_PER_STEP`` a step)."""
-    what = job.what if job is not None else ""
-    if job is not None:  # (its line until the estimate is done: "preparing")
-        job.what = f"{what}, every cell estimated to first order first"
-    names = P.cache_names(pair.model, chosen)
-    clean = P.run_cache(pair, pair.clean, names)
-    grid = estimates(pair, chosen, where, scorer, clean=clean)
-    taps = any(s.kind == "tap" for s in chosen)  # (only a tap's patch reads the corrupted run's activations)
-    corrupted = P.run_cache(pair, pair.corrupted, names) if taps else {}
-    rows = {s.label: i for i, s in enumerate(chosen)}
-    columns = [*where, None]
-    ranked = sorted(((abs(v), rows[s.label], j) for s in default_sites(chosen)
-                     for j, v in enumerate(grid["model"][rows[s.label]]) if v is not None), reverse=True)
-    answers, measured = {}, set()
-    for site in whole(chosen):
-        put(grid, answers, measured, scorer, rows[site.label], len(where), site, None, scorer.clean)
-    cells = [(chosen[i], columns[j]) for _, i, j in ranked if (chosen[i].label, columns[j]) not in measured][:exact]
-    if job is not None:
-        job.what, job.total = what, len(cells)
-        job.step(0)  # the estimate is done: a cancel takes effect here, and waiting views run
-    for start in range(0, len(cells), CELLS_PER_STEP):
-        chunk = cells[start:start + CELLS_PER_STEP]
-        for (site, p), answer in zip(chunk, measure_cells(pair, chunk, clean, corrupted)):
-            put(grid, answers, measured, scorer, rows[site.label], columns.index(p), site, p, answer)
-        if job is not None:
-            job.step(len(chunk))
+    """A language model's map (``activation_patching.estimated``): every cell of every site (heads too) estimated
+    to first order, then the ``exact`` cells of ``default_sites`` with the largest estimated effect measured
+    exactly. ``job``: the cells measured are its steps (``CELLS_PER_STEP`` a step)."""
+    grid, answers, measured, clean, corrupted = estimated(pair, scorer, chosen, where, default_sites(chosen), exact, job)
     return Patched(pair, scorer, chosen, where, grid, answers, measured, clean, corrupted)
 
 
-def whole(chosen: list) -> list:
-    """The residual-stream sites, whose cell at every position at once is the clean run itself (everything after
-    them is computed from them alone)."""
-    return [s for s in chosen if s.kind == "resid"]
-
-
-def put(grid: dict, answers: dict, measured: set, scorer: P.Scorer, i: int, j: int, site, p, answer) -> None:
-    """A measured cell's answer and scores in place of its estimate."""
-    score = scorer.both(answer)
-    for scale in grid:
-        grid[scale][i][j] = score[scale]
-    answers[site.label, p] = answer
-    measured.add((site.label, p))
+whole = whole_sites  # the residual-stream sites: their cell at every position at once is the clean run itself
 
 
 def covers(source) -> str:
@@ -140,16 +98,4 @@ def heads_per_layer(chosen: list) -> int:
     return len({s.head for s in chosen if s.kind == "head"})
 
 
-def mark(fig: go.Figure, rows: list, where: list[int], pair: P.Pair, measured: set, clean_run: set) -> None:
-    """An estimated map's exact cells ringed, and each cell's hover saying which it is."""
-    columns, names = [*where, None], [pair.labels[p] for p in where] + ["all positions"]
-    heat = fig.data[0]
-    said = lambda cell: ("exact: the clean run itself" if cell in clean_run else "measured exactly"  # noqa: E731
-                         if cell in measured else "first-order estimate: click to measure it")
-    heat.text = [[f"{text}<br>{said((s.label, p))}" for text, p in zip(line, columns)]
-                 for s, line in zip(rows, heat.text)]
-    ringed = [(names[j], s.label) for s in rows for j, p in enumerate(columns) if (s.label, p) in measured]
-    fig.update_layout(yaxis=dict(dtick=1, tickfont_size=11))  # every row named (``map_height`` gives them room)
-    fig.add_scatter(x=[x for x, _ in ringed], y=[y for _, y in ringed], mode="markers", hoverinfo="skip",
-                    showlegend=False, name="measured exactly",
-                    marker=dict(symbol="circle-open", size=9, color="black", line=dict(width=1.5)))
+mark = ring  # an estimated map's exact cells ringed, each cell's hover saying which it is (a click measures another)
