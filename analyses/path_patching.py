@@ -10,6 +10,7 @@ from tqdm import tqdm
 from models.base import act_name
 
 from . import interventions as P
+from .activations import decode_last
 from .base import Analysis, AnalysisError, Option, Result
 
 DEFINITION = " ".join("""
@@ -98,8 +99,16 @@ def upstream(sender: P.Site, receiver: P.Site, entry: str) -> bool:
     return receiver.kind == "logits" or sender.stage < receiver.stage
 
 
-def path_answers(pair: P.Pair, receiver: P.Site, entry: str, deltas: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The answer for each sender's difference in ``deltas`` added at the receiver's input (stacked copies)."""
+def path_answers(pair: P.Pair, receiver: P.Site, entry: str, deltas: list[torch.Tensor],
+                 corrupted: dict | None = None) -> list[torch.Tensor]:
+    """The answer for each sender's difference in ``deltas`` added at the receiver's input (stacked copies). The
+    read-out of a ``last_only`` pair (a language model) runs no pass: after the final residual stream comes only
+    the decode of the answer position (``activations.decode_last``), so each answer is that of the corrupted run's
+    final residual (``corrupted[entry]``) plus the difference there."""
+    if receiver.kind == "logits" and pair.last_only and corrupted is not None:
+        with torch.no_grad():
+            final = corrupted[entry][:, -1]
+            return [pair.read(decode_last(pair.model, final + d[:, -1].to(final.dtype))[:, None]) for d in deltas]
     B, k = len(pair.clean), len(deltas)
     stacked = torch.cat(deltas)
     tokens = pair.corrupted.repeat(k, *[1] * (pair.corrupted.dim() - 1))
@@ -130,7 +139,7 @@ def paths(model, options: dict, which: str) -> Result:
     pair = P.make_pair(model, options)
     scorer = P.Scorer(pair)
     send, receive = senders(pair.model), chosen_receivers(pair.model, which)
-    names = sorted(set(P.cache_names(pair.model, send)) | {act_name("resid_pre", 0)})
+    names = sorted(set(P.cache_names(pair.model, send)) | {act_name("resid_pre", 0)} | {entry for _, entry in receive})
     clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
     deltas = [write(pair, s, clean) - write(pair, s, corrupted) for s in send]
     grid = {"bayes": [[None] * len(receive) for _ in send], "model": [[None] * len(receive) for _ in send]}
@@ -140,7 +149,7 @@ def paths(model, options: dict, which: str) -> Result:
         rows = [i for i, s in enumerate(send) if upstream(s, receiver, entry)]
         for start in range(0, len(rows), 16):  # 16 senders per stacked pass
             chunk = rows[start:start + 16]
-            for i, answer in zip(chunk, path_answers(pair, receiver, entry, [deltas[i] for i in chunk])):
+            for i, answer in zip(chunk, path_answers(pair, receiver, entry, [deltas[i] for i in chunk], corrupted)):
                 scored = scorer.both(answer)
                 grid["bayes"][i][j], grid["model"][i][j] = scored["bayes"], scored["model"]
                 projected[send[i].label, receiver.label] = scorer.project(answer)

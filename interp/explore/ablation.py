@@ -90,8 +90,8 @@ def map_panel(state, at) -> html.Details:
         html.Div("A click on a head's cell ablates that head alone (as the map's 0 or mean) in every view, its "
                  "answers beside Bayes's in the posterior view.", style=dict(fontSize="13px", margin="4px 0")),
         html.Button("compute the map", id="ablation-map-run", n_clicks=0),
-        graph("ablation-map", 360)], style=dict(display="block" if state.info["attention"] else "none",
-                                                marginTop="6px"))
+        graph("ablation-map", 360, until="press \"compute the map\": every head ablated in turn")],
+        style=dict(display="block" if state.info["attention"] else "none", marginTop="6px"))
 
 
 def register(app, state) -> None:

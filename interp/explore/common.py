@@ -43,10 +43,11 @@ def panel(title: str, *children, **css) -> html.Div:
                     style=dict(border="1px solid #ddd", borderRadius="6px", padding="8px", margin="6px", **css))
 
 
-def graph(id_: str, height: int) -> dcc.Loading:
+def graph(id_: str, height: int, until: str = "computing…") -> dcc.Loading:
     """A graph that fills a box of a fixed height and the full width of its panel; until its first figure arrives
-    it says so (not empty axes), and a spinner shows while the view is recomputed."""
-    return dcc.Loading(dcc.Graph(id=id_, figure=message_figure("computing…"), config=CONFIG,
+    it says so (``until``: not empty axes; a view drawn on demand says what draws it), and a spinner shows while the
+    view is recomputed."""
+    return dcc.Loading(dcc.Graph(id=id_, figure=message_figure(until), config=CONFIG,
                                  responsive=True, style=dict(height=f"{height}px")), type="dot", delay_show=400)
 
 

@@ -80,7 +80,7 @@ def covers(source) -> str:
             f"backward pass on the corrupted ones); then the {EXACT_CELLS} cells of the largest estimated effect are "
             "measured exactly (ringed, as is the residual stream at all positions at once, which is the clean run "
             "itself), and a click on any other cell measures it. Every cell measured, every head at every position: "
-            "interp run activation-patching --model (hours on a CPU).")
+            "interp run activation-patching --model NAME --exact all (hours on a CPU).")
 
 
 MAP_ROW_PX, MAP_FRAME_PX = 15, 300  # an estimated map's height: a row's, and the title's and the labels' room
