@@ -7,6 +7,7 @@ from __future__ import annotations
 from tqdm import tqdm
 
 from . import interventions as P
+from .attribution_patching import estimates
 from .base import Analysis, AnalysisError, Option, Result
 
 DEFINITION = " ".join("""
@@ -114,8 +115,6 @@ def estimated(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], ra
     otherwise take a measured cell). ``answers`` and ``projected`` hold the measured cells' answers and per-pair
     projections; ``measured`` their (site label, position) keys; ``clean`` and ``corrupted`` the two runs'
     activations a later cell is measured from (``measure_cells``). ``job``: the cells measured are its steps."""
-    from .attribution_patching import estimates
-
     what = job.what if job is not None else ""
     if job is not None:  # (its line until the estimate is done: "preparing")
         job.what = f"{what}, every cell estimated to first order first"
@@ -179,7 +178,9 @@ def ring(fig, rows: list, where: list[int], pair: P.Pair, measured: set, clean_r
     heat.text = [[f"{text}<br>{said((s.label, p))}" for text, p in zip(line, columns)]
                  for s, line in zip(rows, heat.text)]
     ringed = [(names[j], s.label) for s in rows for j, p in enumerate(columns) if (s.label, p) in measured]
-    fig.update_layout(yaxis=dict(dtick=1, tickfont_size=11))  # every row named
+    fig.update_layout(yaxis=dict(dtick=1, tickfont_size=11,  # every row named
+                                 title_text=fig.layout.yaxis.title.text or "site"),
+                      xaxis_title_text=fig.layout.xaxis.title.text or "position")
     fig.add_scatter(x=[x for x, _ in ringed], y=[y for _, y in ringed], mode="markers", hoverinfo="skip",
                     showlegend=False, name="measured exactly",
                     marker=dict(symbol="circle-open", size=9, color="black", line=dict(width=1.5)))
@@ -270,11 +271,10 @@ def strongest(chosen, where, values, measured: set | None = None) -> list[dict]:
     return out
 
 
-POSITIONS = Option("positions", "auto", "auto (around the change and the query) or all")
 EXACT = Option("exact", str(EXACT_CELLS), "cells measured exactly, those of the largest first-order estimates (the "
                "others stay estimates), or all (every cell measured: hours on a CPU for a 100M+ model)")
 ANALYSIS = Analysis("activation-patching", "each site x position patched from a clean into a corrupted input, scored "
                     "between the two Bayes answers", DEFINITION, compute,
-                    options=(*P.wind_tunnel_options(), POSITIONS), order=20,
-                    on_language_model=on_language_model, language_options=(*P.language_options(), POSITIONS, EXACT),
+                    options=(*P.wind_tunnel_options(), P.POSITIONS), order=20,
+                    on_language_model=on_language_model, language_options=(*P.language_options(), P.POSITIONS, EXACT),
                     language_definition=DEFINITION, requires=("corruption",))

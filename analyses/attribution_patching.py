@@ -7,7 +7,6 @@ from __future__ import annotations
 import torch
 
 from . import interventions as P
-from .activation_patching import POSITIONS
 from .base import Analysis, Option, Result
 from .intervals import bootstrap_sums
 
@@ -171,6 +170,6 @@ def gap_intervals(scorer: P.Scorer, cells: list[tuple[torch.Tensor, torch.Tensor
 EXACT = Option("exact", False, "also measure activation patching at the same cells and report the gap")
 ANALYSIS = Analysis("attribution-patching", "activation patching estimated to first order from one forward and one "
                     "backward pass, with its gap to the measured value", DEFINITION, compute,
-                    options=(*P.wind_tunnel_options(), POSITIONS, EXACT), order=22,
-                    on_language_model=on_language_model, language_options=(*P.language_options(), POSITIONS, EXACT),
+                    options=(*P.wind_tunnel_options(), P.POSITIONS, EXACT), order=22,
+                    on_language_model=on_language_model, language_options=(*P.language_options(), P.POSITIONS, EXACT),
                     language_definition=DEFINITION, requires=("corruption",))

@@ -47,6 +47,9 @@ def wind_tunnel_options(n: int = 100) -> tuple[Option, ...]:
             n_option(n), seed_option())
 
 
+POSITIONS = Option("positions", "auto", "auto (around the change and the query) or all")  # the patching maps' columns
+
+
 def language_options() -> tuple[Option, ...]:
     return PROMPT_OPTIONS + (Option("index", 0, "which shown observation to flip", low=0, high=10 ** 6),)
 
