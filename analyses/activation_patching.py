@@ -36,7 +36,8 @@ the gain's interval excludes 0); the cell is chosen once, on all pairs. On a lan
 measuring every cell is hours on a CPU) the map is estimated first unless --exact all: every cell is
 estimated to first order (attribution patching: one forward pass on the clean input, one forward and
 backward pass on the corrupted one), the --exact cells of the largest estimated effect on the model
-scale are then measured exactly, and the residual stream at every position at once is the clean run
+scale, among every site but the attention heads (a head's cells stay estimates; its layer's attention
+output is a site), are then measured exactly, and the residual stream at every position at once is the clean run
 itself (exact without a pass); exact_cells lists the cells measured, every other cell is an estimate,
 and strongest and its intervals are chosen among the measured cells only.
 """.split())
@@ -74,10 +75,12 @@ def patch(model, options: dict, positions: str, exact: str) -> Result:
         grid, whole = measure(pair, scorer, chosen, where, projected=projected)
         measured = None
     else:
-        grid, _, measured, clean, corrupted = estimated(pair, scorer, chosen, where, chosen, count, projected=projected)
+        grid, _, measured, clean, corrupted = estimated(pair, scorer, chosen, where, default_sites(chosen), count,
+                                                        projected=projected)
         whole = whole_residual(pair, scorer, chosen, clean, corrupted)
     best = strongest(chosen, where, grid["bayes"], measured)
     columns = [*where, None]
+    rows = chosen if measured is None else default_sites(chosen)  # the figure's rows: an estimated map's without heads
     metrics = dict(
         subject=pair.subject, corruption=pair.what, query=pair.query, changed=list(pair.changed),
         answer=pair.kind, n_sequences=len(pair.clean), sites=[s.label for s in chosen], positions=where,
@@ -88,12 +91,14 @@ def patch(model, options: dict, positions: str, exact: str) -> Result:
         exact_cells="all" if measured is None else [[s.label, p] for s in chosen for p in columns
                                                     if (s.label, p) in measured])
     title = (f"{pair.subject}: activation patching, clean into corrupted ({pair.what})<br><sup>answer at position "
-             f"{pair.query} on the Bayes scale (1: the clean input's Bayes answer, 0: the corrupted one's)"
-             + ("" if measured is None else f"; ringed: the {len(measured)} cells measured exactly, the others "
-                "first-order estimates") + "</sup>")
-    fig = P.patching_map(pair, chosen, where, grid, metrics, "bayes", title)
+             f"{pair.query} on the Bayes scale (1: the clean input's Bayes answer, 0: the corrupted one's)</sup>"
+             + ("" if measured is None else f"<br><sup>ringed: the {len(measured)} cells measured exactly; the others "
+                "are first-order estimates" + (", the heads' in the JSON" if len(rows) < len(chosen) else "") + "</sup>"))
+    shown = {s.label for s in rows}
+    fig = P.patching_map(pair, rows, where, {scale: [line for s, line in zip(chosen, grid[scale]) if s.label in shown]
+                                             for scale in grid}, metrics, "bayes", title)
     if measured is not None:
-        ring(fig, chosen, where, pair, measured, {(s.label, None) for s in whole_sites(chosen)})
+        ring(fig, rows, where, pair, measured, {(s.label, None) for s in whole_sites(chosen)})
     return Result("activation-patching", DEFINITION, metrics, {"sites-by-position": fig}, descriptions=DESCRIPTIONS)
 
 
@@ -142,6 +147,12 @@ def estimated(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], ra
         if job is not None:
             job.step(len(chunk))
     return grid, answers, measured, clean, corrupted
+
+
+def default_sites(chosen: list) -> list:
+    """An estimated map's rows, and the sites whose cells it measures: every site but the attention heads (on a
+    language model hundreds of rows; their layer's attention output is a row, their own cells stay estimates)."""
+    return [s for s in chosen if s.kind != "head"]
 
 
 def whole_sites(chosen: list) -> list:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Paper III's measurements on a packaged language model, at the analyses' defaults (50 prompts per number of shown
 # examples, alpha 0.9, seed 0, 200 bootstrap resamples, 10 random axes), into figures/readme/MODEL/:
-#   two-label-mixed/  calibration, value-manifold, key-orthogonality, attention-focusing, entropy-axis (last layer)
+#   two-label-mixed/  calibration, value-manifold, key-orthogonality, attention-focusing, entropy-axis (last layer),
+#                     activation-patching (every cell estimated, the 32 largest measured), path-patching (the read-out)
 #   coin/             calibration, value-manifold, attention-focusing, entropy-axis
 #   two-label-math/   calibration, value-manifold
 #   two-label-mixed-layer15/ (SmolLM2) or -layerN/ (the middle layer of any other model): entropy-axis there
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 M=${1:?usage: experiments/language-models.sh MODEL (smollm2-135m or gemma3-270m)}
 O=figures/readme/$M
 middle=$(python -c "import interp; print(interp.load_language_model('$M').model.cfg.n_layers // 2)" | tail -n 1)   # TransformerLens prints a line of its own first
-for a in calibration value-manifold key-orthogonality attention-focusing entropy-axis; do
+for a in calibration value-manifold key-orthogonality attention-focusing entropy-axis activation-patching path-patching; do
   interp run $a --model "$M" --prompts two-label --words mixed --format json,png --out "$O/two-label-mixed"; done
 for a in calibration value-manifold attention-focusing entropy-axis; do
   interp run $a --model "$M" --prompts coin --format json,png --out "$O/coin"; done

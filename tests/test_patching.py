@@ -3,6 +3,7 @@ component, position and state that carries a corruption; direct logit attributio
 posteriors match brute-force enumeration; the same calls run on a language model and from the CLI."""
 import json
 import random
+import re
 
 import pytest
 import torch
@@ -275,12 +276,15 @@ def test_a_language_models_map_is_estimated_first_and_its_exact_cells_are_the_ex
             for scale, key in (("model", "model_scale"), ("bayes", "bayes_scale")):
                 want = e[key][i][j] if (site, p) in exact else first_order[scale][i][j]
                 assert m[key][i][j] == pytest.approx(want, abs=1e-6), (site, p, scale)
+    heads = {s for s in m["sites"] if re.fullmatch(r"L\d+H\d+", s)}
     size = {(s, p): abs(first_order["model"][i][j]) for i, s in enumerate(m["sites"]) for j, p in enumerate(columns)
-            if first_order["model"][i][j] is not None}
+            if first_order["model"][i][j] is not None and s not in heads}  # a head's cells stay estimates
+    assert heads and not any(site in heads for site, _ in exact)
     assert min(size[c] for c in exact if c[1] is not None or not c[0].startswith("resid")) >= max(
         v for c, v in size.items() if c not in exact)
     assert all((b["site"], b["position"]) in exact for b in m["strongest"]) and m["intervals"]["strongest"]
     heat, ringed = quick.figures["sites-by-position"].data
+    assert list(heat.y) == [s for s in m["sites"] if s not in heads]  # the heads' rows are in the JSON alone
     assert len(ringed.x) == len(exact) and "ringed: the" in quick.figures["sites-by-position"].layout.title.text
     with pytest.raises(analyses.AnalysisError, match="--exact must be a number of cells or all"):
         analyses.run("activation-patching", lm, exact="some", **options)

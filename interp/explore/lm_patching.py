@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 
 from analyses import interventions as P
-from analyses.activation_patching import (CELLS_PER_STEP, EXACT_CELLS, estimated, measure_cells, put, ring,
-                                          whole_sites)
+from analyses.activation_patching import (CELLS_PER_STEP, EXACT_CELLS, default_sites, estimated, measure_cells, put,
+                                          ring, whole_sites)
 
 
 class Patched(NamedTuple):
@@ -36,12 +36,6 @@ class Patched(NamedTuple):
     measured: set | None = None
     clean: dict | None = None
     corrupted: dict | None = None
-
-
-def default_sites(chosen: list) -> list:
-    """The rows of a language model's map: every site but the attention heads (a layer's heads are shown on
-    demand, ``shown_sites``)."""
-    return [s for s in chosen if s.kind != "head"]
 
 
 def shown_sites(chosen: list, layer: int | None) -> list:
