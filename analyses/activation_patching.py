@@ -180,12 +180,13 @@ def put(grid: dict, answers: dict, measured: set, scorer: P.Scorer, i: int, j: i
         projected[site.label, p] = scorer.project(answer)
 
 
-def ring(fig, rows: list, where: list[int], pair: P.Pair, measured: set, clean_run: set) -> None:
-    """An estimated map's exact cells ringed, and each cell's hover saying which it is."""
+def ring(fig, rows: list, where: list[int], pair: P.Pair, measured: set, clean_run: set, estimate: str = "") -> None:
+    """An estimated map's exact cells ringed, and each cell's hover saying which it is (``estimate``: what the hover
+    of an estimated cell adds, e.g. that a click measures it)."""
     columns, names = [*where, None], [pair.labels[p] for p in where] + ["all positions"]
     heat = fig.data[0]
     said = lambda cell: ("exact: the clean run itself" if cell in clean_run else "measured exactly"  # noqa: E731
-                         if cell in measured else "first-order estimate: click to measure it")
+                         if cell in measured else "first-order estimate" + estimate)
     heat.text = [[f"{text}<br>{said((s.label, p))}" for text, p in zip(line, columns)]
                  for s, line in zip(rows, heat.text)]
     ringed = [(names[j], s.label) for s in rows for j, p in enumerate(columns) if (s.label, p) in measured]

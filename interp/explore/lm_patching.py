@@ -92,4 +92,6 @@ def heads_per_layer(chosen: list) -> int:
     return len({s.head for s in chosen if s.kind == "head"})
 
 
-mark = ring  # an estimated map's exact cells ringed, each cell's hover saying which it is (a click measures another)
+def mark(fig, rows: list, where: list[int], pair: P.Pair, measured: set, clean_run: set) -> None:
+    """An estimated map's exact cells ringed, each cell's hover saying which it is (and that a click measures it)."""
+    ring(fig, rows, where, pair, measured, clean_run, ": click to measure it")
