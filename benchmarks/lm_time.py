@@ -7,7 +7,9 @@ bridged and parity-checked, in a fresh cache folder), a cached load, one forward
 two-label task, mixed words, 50 prompts per number of shown examples, seed 0; equal-length batches of 64, no
 gradients), then every analysis that runs on language models at its defaults (``analyses.run(NAME, lm)``). Each is
 printed in wall and CPU seconds (this process's, all threads) and as ratios to the forward pass's, so a slow
-analysis is told apart from a slow machine: on a shared machine the CPU ratios are what to compare. ``--out`` writes
+analysis is told apart from a slow machine: on a shared machine the CPU ratios are what to compare. Last, the
+explorer's first page for the model (``explorer_page_time.py``: `interp explore --model NAME` started as a user
+starts it, the model cached, to every view drawn in headless Chromium), where Chromium is installed. ``--out`` writes
 the numbers as JSON.
 """
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -22,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).parent))  # explorer_page_time, beside this file
 
 
 def timed(fn):
@@ -43,7 +47,7 @@ def forward_pass(lm) -> None:
             lm.model(tokens)
 
 
-def profile(name: str, names: list[str]) -> dict:
+def profile(name: str, names: list[str], driver=None) -> dict:
     import analyses
     from models import gguf_model
 
@@ -74,8 +78,16 @@ def profile(name: str, names: list[str]) -> dict:
     for analysis in names:
         _, wall, cpu = timed(lambda: analyses.run(analysis, lm))
         row(analysis, wall, cpu)
+    if driver is not None:  # in a new process, from the user's own cache (converted there first if need be)
+        import explorer_page_time
+
+        gguf_model.open_gguf(name, progress=False)
+        page = explorer_page_time.one_run("model", name, driver)
+        rows["explorer first page"] = dict(wall_s=page["every_view_s"], cpu_s=None, first_answer_s=page["first_answer_s"])
+        print(f"  {'explorer first page':<28} {page['every_view_s']:8.1f} s wall (every view drawn; the page answered "
+              f"in {page['first_answer_s']:.1f} s)", flush=True)
     forward = rows["forward pass"]
-    for values in rows.values():
+    for values in (v for v in rows.values() if v["cpu_s"] is not None):
         values.update(x_forward_wall=round(values["wall_s"] / forward["wall_s"], 1),
                       x_forward_cpu=round(values["cpu_s"] / forward["cpu_s"], 1))
     return rows
@@ -100,9 +112,18 @@ def main() -> None:
     machine = dict(cpus=os.cpu_count(), threads=torch.get_num_threads(), load_before=round(os.getloadavg()[0], 2))
     print(f"load average before: {machine['load_before']} on {machine['cpus']} CPUs, {machine['threads']} threads")
     results = {}
-    for name in (n for n in args.models.split(",") if n):
-        print(name, flush=True)
-        results[name] = profile(name, chosen)
+    driver = None
+    if shutil.which("chromium") and shutil.which("chromedriver"):
+        import explorer_page_time
+
+        driver = explorer_page_time.browser()
+    try:
+        for name in (n for n in args.models.split(",") if n):
+            print(name, flush=True)
+            results[name] = profile(name, chosen, driver)
+    finally:
+        if driver is not None:
+            driver.quit()
     machine["load_after"] = round(os.getloadavg()[0], 2)
     print(f"load average after: {machine['load_after']}")
     if args.out:
