@@ -90,13 +90,18 @@ def patch(model, options: dict, positions: str, exact: str) -> Result:
         strongest=best, intervals=intervals(scorer, best, projected),
         exact_cells="all" if measured is None else [[s.label, p] for s in chosen for p in columns
                                                     if (s.label, p) in measured])
+    # a pretrained language model's answers sit far from Bayes's (its unpatched answers may score -58 and 3 on the
+    # Bayes scale), so its map is drawn as the share of its own effect restored; a wind tunnel's on the Bayes scale
+    drawn = "model" if P.is_language_model(model) else "bayes"
+    meaning = ("as the share of the model's own effect restored (1: its clean answer, 0: its corrupted one)"
+               if drawn == "model" else "on the Bayes scale (1: the clean input's Bayes answer, 0: the corrupted one's)")
     title = (f"{pair.subject}: activation patching, clean into corrupted ({pair.what})<br><sup>answer at position "
-             f"{pair.query} on the Bayes scale (1: the clean input's Bayes answer, 0: the corrupted one's)</sup>"
+             f"{pair.query} {meaning}</sup>"
              + ("" if measured is None else f"<br><sup>ringed: the {len(measured)} cells measured exactly; the others "
                 "are first-order estimates" + (", the heads' in the JSON" if len(rows) < len(chosen) else "") + "</sup>"))
     shown = {s.label for s in rows}
     fig = P.patching_map(pair, rows, where, {scale: [line for s, line in zip(chosen, grid[scale]) if s.label in shown]
-                                             for scale in grid}, metrics, "bayes", title)
+                                             for scale in grid}, metrics, drawn, title)
     if measured is not None:
         ring(fig, rows, where, pair, measured, {(s.label, None) for s in whole_sites(chosen)})
     return Result("activation-patching", DEFINITION, metrics, {"sites-by-position": fig}, descriptions=DESCRIPTIONS)

@@ -5,6 +5,7 @@
 #                     activation-patching (every cell estimated, the 32 largest measured), path-patching (the read-out)
 #   coin/             calibration, value-manifold, attention-focusing, entropy-axis
 #   two-label-math/   calibration, value-manifold
+#   two-label-mixed-flip7/ activation-patching and path-patching with the last of the 8 shown labels flipped (--index 7)
 #   two-label-mixed-layer15/ (SmolLM2) or -layerN/ (the middle layer of any other model): entropy-axis there
 # Each file is OUT/<prompts>/MODEL/<analysis>.json with its PNG figures beside it; the language-models results page
 # reads them; then the Jacobian lens on the two-label mixed prompts (J fitted on 10 prompts: 1,360 CPU s on SmolLM2-135M,
@@ -21,5 +22,7 @@ for a in calibration value-manifold attention-focusing entropy-axis; do
   interp run $a --model "$M" --prompts coin --format json,png --out "$O/coin"; done
 for a in calibration value-manifold; do
   interp run $a --model "$M" --prompts two-label --words math --format json,png --out "$O/two-label-math"; done
+interp run activation-patching --model "$M" --prompts two-label --words mixed --index 7 --format json,png --out "$O/two-label-mixed-flip7"
+interp run path-patching --model "$M" --prompts two-label --words mixed --index 7 --format json --out "$O/two-label-mixed-flip7"
 interp run entropy-axis --model "$M" --layer "$middle" --format json,png --out "$O/two-label-mixed-layer$middle"
 interp run jacobian-lens --model "$M" --prompts two-label --words mixed --format json,png --out "$O/two-label-mixed"

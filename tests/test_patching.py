@@ -285,6 +285,8 @@ def test_a_language_models_map_is_estimated_first_and_its_exact_cells_are_the_ex
     assert all((b["site"], b["position"]) in exact for b in m["strongest"]) and m["intervals"]["strongest"]
     heat, ringed = quick.figures["sites-by-position"].data
     assert list(heat.y) == [s for s in m["sites"] if s not in heads]  # the heads' rows are in the JSON alone
+    drawn = [row for s, row in zip(m["sites"], m["model_scale"]) if s not in heads]  # its own effect's share
+    assert [[v for v in line if v == v] for line in heat.z] == [[v for v in row if v is not None] for row in drawn]
     assert len(ringed.x) == len(exact) and "ringed: the" in quick.figures["sites-by-position"].layout.title.text
     with pytest.raises(analyses.AnalysisError, match="--exact must be a number of cells or all"):
         analyses.run("activation-patching", lm, exact="some", **options)
