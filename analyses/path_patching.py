@@ -144,15 +144,15 @@ def paths(model, options: dict, which: str) -> Result:
     deltas = [write(pair, s, clean) - write(pair, s, corrupted) for s in send]
     grid = {"bayes": [[None] * len(receive) for _ in send], "model": [[None] * len(receive) for _ in send]}
     projected = {}  # (sender, receiver) -> the per-pair projection, for the intervals
-    for j, (receiver, entry) in enumerate(tqdm(receive, desc="path patching", unit="receiver", leave=False,
-                                                disable=None)):
-        rows = [i for i, s in enumerate(send) if upstream(s, receiver, entry)]
-        for start in range(0, len(rows), 16):  # 16 senders per stacked pass
-            chunk = rows[start:start + 16]
-            for i, answer in zip(chunk, path_answers(pair, receiver, entry, [deltas[i] for i in chunk], corrupted)):
-                scored = scorer.both(answer)
-                grid["bayes"][i][j], grid["model"][i][j] = scored["bayes"], scored["model"]
-                projected[send[i].label, receiver.label] = scorer.project(answer)
+    work = [(j, rows[start:start + 16]) for j, (receiver, entry) in enumerate(receive)  # 16 senders per stacked pass
+            for rows in [[i for i, s in enumerate(send) if upstream(s, receiver, entry)]]
+            for start in range(0, len(rows), 16)]
+    for j, chunk in tqdm(work, desc="path patching", unit="pass", leave=False, disable=None):
+        receiver, entry = receive[j]
+        for i, answer in zip(chunk, path_answers(pair, receiver, entry, [deltas[i] for i in chunk], corrupted)):
+            scored = scorer.both(answer)
+            grid["bayes"][i][j], grid["model"][i][j] = scored["bayes"], scored["model"]
+            projected[send[i].label, receiver.label] = scorer.project(answer)
     best = strongest(send, receive, grid)
     intervals = scorer.baseline_intervals()
     if best is not None:
