@@ -10,7 +10,7 @@ from tqdm import tqdm
 from models.base import act_name
 
 from . import interventions as P
-from .activations import decode_last
+from .activations import decode_last, run_until
 from .base import Analysis, AnalysisError, Option, Result
 
 DEFINITION = " ".join("""
@@ -124,7 +124,10 @@ def path_answers(pair: P.Pair, receiver: P.Site, entry: str, deltas: list[torch.
     def keep(act, hook):
         record["out"] = act if receiver.head is None else act[:, :, receiver.head]
     with torch.no_grad(), pair.model.hooks(fwd_hooks=[(entry, add), (name, keep)]):
-        pair.output(tokens)
+        if pair.last_only:  # a language model's pass stops once the receiver's output is recorded
+            run_until(pair.model, tokens, [name])
+        else:
+            pair.model(tokens)
 
     def put(act, hook):
         act = act.clone()

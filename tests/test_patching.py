@@ -315,6 +315,10 @@ def test_a_language_models_pair_unembeds_the_answer_position_alone_and_answers_a
               senders(quick.model) if s.kind == "head"]
     fast = path_answers(quick, readout, entry, deltas, P.run_cache(quick, quick.corrupted, [entry]))
     assert all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(fast, path_answers(whole, readout, entry, deltas)))
+    head, into = next((r, e) for r, e in receivers(quick.model) if r.kind == "head" and r.layer == 1)  # a pass cut short
+    early = [d for d, s in zip(deltas, [s for s in senders(quick.model) if s.kind == "head"]) if s.layer == 0]
+    assert all(torch.allclose(a, b, atol=1e-6, rtol=0) for a, b in zip(path_answers(quick, head, into, early),
+                                                                       path_answers(whole, head, into, early)))
     flat = lambda grid: [v for row in grid["model"] for v in row]  # noqa: E731
     assert [v is None for v in flat(a)] == [v is None for v in flat(b)]
     assert [v for v in flat(a) if v is not None] == pytest.approx([v for v in flat(b) if v is not None], abs=1e-6)
