@@ -18,6 +18,7 @@ import click
 
 from .errors import UserError
 from .files import RunFolder
+from .manifest import MODEL_SOURCES
 
 
 def parse_assignments(pairs: tuple[str, ...], what: str) -> dict:
@@ -160,8 +161,7 @@ def train(ctx, task_name, arch, preset, out, task_options, model_options, device
 @click.argument("name", required=False)
 @click.option("--ckpt", multiple=True,
               help="run folder, .safetensors checkpoint, or shipped model name (repeat it for compare)")
-@click.option("--model", "model_spec", help="a language model instead: a Hugging Face model folder, or a model name "
-              "whose weights are in the local cache (e.g. EleutherAI/pythia-410m)")
+@click.option("--model", "model_spec", help=f"a language model instead: {MODEL_SOURCES}")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("figures"), show_default=True, help="output folder")
 @click.option("--format", "formats", default="pdf,html,json", show_default=True, help="any of pdf,html,json,png")
 @click.option("--device", default="cpu", show_default=True)
@@ -211,8 +211,7 @@ def run(ctx, name, ckpt, model_spec, out, formats, device, show_help):
         return run_on_language_model(analysis, model_spec, ctx.args, out, formats, device)
     if not ckpt:
         if analysis.run is None:
-            raise UserError(f"{name} runs on language models: pass --model MODEL (a Hugging Face model folder, or a "
-                            f"model name whose weights are in the local cache)")
+            raise UserError(f"{name} runs on language models: pass --model MODEL ({MODEL_SOURCES})")
         raise UserError(f"{name} needs --ckpt (a run folder, a .safetensors checkpoint or a shipped model name)")
 
     from . import results

@@ -22,6 +22,10 @@ from pathlib import Path
 from .errors import UserError
 from .files import RunFolder
 
+# what --model takes, in the help and in the refusals (interp.load_language_model reads each)
+MODEL_SOURCES = ("a Hugging Face model folder, a model name whose weights are in the local cache, a GGUF file, or a "
+                 "packaged model such as smollm2-135m (interp list)")
+
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = Path(__file__).resolve().parent / "manifest.json"
 PACKAGES = ("tasks", "models", "analyses", "interp")
@@ -164,8 +168,8 @@ def analysis_help(analysis) -> str:
                                                      subsequent_indent="  ")]
     if analysis.on_language_model is not None:
         width = max([len(o.flag) for o in analysis.language_options] + [8])
-        lines += ["", f"On a language model: interp run {analysis.name} --model MODEL [OPTIONS], MODEL a Hugging Face "
-                      "model folder or a model name whose weights are in the local cache.", "Options:"]
+        lines += ["", f"On a language model: interp run {analysis.name} --model MODEL [OPTIONS], MODEL {MODEL_SOURCES}.",
+                  "Options:"]
         lines += [f"  {o.flag:<{width}}  {o.describe()}" for o in analysis.language_options]
         if analysis.language_definition != analysis.definition or analysis.run is not None:
             lines += ["", "Definition on a language model:", *textwrap.wrap(
