@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 import models
+from ground.terminal import MODEL_SOURCES
 from tasks import Task
 import tasks.base as tasks_base
 from tasks.base import SEED_LIMIT, ConfigError
@@ -227,8 +228,7 @@ class Analysis:
                 f"needs a wind-tunnel model (its numbers come from the task's exact posterior); on a language "
                 f"model run {usable}"]
         if self.run is None:
-            return ["runs on language models: pass --model NAME (a Hugging Face model folder, or a model name "
-                    "whose weights are in the local cache) instead of --ckpt"]
+            return [f"runs on language models: pass --model NAME ({MODEL_SOURCES}) instead of --ckpt"]
         missing = []
         for name in self.requires:
             test, why = REQUIREMENTS[name]

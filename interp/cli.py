@@ -16,9 +16,10 @@ from pathlib import Path
 
 import click
 
+from ground.terminal import MODEL_SOURCES
+
 from .errors import UserError
 from .files import RunFolder
-from .manifest import MODEL_SOURCES
 
 
 def parse_assignments(pairs: tuple[str, ...], what: str) -> dict:

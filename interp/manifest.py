@@ -19,12 +19,10 @@ import os
 import textwrap
 from pathlib import Path
 
+from ground.terminal import MODEL_SOURCES
+
 from .errors import UserError
 from .files import RunFolder
-
-# what --model takes, in the help and in the refusals (interp.load_language_model reads each)
-MODEL_SOURCES = ("a Hugging Face model folder, a model name whose weights are in the local cache, a GGUF file, or a "
-                 "packaged model such as smollm2-135m (interp list)")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = Path(__file__).resolve().parent / "manifest.json"
