@@ -455,6 +455,20 @@ class Sweep:
             self.work(on_point=finished, on_start=lambda point: bar.set_postfix_str(self.label(point)))
         return self.write(self.finished_points())
 
+    def in_training(self) -> str:
+        """The points a worker trains now (their claims held, not yet measured), each with its last logged step and
+        evaluation: the bar's words between two finished points, which may be an hour apart."""
+        metric, said = self.primitive.metric, []
+        for point in self.points():
+            run = self.run_dir(point)
+            if not (self.out / "claims" / f"{run.name}.lock").exists() or (run / "point.json").exists():
+                continue
+            rows = RunFolder(run).logged_lines()
+            scored = [r for r in rows if r.get(f"eval_{metric}") is not None]
+            said.append(f"{self.label(point)}: " + (f"step {rows[-1]['step']}" if rows else "starting")
+                        + (f", {metric} {scored[-1][f'eval_{metric}']:.3f}" if scored else ""))
+        return "; ".join(said)
+
     def label(self, point: Point) -> str:
         return (f"{point.arch} {self.setting}={point.value}" + (f" d={point.width}" if point.width else "")
                 + (f" lr={point.lr:g}" if point.lr is not None else "")
@@ -515,7 +529,7 @@ class Sweep:
         finally:
             for key, value in saved.items():
                 os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
-        seen = 0
+        seen, told = 0, 0.0
         try:
             while any(w.is_alive() for w in workers):
                 time.sleep(2)
@@ -524,6 +538,9 @@ class Sweep:
                     bar.update(len(done) - seen)
                     seen = len(done)
                     self.write(done, final=False)
+                if time.monotonic() - told > 10:  # the points in training and how far each has come
+                    bar.set_postfix_str(self.in_training())
+                    told = time.monotonic()
         except KeyboardInterrupt:
             for worker in workers:
                 worker.terminate()  # their runs keep their resume states: rerun the sweep to go on

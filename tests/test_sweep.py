@@ -280,3 +280,22 @@ def test_two_workers_share_the_points_and_each_is_trained_once(tmp_path):
     trained = [line for log in logs for line in log.splitlines() if " training " in line]
     assert len(trained) == 4 and all(log.count(" training ") >= 1 for log in logs)  # both worked, none twice
     assert not list(out.glob("claims/*"))  # every claim let go
+
+
+def test_the_bar_says_which_points_the_workers_train_and_how_far_each_has_come(tmp_path):
+    """Between two finished points (an hour apart on a ladder) the bar names each point in training, its last step
+    and evaluation; a point with its claim let go, or already measured, is not named."""
+    sweep = Sweep("bijection", "V=3,4", ("mlp",), tmp_path, steps=6, task_options=dict(L=2), seeds=(0, 1),
+                  curriculum=[], jobs=2)
+    training, idle, measured = sweep.points()[:3]
+    (tmp_path / "claims").mkdir()
+    for point in (training, measured):
+        run = sweep.run_dir(point)
+        run.mkdir(parents=True)
+        (tmp_path / "claims" / f"{run.name}.lock").write_text("")
+        (run / "metrics.jsonl").write_text('{"step": 250, "loss": 1.0, "eval_entropy_mae_bits": 0.5}\n'
+                                           '{"step": 300, "loss": 0.9}\n')
+    (sweep.run_dir(measured) / "point.json").write_text("{}")
+    metric = sweep.primitive.metric
+    assert sweep.in_training() == f"{sweep.label(training)}: step 300, {metric} 0.500"
+    assert sweep.label(idle) not in sweep.in_training()
