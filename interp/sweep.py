@@ -883,7 +883,8 @@ def learning_figure(summary: dict) -> go.Figure:
                             row=1, col=col)
     for col in range(1, len(values) + 1):
         fig.add_hline(y=summary["threshold"], line_dash="dash", line_color="grey", row=1, col=col)
-        fig.update_xaxes(title_text="training sequences", type="linear", tickmode="auto", nticks=5, tickangle=0,
+        # (four ticks at most: "0.5×10⁵" labels five to a 330-pixel panel run into each other)
+        fig.update_xaxes(title_text="training sequences", type="linear", tickmode="auto", nticks=4, tickangle=0,
                          row=1, col=col)
     fig.update_yaxes(title_text=metric, row=1, col=1)
     seeds = len(summary.get("seeds") or [])
