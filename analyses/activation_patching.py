@@ -145,7 +145,8 @@ def estimated(pair: P.Pair, scorer: P.Scorer, chosen: list, where: list[int], ra
         job.what, job.total = what, len(cells)
         job.step(0)  # the estimate is done: a cancel takes effect here, and waiting views run
     steps = range(0, len(cells), CELLS_PER_STEP)
-    for start in tqdm(steps, desc="measuring the largest cells", unit="step", leave=False, disable=job is not None or None):
+    quiet = True if job is not None else None  # a job reports its own steps; else tqdm's bar where there is a terminal
+    for start in tqdm(steps, desc="measuring the largest cells", unit="step", leave=False, disable=quiet):
         chunk = cells[start:start + CELLS_PER_STEP]
         for (site, p), answer in zip(chunk, measure_cells(pair, chunk, clean, corrupted)):
             put(grid, answers, measured, scorer, rows[site.label], columns.index(p), site, p, answer, projected)

@@ -142,7 +142,8 @@ def paths(model, options: dict, which: str) -> Result:
     pair = P.make_pair(model, options)
     scorer = P.Scorer(pair)
     send, receive = senders(pair.model), chosen_receivers(pair.model, which)
-    names = sorted(set(P.cache_names(pair.model, send)) | {act_name("resid_pre", 0)} | {entry for _, entry in receive})
+    readout = {entry for r, entry in receive if r.kind == "logits"}  # what path_answers decodes from, on a language model
+    names = sorted(set(P.cache_names(pair.model, send)) | {act_name("resid_pre", 0)} | readout)
     clean, corrupted = P.run_cache(pair, pair.clean, names), P.run_cache(pair, pair.corrupted, names)
     deltas = [write(pair, s, clean) - write(pair, s, corrupted) for s in send]
     grid = {"bayes": [[None] * len(receive) for _ in send], "model": [[None] * len(receive) for _ in send]}
