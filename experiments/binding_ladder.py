@@ -110,7 +110,9 @@ def main() -> None:
         shutil.copy2(source, target / "sweep.json")
         draw(sweep, target)
         done = len(sweep["points"])
-        planned = len(sweep["values"]) * len(sweep["archs"]) * max(1, len(sweep["lrs"])) * len(sweep["seeds"])
+        by_arch = sweep.get("lrs_by_arch") or {}  # each architecture's own rates (one grid for all before them)
+        planned = len(sweep["values"]) * len(sweep["seeds"]) * sum(
+            max(1, len(by_arch.get(arch) or sweep["lrs"])) for arch in sweep["archs"])
         summary[name] = dict(complete=sweep["complete"], points_done=done, points_planned=planned,
                              cells=cell_rows(sweep), ratios=sweep.get("ratios", {}), speeds=speeds(sweep),
                              same_rate_ratios=same_rate_ratios(sweep),

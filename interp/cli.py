@@ -378,8 +378,10 @@ def reproduce(preset, only, archs, runs, out, device):
 @click.option("--preset", default="cpu", show_default=True, help="model + training preset: cpu or paper")
 @click.option("--steps", type=int, help="training steps of every point [default: the capacity reference's preset]")
 @click.option("--batch-size", type=int, help="sequences per step of every point [default: the preset's]")
-@click.option("--lr", metavar="LR[,LR...]", help="peak learning rate(s): with several, every point trains at each "
-              "and the best per architecture and cell is reported [default: the capacity reference's preset]")
+@click.option("--lr", multiple=True, metavar="[ARCH=]LR[,LR...]", help="peak learning rate(s): with several, every "
+              "point trains at each and the best per architecture and cell is reported; ARCH=LR,... gives one "
+              "architecture its own rates (repeat --lr), e.g. --lr 1e-3,3.2e-3,1e-2 --lr transformer=3.2e-4,1e-3,3.2e-3 "
+              "[default: the capacity reference's preset]")
 @click.option("--seeds", metavar="S[,S...]", help="several seeds: every point trains once per seed (overrides --seed)")
 @click.option("--threshold", type=float, help="record the training sequences to this metric at every point, and "
               "stop a point at the first evaluation that reaches it [default: the primitive's threshold, no stop]")
@@ -422,7 +424,7 @@ def sweep(task_name, runs, axis, archs, widths, preset, steps, batch_size, lr, s
     out = out or Path("sweeps") / f"{task_name or Path(run_names[0]).name.split('-')[0]}-{parse_axis(axis)[0]}"
     job = Sweep(task_name, axis, split(archs) if archs else models.ARCHS, out, width_values, preset, steps,
                 batch_size, parse_assignments(task_options, "task option"),
-                parse_assignments(model_options, "model option"), n_eval, seed, device, run_names, lr=lr,
+                parse_assignments(model_options, "model option"), n_eval, seed, device, run_names, lr=lr or None,
                 curriculum=parse_curriculum(curriculum), seeds=split(seeds) if seeds else (), threshold=threshold,
                 eval_every=eval_every, jobs=jobs,
                 paired=dict(spec.partition("=")[::2] for spec in axis_with), decay=decay)

@@ -101,9 +101,45 @@ def parse_numbers(spec, kind=float, name: str = "--lr") -> tuple:
     except (TypeError, ValueError):
         parsed = ()
     if not parsed:
-        raise UserError(f"{name} must be one or more comma-separated numbers, e.g. {name} "
-                        f"{'1e-3,3.2e-3,1e-2' if kind is float else '0,1'}; got {spec!r}")
+        example = "1e-3,3.2e-3,1e-2" if kind is float else "0,1"
+        raise UserError(f"{name.rstrip('=')} must be one or more comma-separated numbers, e.g. "
+                        f"{name}{'' if name.endswith('=') else ' '}{example}; got {spec!r}")
     return parsed
+
+
+def parse_rates(spec, archs: tuple[str, ...]) -> dict[str, tuple]:
+    """``--lr``'s specs -> architecture -> its sorted rates. A spec is ``"1e-3,3.2e-3"`` (every architecture) or
+    ``"transformer=3.2e-4,1e-3"`` (that one, in place of the shared rates), so each architecture's grid can bracket
+    its own best rate; a number, a list of specs or a dict arch -> rates is taken too. Empty: no architecture has
+    rates of its own (the preset's rate)."""
+    if spec is None or spec == () or spec == []:
+        return {}
+    if isinstance(spec, dict):
+        specs = [f"{arch}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for arch, v in spec.items()]
+    elif isinstance(spec, (list, tuple)) and all(isinstance(v, str) for v in spec):
+        specs = list(spec)
+    else:
+        specs = [spec]
+    shared, own = None, {}
+    for one in specs:
+        arch, sep, rates = str(one).partition("=") if isinstance(one, str) else ("", "", one)
+        if not sep:
+            if shared is not None:
+                raise UserError(f"--lr: give the rates of every architecture once (then ARCH=LR,... for one "
+                                f"architecture's own); got {one!r} after {','.join(f'{r:g}' for r in shared)}")
+            shared = parse_numbers(one)
+            continue
+        arch = arch.strip()
+        if arch not in archs:
+            raise UserError(f"--lr {one}: {arch!r} is not swept here; give rates to one of {', '.join(archs)}")
+        if arch in own:
+            raise UserError(f"--lr: {arch} has its rates twice ({one!r}); give them once")
+        own[arch] = parse_numbers(rates, name=f"--lr {arch}=")
+    missing = [a for a in archs if a not in own]
+    if shared is None and missing:
+        raise UserError(f"--lr gives no rates to {', '.join(missing)}; add them (e.g. --lr {missing[0]}=1e-3,3.2e-3) "
+                        f"or give rates for every architecture (e.g. --lr 1e-3,3.2e-3)")
+    return {a: own.get(a, shared) for a in archs}
 
 
 def passes(metric: float | None, direction: str, threshold: float) -> bool:
@@ -148,7 +184,6 @@ class Sweep:
                 raise UserError(f"--axis-with {name}: give one value per axis value ({len(self.values)}: "
                                 f"{', '.join(map(str, self.values))}), got {len(values)}")
             self.paired[name] = dict(zip(self.values, values))
-        self.lrs = parse_numbers(lr) if lr is not None else ()
         self.seeds = parse_numbers(seeds, int, "--seeds") if seeds else (seed,)
         if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
             raise UserError(f"--jobs must be a whole number of processes, at least 1, got {jobs!r}")
@@ -181,6 +216,9 @@ class Sweep:
         if bad:
             raise UserError(f"unknown architecture(s) {', '.join(bad)}; valid: {', '.join(models.ARCHS)}")
         self.task_name, self.archs = task, tuple(archs)
+        # each architecture's rates (their union is ``lrs``; a point's rate is in its folder's name when it has several)
+        self.arch_lrs = parse_rates(None if self.runs else lr, self.archs)
+        self.lrs = tuple(sorted({r for rates in self.arch_lrs.values() for r in rates}))
         self.primitive_name, self.primitive = next(((name, p) for name, (t, p) in tasks.primitives().items()
                                                     if t == task), (None, None))
         if self.primitive is None:
@@ -256,7 +294,8 @@ class Sweep:
         # the easiest cell first, its architectures side by side at each rate and seed, so a sweep stopped early
         # has whole cells and comparable architectures
         return [Point(arch, value, width, lr=lr, seed=seed) for value in self.values
-                for width in (self.widths or (None,)) for lr in lrs for seed in seeds for arch in self.archs]
+                for width in (self.widths or (None,)) for lr in lrs for seed in seeds for arch in self.archs
+                if lr is None or lr in self.arch_lrs[arch]]
 
     def run_dir(self, point: Point) -> Path:
         """The point's run folder; the rate and seed are in its name only when the sweep has several (so a
@@ -634,7 +673,8 @@ class Sweep:
                     mode="evaluated" if self.runs else "trained", runs=list(self.runs),
                     metric=p.metric, direction=p.direction, threshold=self.threshold,
                     threshold_why=p.why if self.threshold == p.threshold else "given with --threshold",
-                    lrs=list(self.lrs), seeds=list(self.seeds), stops_at_threshold=self.stops,
+                    lrs=list(self.lrs), lrs_by_arch={a: list(r) for a, r in self.arch_lrs.items()},
+                    seeds=list(self.seeds), stops_at_threshold=self.stops,
                     curriculum_name=getattr(self, "curriculum_name", None), chosen=chosen,
                     ratios=self.ratios(chosen) if chosen else {},
                     budget=budget, fixed_task_settings=self.task_options,
@@ -764,7 +804,7 @@ def curve_figure(summary: dict) -> go.Figure:
         budget = summary["budget"]
         how = f"{budget['steps']} steps x batch {budget['batch_size']} for every point, {summary['preset']} preset capacity"
         if len(summary.get("lrs") or []) > 1 or len(summary.get("seeds") or []) > 1:
-            how += (f"; each cell at its best of {len(summary['lrs']) or 1} rates, mean of "
+            how += (f"; each cell at its best of {rate_counts(summary)} rates, mean of "
                     f"{len(summary['seeds'])} seed(s)" + (" (band: their range)" if len(summary["seeds"]) > 1 else ""))
     else:
         axis = summary["axis"]
@@ -851,6 +891,15 @@ def mean_curve(curves: list[list]) -> tuple[list, list, list, list]:
     columns = [[v for v in column if v is not None] for column in zip(*rows)]
     return (grid, [statistics.fmean(c) if c else None for c in columns], [min(c, default=None) for c in columns],
             [max(c, default=None) for c in columns])
+
+
+def rate_counts(summary: dict) -> str:
+    """How many rates each architecture tried: "3", or "4 (transformer), 3 (mamba)" when they differ."""
+    by_arch = summary.get("lrs_by_arch") or {}  # a sweep written before rates per architecture: one grid for all
+    counts = {arch: len(by_arch.get(arch) or summary.get("lrs") or []) or 1 for arch in summary["archs"]}
+    if len(set(counts.values())) <= 1:
+        return str(next(iter(counts.values()), 1))
+    return ", ".join(f"{n} ({arch})" for arch, n in counts.items())
 
 
 def learning_figure(summary: dict) -> go.Figure:

@@ -183,6 +183,10 @@ CATALOGUE = [
          "interp sweep --task recall --axis N=4,8 --lr 1e-3,fast --out sweep",
          "interp: error: --lr must be one or more comma-separated numbers, e.g. --lr 1e-3,3.2e-3,1e-2; got "
          "'1e-3,fast'"),
+    Case("sweep with rates for an architecture it does not train",
+         "interp sweep --task recall --axis N=4,8 --archs transformer,mamba --lr 1e-3,3.2e-3 --lr lstm=1e-3 "
+         "--out sweep",
+         "interp: error: --lr lstm=1e-3: 'lstm' is not swept here; give rates to one of transformer, mamba"),
     Case("sweep with a setting that moves with the axis, one value short",
          "interp sweep --task recall --axis N=4,8 --axis-with pool=8 --out sweep",
          "interp: error: --axis-with pool: give one value per axis value (2: 4, 8), got 1"),

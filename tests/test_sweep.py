@@ -8,7 +8,7 @@ import analyses
 import models
 import tasks
 from interp.errors import UserError
-from interp.sweep import Sweep, break_point, grid_figure, parse_axis
+from interp.sweep import Sweep, break_point, grid_figure, parse_axis, parse_rates, rate_counts
 
 
 def test_break_points_of_known_curves():
@@ -299,3 +299,46 @@ def test_the_bar_says_which_points_the_workers_train_and_how_far_each_has_come(t
     metric = sweep.primitive.metric
     assert sweep.in_training() == f"{sweep.label(training)}: step 300, {metric} 0.500"
     assert sweep.label(idle) not in sweep.in_training()
+
+
+def test_each_architecture_can_have_its_own_rates():
+    archs = ("transformer", "mamba")
+    assert parse_rates("1e-3,3e-3", archs) == {"transformer": (1e-3, 3e-3), "mamba": (1e-3, 3e-3)}
+    assert parse_rates(("1e-3,3e-3", "transformer=3e-4,1e-3"), archs) == {
+        "transformer": (3e-4, 1e-3), "mamba": (1e-3, 3e-3)}
+    assert parse_rates(dict(transformer=[1e-3], mamba="3e-3,1e-2"), archs) == {
+        "transformer": (1e-3,), "mamba": (3e-3, 1e-2)}
+    assert parse_rates(None, archs) == {} and parse_rates((), archs) == {}
+
+
+@pytest.mark.parametrize("spec, message", [
+    (("1e-3", "3e-3"), "give the rates of every architecture once"),
+    (("1e-3", "lstm=1e-3"), "'lstm' is not swept here"),
+    (("transformer=1e-3", "transformer=3e-3", "mamba=1e-3"), "transformer has its rates twice"),
+    (("1e-3", "transformer=fast"), "--lr transformer must be one or more comma-separated numbers, e.g. "
+                                   "--lr transformer=1e-3"),
+    (("transformer=1e-3",), "--lr gives no rates to mamba"),
+])
+def test_bad_rates_per_architecture_are_refused(spec, message):
+    with pytest.raises(UserError, match=message):
+        parse_rates(spec, ("transformer", "mamba"))
+
+
+def test_a_rate_given_to_one_architecture_later_trains_only_its_new_points(tmp_path):
+    out = tmp_path / "ladder"
+    grid = dict(steps=8, batch_size=8, task_options=dict(L=2), n=16, threshold=50.0, eval_every=4, curriculum=[])
+    first = Sweep("bijection", "V=3", ("mlp", "lstm"), out, lr="1e-3,3e-3", **grid).execute(progress=False)
+    assert len(first["points"]) == 4
+    stamps = {p["run"]: (Path(p["run"]) / "run.json").stat().st_mtime_ns for p in first["points"]}
+    wider = Sweep("bijection", "V=3", ("mlp", "lstm"), out, lr=("1e-3,3e-3", "mlp=3e-4,1e-3,3e-3"), **grid)
+    summary = wider.execute(progress=False)
+    assert summary["lrs"] == [3e-4, 1e-3, 3e-3] and summary["complete"]
+    assert summary["lrs_by_arch"] == {"mlp": [3e-4, 1e-3, 3e-3], "lstm": [1e-3, 3e-3]}
+    assert sorted((p["arch"], p["lr"]) for p in summary["points"]) == [
+        ("lstm", 1e-3), ("lstm", 3e-3), ("mlp", 3e-4), ("mlp", 1e-3), ("mlp", 3e-3)]
+    # the four finished points are read back, untouched; only mlp at 3e-4 trained
+    assert all((Path(run) / "run.json").stat().st_mtime_ns == stamp for run, stamp in stamps.items())
+    assert (out / "runs" / "mlp-V3-lr0.0003").is_dir() and not (out / "runs" / "lstm-V3-lr0.0003").exists()
+    assert set(summary["chosen"]["mlp"]["preset"]["3"]["by_lr"]) == {"0.0003", "0.001", "0.003"}
+    assert set(summary["chosen"]["lstm"]["preset"]["3"]["by_lr"]) == {"0.001", "0.003"}
+    assert rate_counts(summary) == "3 (mlp), 2 (lstm)" and rate_counts(first) == "2"
