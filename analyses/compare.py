@@ -42,7 +42,8 @@ over sequences; for every two runs on the same task settings (measured on the sa
 when that interval excludes 0, i.e. the two differ beyond the noise of the evaluation set. With sweeps (``interp sweep`` folders), each cell
 also gives the architecture's break point on that primitive's difficulty curve: the smallest axis
 value at which it fails the same threshold at the sweep's capacity and training budget (both in the
-sweep's JSON), or "beyond the tested range".
+sweep's JSON), or "beyond the tested range"; where several sweeps measure one primitive (a grid split over
+folders), the one where the architecture holds furthest, named in the cell.
 """.split())
 
 
@@ -67,35 +68,48 @@ def primitive_cell(rows: list[dict], arch: str, primitive: str) -> dict:
     return cell | ({"judged_on": chosen["judged"]["task_changes"]} if chosen.get("judged") else {})
 
 
-def read_sweeps(spec: str) -> dict[str, dict]:
-    """primitive -> the sweep.json of each folder in the comma-separated ``spec``."""
-    found = {}
+def read_sweeps(spec: str) -> dict[str, list[dict]]:
+    """primitive -> the sweep.json of each folder in the comma-separated ``spec`` that measures it (a grid split
+    over several folders, e.g. the binding ladder's plain, shifted and control models, gives several), each with
+    ``folder``: where it was read."""
+    found: dict[str, list[dict]] = {}
     for folder in (part.strip() for part in spec.split(",") if part.strip()):
         try:
             sweep = read_result(Path(folder) / "sweep.json", "sweep")["metrics"]
         except AnalysisError as err:
             raise AnalysisError(f"--sweeps: {err}") from None
-        found[sweep["primitive"]] = sweep
+        found.setdefault(sweep["primitive"], []).append(dict(sweep, folder=str(folder)))
     return found
 
 
-def curve_cell(sweep: dict, arch: str) -> dict | None:
+def reach(brk: dict) -> tuple:
+    """How far a curve holds, to compare curves: beyond the tested range first, then the larger break point."""
+    return brk["value"] is None, brk["value"] or brk["last_pass"] or 0
+
+
+def curve_cell(sweep: dict | list[dict], arch: str) -> dict | None:
     """Where ``arch`` breaks on the sweep's curve: the preset's capacity where the sweep trained one,
     else, of its curves (widths or evaluated runs), the one that holds furthest (the best counts, as
-    for the single numbers)."""
+    for the single numbers). Given several sweeps of one primitive, the one where ``arch`` holds furthest, named
+    in ``sweep``."""
+    if isinstance(sweep, list):
+        cells = [c for c in (curve_cell(one, arch) for one in sweep) if c]
+        return max(cells, key=reach, default=None)
     by_width = sweep["break_points"].get(arch)
     if not by_width:
         return None
-    reach = lambda key: (by_width[key]["value"] is None, by_width[key]["value"] or by_width[key]["last_pass"] or 0)
-    width = "preset" if "preset" in by_width else max(by_width, key=reach)
+    width = "preset" if "preset" in by_width else max(by_width, key=lambda key: reach(by_width[key]))
     brk = by_width[width]
     budget = sweep["budget"] if sweep["mode"] == "trained" else sweep["budget"].get(width, {})
     text = (f"breaks at {sweep['axis']}={brk['value']}" if brk["value"] is not None
             else f"holds to {sweep['axis']}={brk['last_pass']}")
+    grid = {k: len(sweep.get(k) or []) for k in ("lrs", "seeds")}
     return dict(axis=sweep["axis"], values=sweep["values"], width=width, text=text, **brk,
                 budget_steps=budget.get("steps"), budget_batch_size=budget.get("batch_size"),
                 budget_init_sequences=budget.get("init_sequences") or 0, mode=sweep["mode"],
-                threshold=sweep["threshold"], complete=sweep["complete"])
+                threshold=sweep["threshold"], complete=sweep["complete"], sweep=sweep.get("folder"),
+                lrs=(sweep.get("lrs_by_arch") or {}).get(arch) or sweep.get("lrs") or [],
+                seeds=sweep.get("seeds") if grid["seeds"] > 1 else None)
 
 
 def compute(model, n: int = 1000, seed: int = 1234, sweeps: str = "") -> Result:
@@ -124,13 +138,14 @@ def compute(model, n: int = 1000, seed: int = 1234, sweeps: str = "") -> Result:
     for r in rows:  # two runs of one label (models built in Python, one checkpoint twice) are told apart
         seen[r["run"]] = seen.get(r["run"], 0) + 1
         r["run"] += f" #{seen[r['run']]}" if seen[r["run"]] > 1 else ""
-    measured = {r["arch"] for r in rows} | {a for sweep in curves.values() for a in sweep["break_points"]}
+    measured = {r["arch"] for r in rows} | {a for sweeps_of_p in curves.values() for sweep in sweeps_of_p
+                                            for a in sweep["break_points"]}
     archs = [a for a in models.ARCHS if a in measured] + sorted(measured - set(models.ARCHS))
     matrix = {arch: {p: primitive_cell(rows, arch, p) for p in primitives()} for arch in archs}
     for arch in archs:
-        for p, sweep in curves.items():
+        for p, sweeps_of_p in curves.items():
             if p in matrix[arch]:
-                matrix[arch][p]["curve"] = curve_cell(sweep, arch)
+                matrix[arch][p]["curve"] = curve_cell(sweeps_of_p, arch)
     metrics = dict(runs=rows, differences=differences(rows, sums), primitives=matrix, n_sequences=n, seed=seed,
                    sweeps=sorted(curves))
     return Result("compare", DEFINITION, metrics, {
@@ -211,7 +226,11 @@ def matrix_figure(matrix: dict) -> go.Figure:
             if curve["budget_steps"]:
                 budget = dict(steps=curve["budget_steps"], batch_size=curve["budget_batch_size"],
                               init_sequences=curve.get("budget_init_sequences") or 0)
-                out.append(f"{budget_text(budget)} per point")
+                grid = [f"best of {len(curve['lrs'])} rates"] if len(curve.get("lrs") or []) > 1 else []
+                grid += [f"{len(curve['seeds'])} seeds"] if curve.get("seeds") else []
+                out.append(f"{budget_text(budget)} per point" + (f" ({', '.join(grid)})" if grid else ""))
+                if curve.get("sweep"):
+                    out.append(f"sweep {'/'.join(Path(curve['sweep']).parts[-2:])}")
         single = cell["status"] + (f" {cell['value']:.3g}" if cell["value"] is not None else "")
         if cell.get("judged_on"):  # measured on the task as the primitive is judged, not the run's own
             single += " on " + ", ".join(f"{k}={v}" for k, v in cell["judged_on"].items())

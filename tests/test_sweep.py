@@ -169,6 +169,28 @@ def test_the_matrix_takes_the_curve_that_holds_furthest_when_an_architecture_has
     assert curve_cell(dict(sweep, mode="trained", budget=dict(steps=1, batch_size=2)), "transformer")["width"] == "preset"
 
 
+def test_of_several_sweeps_of_one_primitive_the_matrix_takes_the_one_where_the_architecture_holds_furthest():
+    from analyses.compare import curve_cell
+
+    def grid(folder, breaks):
+        return dict(axis="N", values=[4, 8, 16], mode="trained", threshold=0.9, complete=True, folder=folder,
+                    budget=dict(steps=12000, batch_size=64), lrs=[1e-3, 3.2e-3], seeds=[0, 1],
+                    lrs_by_arch={"transformer": [3.2e-4, 1e-3, 3.2e-3]},
+                    break_points={arch: {"preset": dict(value=value, status="breaks" if value else "beyond the "
+                                         "tested range", last_pass=8 if value else 16)}
+                                  for arch, value in breaks.items()})
+
+    plain = grid("ladder/plain", dict(transformer=16, mamba=16))
+    shift = grid("ladder/shift", dict(transformer=None, mamba=16))
+    controls = grid("ladder/controls", dict(lstm=8))
+    sweeps = [plain, shift, controls]
+    tf, mamba, lstm = (curve_cell(sweeps, arch) for arch in ("transformer", "mamba", "lstm"))
+    assert tf["sweep"] == "ladder/shift" and tf["text"] == "holds to N=16" and tf["lrs"] == [3.2e-4, 1e-3, 3.2e-3]
+    assert mamba["sweep"] == "ladder/plain" and mamba["text"] == "breaks at N=16" and mamba["lrs"] == [1e-3, 3.2e-3]
+    assert lstm["sweep"] == "ladder/controls" and mamba["seeds"] == [0, 1]
+    assert curve_cell(sweeps, "mlp") is None
+
+
 def test_a_grid_of_rates_and_seeds_stops_each_point_at_the_threshold_and_keeps_its_curve(tmp_path):
     out = tmp_path / "ladder"
     # entropy MAE below 50 bits: every evaluation passes, so every point stops at its first one (step 4)
