@@ -35,6 +35,23 @@ def draw(sweep: dict, target: Path) -> None:
     (target / "sweep.pdf").write_bytes(merged_pdf(drawn))
 
 
+def rate(lr: float) -> str:
+    """A learning rate as the docs write it: 3.2e-4, 1e-3."""
+    mantissa, exponent = f"{lr:.1e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def reached_text(lr: float, reached: list, accuracy: float | None) -> str:
+    """A cell in words, for the results page (which takes no nulls): each seed's sequences to 90% at the chosen
+    rate, the seeds that never got there counted, or where the cell ended when none did."""
+    done = [f"{s:,}" for s in reached if s is not None]
+    missing = len(reached) - len(done)
+    if not done:
+        return f"not reached (at best {accuracy:.0%}, at {rate(lr)})" if accuracy is not None else "not reached"
+    seeds = " and ".join(done) + (f"; {missing} of {len(reached)} seeds not reached" if missing else "")
+    return f"{seeds} (at {rate(lr)})"
+
+
 def cell_rows(sweep: dict) -> list[dict]:
     """One row per architecture and cell: its chosen rate and what the seeds reached there."""
     rows = []
@@ -42,9 +59,36 @@ def cell_rows(sweep: dict) -> list[dict]:
         for value, cell in by_curve.get("preset", {}).items():
             rows.append(dict(arch=arch, N=int(value), lr=cell["lr"], accuracy=cell["metric"], accuracies=cell["metrics"],
                              sequences_to_90=cell["sequences_to_threshold"],
+                             text=reached_text(cell["lr"], cell["sequences_to_threshold"], cell["metric"]),
                              rates_tried={lr: dict(accuracy=c["metric"], sequences_to_90=c["sequences_to_threshold"],
                                                    diverged=c["diverged"]) for lr, c in cell["by_lr"].items()}))
     return sorted(rows, key=lambda r: (r["N"], sweep["archs"].index(r["arch"])))
+
+
+def ratio_texts(sweep: dict) -> dict:
+    """arch -> N -> its sequences to 90% over the transformer's in words ("2.4x (1.4-3.8x)", or why there is
+    none), for every architecture after it; empty for a sweep without the transformer first (the controls)."""
+    out = {}
+    if sweep["archs"][0] != "transformer":
+        return out
+    for arch in sweep["archs"][1:]:
+        by_value = (sweep.get("ratios") or {}).get(arch, {}).get("preset", {})
+        for value in map(str, sweep["values"]):
+            r = by_value.get(value) or {}
+            out.setdefault(arch, {})[value] = (
+                f"{r['ratio']:.1f}× ({r['low']:.1f}–{r['high']:.1f}×)" if r.get("ratio") is not None
+                else "none: not every seed of both reached 90%")
+    return out
+
+
+def rate_range(sweep: dict) -> dict:
+    """arch -> the rates it was trained at, in words ("3.2e-4 to 1e-2, 4 rates")."""
+    by_arch = sweep.get("lrs_by_arch") or {}
+    out = {}
+    for arch in sweep["archs"]:
+        rates = sorted(by_arch.get(arch) or sweep["lrs"])
+        out[arch] = f"{rate(rates[0])} to {rate(rates[-1])}, {len(rates)} rates" if len(rates) > 1 else rate(rates[0])
+    return out
 
 
 def speeds(sweep: dict) -> dict:
@@ -115,7 +159,8 @@ def main() -> None:
             max(1, len(by_arch.get(arch) or sweep["lrs"])) for arch in sweep["archs"])
         summary[name] = dict(complete=sweep["complete"], points_done=done, points_planned=planned,
                              cells=cell_rows(sweep), ratios=sweep.get("ratios", {}), speeds=speeds(sweep),
-                             same_rate_ratios=same_rate_ratios(sweep),
+                             same_rate_ratios=same_rate_ratios(sweep), ratio_texts=ratio_texts(sweep),
+                             rates=rate_range(sweep),
                              budget_sequences=sweep["budget"]["steps"] * sweep["budget"]["batch_size"])
     (OUT / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     for name, part in summary.items():

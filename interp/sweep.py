@@ -893,6 +893,24 @@ def mean_curve(curves: list[list]) -> tuple[list, list, list, list]:
             [max(c, default=None) for c in columns])
 
 
+def log_ticks(low: float, high: float) -> list[float]:
+    """Ticks for a log axis from ``low`` to ``high``: 1, 2 and 5 times each power of ten between them, thinned to
+    the powers of ten alone when that gives more than four."""
+    first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
+    ticks = [m * 10 ** e for e in range(first, last + 1) for m in (1, 2, 5) if low <= m * 10 ** e <= high]
+    if len(ticks) > 4:
+        ticks = [t for t in ticks if math.log10(t).is_integer()] or ticks[::3]
+    return ticks or [low]
+
+
+def short_count(n: float) -> str:
+    """20000 -> "20k", 1000000 -> "1M": a count short enough for a tick label."""
+    for size, unit in ((1e6, "M"), (1e3, "k")):
+        if n >= size:
+            return f"{n / size:g}{unit}"
+    return f"{n:g}"
+
+
 def rate_counts(summary: dict) -> str:
     """How many rates each architecture tried: "3", or "4 (transformer), 3 (mamba)" when they differ."""
     by_arch = summary.get("lrs_by_arch") or {}  # a sweep written before rates per architecture: one grid for all
@@ -926,15 +944,21 @@ def learning_figure(summary: dict) -> go.Figure:
             x, mean, low, high = mean_curve([r["learning_curve"] for r in runs])
             if len(runs) > 1:
                 add_band(fig, x, low, high, colour, row=1, col=col)
-            fig.add_scatter(x=x, y=mean, mode="lines", line=dict(color=colour), legendgroup=arch, showlegend=col == 1,
+            # markers too: a point that passed at its first evaluations has one or two, no line to speak of
+            fig.add_scatter(x=x, y=mean, mode="lines+markers", marker=dict(size=4), line=dict(color=colour),
+                            legendgroup=arch, showlegend=col == 1,
                             name=f"{arch} (lr {cell['lr']:g})" if len(values) == 1 else arch,
                             hovertemplate=f"{arch}, lr {cell['lr']:g}: %{{y:.3f}} at %{{x:,}} sequences<extra></extra>",
                             row=1, col=col)
     for col in range(1, len(values) + 1):
         fig.add_hline(y=summary["threshold"], line_dash="dash", line_color="grey", row=1, col=col)
-        # (four ticks at most: "0.5×10⁵" labels five to a 330-pixel panel run into each other)
-        fig.update_xaxes(title_text="training sequences", type="linear", tickmode="auto", nticks=4, tickangle=0,
-                         row=1, col=col)
+        # a log axis: architectures' sequences to the threshold differ by 10x and more within one cell, and a
+        # linear one hides the faster; SI labels (10k, 100k) stay short enough for a 330-pixel panel
+        xs = [x for trace in fig.data if trace.xaxis == ("x" if col == 1 else f"x{col}") for x in (trace.x or ())
+              if x]
+        ticks = log_ticks(min(xs, default=1), max(xs, default=10))
+        fig.update_xaxes(title_text="training sequences (log)", type="log", tickmode="array", tickvals=ticks,
+                         ticktext=[short_count(t) for t in ticks], tickangle=0, row=1, col=col)
     fig.update_yaxes(title_text=metric, row=1, col=1)
     seeds = len(summary.get("seeds") or [])
     # the subtitle a <sup> line, which style.apply wraps to the page and makes room for above the panels' titles

@@ -364,3 +364,12 @@ def test_a_rate_given_to_one_architecture_later_trains_only_its_new_points(tmp_p
     assert set(summary["chosen"]["mlp"]["preset"]["3"]["by_lr"]) == {"0.0003", "0.001", "0.003"}
     assert set(summary["chosen"]["lstm"]["preset"]["3"]["by_lr"]) == {"0.001", "0.003"}
     assert rate_counts(summary) == "3 (mlp), 2 (lstm)" and rate_counts(first) == "2"
+
+
+def test_the_learning_figure_has_a_log_axis_with_a_few_short_ticks():
+    from interp.sweep import log_ticks, short_count
+
+    assert log_ticks(6400, 80000) == [10000, 20000, 50000]
+    assert log_ticks(6400, 800000) == [10000, 100000]  # more than four: the powers of ten alone
+    assert log_ticks(3, 4) == [3]  # nothing between: the low end
+    assert [short_count(n) for n in (500, 20000, 1.5e6)] == ["500", "20k", "1.5M"]
