@@ -5,7 +5,8 @@
 # Mamba 1.6e-3 at batch 64). Evaluated every 1,000 steps on the paper's format itself, full tables (64 pairs from
 # pools of 256, fillers, 3 queries; N_min=null: the cpu preset's task otherwise mixes in 1-64 pairs). One thread
 # each, both at once; run it again to resume where they stopped. DEVICE=cuda runs them on a GPU (same recipe; bf16
-# autocast there). About 3 steps/s each on one CPU thread: some 9 hours each.
+# autocast there). About 2-3 steps/s each on one CPU thread: some 9-14 hours each. Then
+# `python experiments/binding_paper_scale.py` copies the curves into figures/readme/binding-paper/.
 set -eu
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-runs/binding-paper}
