@@ -1,5 +1,5 @@
 """Copy the paper-scale binding runs (experiments/binding-paper-scale.sh) into figures/readme/binding-paper/: each
-run's run.json and metrics.jsonl, summary.json with what the results page reads (per run: steps and sequences
+run's record and metrics log, summary.json with what the results page reads (per run: steps and sequences
 trained so far, the last evaluation's accuracy on full 64-pair tables, the first evaluation at 90% or more), and
 the learning figure (accuracy against training sequences, one line per architecture). Run it whenever the runs
 have moved on; a run still training is copied as it stands (its ``status`` says so).
@@ -49,18 +49,17 @@ def main() -> None:
     parser.add_argument("--runs", default="runs/binding-paper", help="the folder binding-paper-scale.sh trains in")
     args = parser.parse_args()
     from interp.export import figure_image
+    from interp.files import RunFolder
 
     summary = {}
     for name in RUNS:
-        src = Path(args.runs) / name
-        if not (src / "run.json").exists():
-            raise SystemExit(f"error: {src}/run.json not found; run experiments/binding-paper-scale.sh first")
-        target = OUT / name
-        target.mkdir(parents=True, exist_ok=True)
-        for file in ("run.json", "metrics.jsonl"):
-            shutil.copyfile(src / file, target / file)
-        rows = [json.loads(line) for line in (target / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        run = summarise(json.loads((target / "run.json").read_text()), rows)  # the copies, so they agree
+        src, target = RunFolder(Path(args.runs) / name), RunFolder(OUT / name)
+        if not src.has_record():
+            raise SystemExit(f"error: {src.root} holds no run; run experiments/binding-paper-scale.sh first")
+        target.root.mkdir(parents=True, exist_ok=True)
+        for source, copy in ((src.record, target.record), (src.metrics, target.metrics)):
+            shutil.copyfile(source, copy)
+        run = summarise(target.read_record(), target.logged_lines())  # the copies, so they agree
         summary[run["arch"]] = dict(run=name, **run)  # keyed by architecture, as the results page reads it
         print(f"{name}: step {run['steps_done']:,} of {run['budget_steps']:,}, "
               f"accuracy {run['last_accuracy']:.3f}, sequences to 90%: {run['sequences_to_90']}")

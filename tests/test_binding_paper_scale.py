@@ -3,6 +3,8 @@ import json
 import runpy
 from pathlib import Path
 
+from interp.files import RunFolder
+
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = runpy.run_path(str(ROOT / "experiments" / "binding_paper_scale.py"), run_name="binding_paper_scale")
 
@@ -30,7 +32,6 @@ def test_a_run_that_never_reaches_the_bar_has_no_sequences_to_it():
 def test_the_shipped_snapshot_agrees_with_the_metrics_it_was_made_from():
     summary = json.loads((PAPER["OUT"] / "summary.json").read_text())
     for arch, shipped in summary.items():
-        folder = PAPER["OUT"] / shipped["run"]
-        rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        again = PAPER["summarise"](json.loads((folder / "run.json").read_text()), rows)
+        folder = RunFolder(PAPER["OUT"] / shipped["run"])
+        again = PAPER["summarise"](folder.read_record(), folder.logged_lines())
         assert dict(run=shipped["run"], **again) == shipped and again["arch"] == arch
