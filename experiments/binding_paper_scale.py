@@ -7,8 +7,6 @@ have moved on; a run still training is copied as it stands (its ``status`` says 
     python experiments/binding_paper_scale.py [--runs runs/binding-paper]
 """
 import argparse
-import json
-import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,7 +47,7 @@ def main() -> None:
     parser.add_argument("--runs", default="runs/binding-paper", help="the folder binding-paper-scale.sh trains in")
     args = parser.parse_args()
     from interp.export import figure_image
-    from interp.files import RunFolder
+    from interp.files import RunFolder, atomic_write_bytes, atomic_write_json
 
     summary = {}
     for name in RUNS:
@@ -58,13 +56,13 @@ def main() -> None:
             raise SystemExit(f"error: {src.root} holds no run; run experiments/binding-paper-scale.sh first")
         target.root.mkdir(parents=True, exist_ok=True)
         for source, copy in ((src.record, target.record), (src.metrics, target.metrics)):
-            shutil.copyfile(source, copy)
+            atomic_write_bytes(copy, source.read_bytes())  # whole or not at all, like every file the project writes
         run = summarise(target.read_record(), target.logged_lines())  # the copies, so they agree
         summary[run["arch"]] = dict(run=name, **run)  # keyed by architecture, as the results page reads it
         print(f"{name}: step {run['steps_done']:,} of {run['budget_steps']:,}, "
               f"accuracy {run['last_accuracy']:.3f}, sequences to 90%: {run['sequences_to_90']}")
-    (OUT / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (OUT / "learning.png").write_bytes(figure_image(learning_figure(summary), "png"))
+    atomic_write_json(OUT / "summary.json", summary)
+    atomic_write_bytes(OUT / "learning.png", figure_image(learning_figure(summary), "png"))
     print(f"wrote {OUT.relative_to(ROOT)}/summary.json and learning.png")
 
 
