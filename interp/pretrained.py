@@ -21,7 +21,7 @@ import tasks
 from .catalog import PRETRAINED_DIR
 from .errors import UserError
 from .files import RunFolder
-from .recipe import preset_recipe, recorded_settings, recorded_train
+from .recipe import preset_recipe, recorded_settings, recorded_train, resolve
 from .train import lr_at
 
 
@@ -34,20 +34,33 @@ def train_command(record: dict, preset: str) -> str:
     """The ``interp train`` command that reproduces the run: the preset plus whatever differs from it."""
     task_name, arch = record["task"]["name"], record["arch"]
     default_task = tasks.for_preset(task_name, preset).config()
-    recipe = preset_recipe(preset, tasks.from_config(record["task"]), arch)  # on the run's own task
-    ran = recorded_train(record)
+    task, ran = tasks.from_config(record["task"]), recorded_train(record)
+    try:
+        recipe = preset_recipe(preset, task, arch)  # on the run's own task
+    except UserError:  # the preset's stages do not fit the run's task (full tables only), so the run named its own
+        recipe = resolve(task, arch, preset, train_options=dict(curriculum=[])).record()  # the run's written out
     flags = dict(steps="--steps", batch_size="--batch-size", lr="--lr", seed="--seed", loss="--loss",
-                 warmup="--warmup", checkpoint_every="--checkpoint-every")
+                 warmup="--warmup", decay="--decay", eval_every="--eval-every", eval_size="--eval-size",
+                 checkpoint_every="--checkpoint-every")
     return " ".join([f"interp train --task {task_name} --arch {arch} --preset {preset}"]
                     + [f"-T {k}={shown(v)}" for k, v in record["task"].items() if k != "name" and default_task.get(k) != v]
                     + [f"-M {k}={shown(v)}" for k, v in record["model"].items() if recipe["model"].get(k) != v]
                     + [f"{flag} {ran[k]}" for k, flag in flags.items() if ran[k] != recipe["train"][k]]
                     + [f"--{k}" if ran[k] else f"--no-{k}" for k in ("compile", "bf16")  # on/off switches
                        if ran[k] != recipe["train"][k]]
-                    + ([f"--curriculum {shlex.quote(json.dumps(ran['curriculum'], separators=(',', ':')))}"]
+                    + ([f"--curriculum {curriculum_flag(task, ran)}"]
                        if list(map(list, ran["curriculum"] or ())) != list(map(list, recipe["train"]["curriculum"] or ()))
                        else [])
                     + ([f"--init {shlex.quote(ran['init'])}"] if ran.get("init") else []))
+
+
+def curriculum_flag(task, ran: dict) -> str:
+    """``--curriculum``'s value for a run's stages: the name of the task's curriculum that builds them, else JSON."""
+    stages = list(map(list, ran["curriculum"]))
+    for name in task.curricula:
+        if list(map(list, task.curriculum(name, ran["steps"]))) == stages:
+            return name
+    return shlex.quote(json.dumps(ran["curriculum"], separators=(",", ":")))
 
 
 def _fmt(value: float) -> str:
@@ -89,6 +102,12 @@ def soft_loss_words(task) -> str:
             else " (cross-entropy against the exact Bayes posterior)")
 
 
+def schedule_words(s: dict) -> str:
+    """The rate after the warm-up: a cosine to zero over the whole run, or held and then annealed (``decay``)."""
+    decay = s.get("decay", 1.0)
+    return "cosine to 0" if decay >= 1 else f"held, then a cosine to 0 over the last {decay:.0%} of the steps"
+
+
 def stopped_words(record: dict) -> str:
     """"Stopped at step N of the planned ..." for a run shipped as it stood at a checkpoint."""
     if record.get("stopped_at") is None:
@@ -119,7 +138,8 @@ def model_card(name: str, record: dict, preset: str, checkpoints: list[Path], no
         f"    {train_command(record, preset)}", "",
         f"{stopped_words(record)}"
         f"{s['steps']:,} steps of {s['batch_size']} fresh sequences, AdamW lr {s['lr']} ({s['warmup']} warm-up "
-        f"steps, cosine to 0), weight decay {s['weight_decay']}, grad clip {s['grad_clip']}, {s['loss']} targets"
+        f"steps, {schedule_words(s)}), weight decay {s['weight_decay']}, grad clip {s['grad_clip']}, "
+        f"{s['loss']} targets"
         f"{soft_loss_words(task) if s['loss'] == 'soft' else ''}, seed {s['seed']}."
         + curriculum_sentence(s.get("curriculum") or ())
         + init_sentence(record.get("init"))

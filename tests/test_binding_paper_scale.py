@@ -31,7 +31,15 @@ def test_a_run_that_never_reaches_the_bar_has_no_sequences_to_it():
 
 def test_the_shipped_snapshot_agrees_with_the_metrics_it_was_made_from():
     summary = json.loads((PAPER["OUT"] / "summary.json").read_text())
-    for arch, shipped in summary.items():
+    assert {key: shipped["run"] for key, shipped in summary.items()} == PAPER["RUNS"]
+    for key, shipped in summary.items():
         folder = RunFolder(PAPER["OUT"] / shipped["run"])
-        again = PAPER["summarise"](folder.read_record(), folder.logged_lines())
-        assert dict(run=shipped["run"], **again) == shipped and again["arch"] == arch
+        again = PAPER["summarise"](folder.read_record(), folder.logged_lines(), PAPER["STOPPED"].get(shipped["run"]))
+        assert dict(run=shipped["run"], **again) == shipped and key.startswith(again["arch"])
+
+
+def test_a_run_stopped_for_good_says_why_in_its_status():
+    run = dict(arch="transformer", status="running", n_params=10,
+               train=dict(batch_size=64, lr=1e-3, steps=100, eval_size=8))
+    s = PAPER["summarise"](run, [dict(step=20, loss=5.0, eval_accuracy=0.01)], "at chance")
+    assert s["status"] == "stopped: at chance"

@@ -207,3 +207,29 @@ def test_a_run_started_from_a_checkpoint_resumes_from_its_own_state_without_read
     resumed.run()
     record = json.loads((tmp_path / "tuned" / "run.json").read_text())
     assert record["status"] == "finished" and record["init"]["step"] == 3
+
+
+def test_a_model_cards_command_names_a_curriculum_and_a_schedule_the_preset_would_not_fit(tmp_path, capsys):
+    """Full tables only (N_min=null), where the preset's own short-table stages cannot apply: the card's command
+    names the task's curriculum (dense-mix), the held-then-annealed rate and the evaluations, and trains the same
+    run again."""
+    import shlex
+
+    from interp.pretrained import model_card, train_command
+    from tests.cli import run_cli
+
+    tiny = ["--no-bf16", "--no-compile", "-M", "d_model=16", "-M", "n_heads=2", "-M", "n_layers=1", "-M", "shift=null",
+            "-M", "n_ctx=120", "-T", "N=16", "-T", "n_keys=32", "-T", "n_values=32", "-T", "fillers=8", "-T", "gap=4",
+            "-T", "N_min=null"]
+    done = run_cli(capsys, "train", "--task", "recall", "--arch", "transformer", "--out", tmp_path / "first",
+                   "--steps", "4", "--decay", "0.5", "--eval-every", "2", "--eval-size", "8", "--curriculum",
+                   "dense-mix", *tiny)
+    assert done.code == 0, done.err
+    record = json.loads((tmp_path / "first" / "run.json").read_text())
+    command = train_command(record, "cpu")
+    assert "--curriculum dense-mix" in command and "--decay 0.5" in command and "--eval-size 8" in command
+    again = run_cli(capsys, *shlex.split(command)[1:], "--out", tmp_path / "again")
+    assert again.code == 0, again.err
+    other = json.loads((tmp_path / "again" / "run.json").read_text())
+    assert (other["task"], other["model"], other["train"]) == (record["task"], record["model"], record["train"])
+    assert "held, then a cosine to 0 over the last 50% of the steps" in model_card("full", record, "cpu", [])

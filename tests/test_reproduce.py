@@ -201,7 +201,8 @@ def test_every_shipped_binding_model_answers_the_paper_s_row_with_its_own_budget
     job = Reproduction("cpu", PRETRAINED_DIR, tmp_path / "out", ("recall",), ("transformer", "mamba", "lstm"))
     assert {cell: [f.name for f in found] for cell, found in job.variants.items()} == {
         ("recall", "transformer"): ["recall-transformer-plain-mix"],
-        ("recall", "mamba"): ["recall-mamba-plain-mix", "recall-mamba-shift-mix"], ("recall", "lstm"): []}
+        ("recall", "mamba"): ["recall-mamba-plain-mix", "recall-mamba-plain-scratch", "recall-mamba-shift-mix"],
+        ("recall", "lstm"): []}
     assert Reproduction("cpu", tmp_path, tmp_path / "o", ("recall",), ("mamba",)).variants == {}  # a user's runs
 
     def saved(self, task, arch, name, run_dir=None):
@@ -212,11 +213,15 @@ def test_every_shipped_binding_model_answers_the_paper_s_row_with_its_own_budget
     table = job.write_table()
     mamba = [r for r in table["rows"] if r["arch"] == "mamba"]
     assert [r["experiment"].strip()[:30] for r in mamba] == [
-        "associative recall (64 pairs f", "the same, recall-mamba-plain-m", "the same, recall-mamba-shift-m"]
+        "associative recall (64 pairs f", "the same, recall-mamba-plain-m", "the same, recall-mamba-plain-s",
+        "the same, recall-mamba-shift-m"]
     preset, plain = mamba[0], mamba[1]
     assert (preset["train_steps"], preset["train_batch_size"], preset["continued"]) == (2000, 64, False)
     assert plain["ours"] == 0.92 and plain["ratio"] == pytest.approx(0.92 / 0.978) and plain["continued"] is True
     assert plain["sequences_before"] == 2_982_400  # what the weights it went on from had seen
+    scratch = json.loads((PRETRAINED_DIR / "recall-mamba-plain-scratch" / "run.json").read_text())
+    assert (mamba[2]["continued"], mamba[2]["train_steps"]) == (False, scratch["stopped_at"])  # from scratch, as far
+    # as it had trained when shipped
     transformer = next(r for r in table["rows"] if r["experiment"].strip() == "the same, recall-transformer-plain-mix")
     assert transformer["train_steps"] == 3200  # shipped as it stood at a checkpoint, not its planned 100,000
     line = next(line for line in markdown(table).splitlines() if "recall-mamba-plain-mix" in line)

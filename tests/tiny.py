@@ -34,7 +34,7 @@ def small_config(arch: str) -> dict:
 # 329-token recall sequence, a four-layer Mamba's kernels), a real configuration, and a number recorded at training.
 # One full-size model per task, the architectures taken in turn so that each appears, plus the two models behind the
 # binding result (learned positions and untied weights; Mamba as the paper builds it) keep that check at 8 models
-# instead of 38. INTERP_TEST_EVERY_MODEL=1 runs all of them, as before shipping a new model.
+# instead of 39. INTERP_TEST_EVERY_MODEL=1 runs all of them, as before shipping a new model.
 BINDING_MODELS = ("recall-transformer-plain-mix", "recall-mamba-plain-mix")
 
 
