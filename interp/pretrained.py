@@ -105,7 +105,7 @@ def soft_loss_words(task) -> str:
 def schedule_words(s: dict) -> str:
     """The rate after the warm-up: a cosine to zero over the whole run, or held and then annealed (``decay``)."""
     decay = s.get("decay", 1.0)
-    return "cosine to 0" if decay >= 1 else f"held, then a cosine to 0 over the last {decay:.0%} of the steps"
+    return "cosine to 0" if decay >= 1 else f"held, then a cosine to 0 over the last {decay:.0%} of the steps after it"
 
 
 def stopped_words(record: dict) -> str:

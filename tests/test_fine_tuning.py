@@ -232,4 +232,4 @@ def test_a_model_cards_command_names_a_curriculum_and_a_schedule_the_preset_woul
     assert again.code == 0, again.err
     other = json.loads((tmp_path / "again" / "run.json").read_text())
     assert (other["task"], other["model"], other["train"]) == (record["task"], record["model"], record["train"])
-    assert "held, then a cosine to 0 over the last 50% of the steps" in model_card("full", record, "cpu", [])
+    assert "held, then a cosine to 0 over the last 50% of the steps after it" in model_card("full", record, "cpu", [])
